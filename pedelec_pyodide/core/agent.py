@@ -1,0 +1,74 @@
+"""The agent interface: one small async protocol every agent implements.
+
+Core gives an agent a :class:`Turn` and awaits :meth:`Agent.run`. The agent decides
+which tools to call; ``turn.call_tools`` sends them to the page together (they may finish
+in any order) and returns their results in the order asked, error results included.
+Core enforces the turn's step limit there, and deadlines per call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """One tool call an agent wants made."""
+
+    tool: str
+    args: Any
+    call_id: str | None = None  # the model's own id for the call, when it has one
+
+
+@dataclass(frozen=True)
+class ToolCallOutcome:
+    """A tool call as it went: what was asked and the result the page (or Core) gave."""
+
+    tool_request_id: str
+    tool: str
+    args: Any
+    result: Any
+    handled_by: str
+    call_id: str | None = None
+    duration_ms: float = 0.0
+
+    @property
+    def is_error(self) -> bool:
+        return isinstance(self.result, dict) and set(self.result) == {"error"}
+
+
+class StepLimitExceeded(Exception):
+    """The agent asked for more tool-calling steps than the turn allows."""
+
+
+class Turn(Protocol):
+    """What Core gives an agent for one turn."""
+
+    turn_id: str
+    text: str
+    tools: list[dict[str, Any]]  # the session's tool metadata, as the page sent it
+    history: list[dict[str, Any]]  # the agent's own record of earlier turns; it may append
+    max_steps: int
+
+    async def call_tools(self, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
+        """Run one step's calls in parallel; raises StepLimitExceeded past ``max_steps``."""
+        ...
+
+    async def say(self, text: str) -> None:
+        """Stream a piece of the reply to the page (``turn.delta``)."""
+        ...
+
+
+class Agent(Protocol):
+    async def run(self, turn: Turn) -> str:
+        """Run the turn; return the final reply text. Raise to fail the turn."""
+        ...
+
+
+@dataclass
+class AgentInfo:
+    """How an agent describes itself in logs and the control API."""
+
+    name: str
+    details: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,560 @@
+"""Wire protocol v1: build, parse and validate the JSON text frames between page and Core.
+
+Pure Python, shared by the page runtime and Core. Every message is a JSON object with a
+``type``; field names are camelCase on the wire and snake_case here. Each message type is
+declared once, as a list of fields, and everything else is derived from that declaration:
+the parser, the encoder and the JSON Schema published in docs/protocol.md.
+
+Parsing never raises anything but :class:`ProtocolError`, whose ``code`` says what was
+wrong with the frame; the receiver answers it with an ``error`` frame and carries on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeAlias
+
+from .tools import check_metadata
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 1024 * 1024
+MAX_DEPTH = 100
+MAX_ID_LENGTH = 128
+
+HandledBy: TypeAlias = Literal["named", "inline", "fallback", "none"]
+HANDLED_BY: tuple[str, ...] = ("named", "inline", "fallback", "none")
+TURN_STATUSES: tuple[str, ...] = ("completed", "failed", "cancelled")
+SESSION_STATES: tuple[str, ...] = ("connecting", "idle", "running", "waiting_tool_result", "closed")
+
+
+class ProtocolError(Exception):
+    """A frame that breaks the protocol. ``code`` is stable; ``message`` is for people."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+# Error codes carried by `error` frames. Parsing problems first, then session-level ones.
+FRAME_TOO_LARGE = "FRAME_TOO_LARGE"
+FRAME_NOT_JSON = "FRAME_NOT_JSON"
+FRAME_NOT_OBJECT = "FRAME_NOT_OBJECT"
+FRAME_TOO_DEEP = "FRAME_TOO_DEEP"
+MISSING_TYPE = "MISSING_TYPE"
+UNKNOWN_TYPE = "UNKNOWN_TYPE"
+WRONG_DIRECTION = "WRONG_DIRECTION"
+MISSING_FIELD = "MISSING_FIELD"
+INVALID_FIELD = "INVALID_FIELD"
+INVALID_TOOL = "INVALID_TOOL"
+UNSUPPORTED_PROTOCOL = "UNSUPPORTED_PROTOCOL"
+
+
+# --- field declarations -------------------------------------------------------------------
+
+_Kind = Literal["id", "str", "bool", "int", "object", "array", "any", "tools"]
+
+
+@dataclass(frozen=True)
+class _Field:
+    wire: str
+    attr: str
+    kind: _Kind
+    required: bool = True
+    choices: tuple[Any, ...] | None = None
+    nullable: bool = False
+
+
+def _f(wire: str, attr: str, kind: _Kind, **options: Any) -> _Field:
+    return _Field(wire, attr, kind, **options)
+
+
+# --- messages -----------------------------------------------------------------------------
+
+
+class Message:
+    """Base of every wire message. Subclasses declare ``type``, ``direction`` and ``fields``."""
+
+    type: ClassVar[str]
+    direction: ClassVar[Literal["client", "server"]]
+    fields: ClassVar[tuple[_Field, ...]]
+    description: ClassVar[str]
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"type": self.type}
+        for spec in self.fields:
+            value = getattr(self, spec.attr)
+            if value is None and not spec.required:
+                continue
+            wire[spec.wire] = value
+        return wire
+
+    def encode(self) -> str:
+        return json.dumps(self.to_wire(), ensure_ascii=False, separators=(",", ":"))
+
+
+# Browser -> Core
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(Message):
+    protocol: int
+    tools: list[dict[str, Any]]
+    client: dict[str, Any] | None = None
+    session_id: str | None = None
+    resume_token: str | None = None
+
+    type: ClassVar[str] = "hello"
+    direction: ClassVar[Literal["client", "server"]] = "client"
+    description: ClassVar[str] = (
+        "First frame of a connection: opens a session, or resumes one by id and token."
+    )
+    fields: ClassVar[tuple[_Field, ...]] = (
+        _f("protocol", "protocol", "int", choices=(PROTOCOL_VERSION,)),
+        _f("tools", "tools", "tools"),
+        _f("client", "client", "object", required=False),
+        _f("sessionId", "session_id", "id", required=False),
+        _f("resumeToken", "resume_token", "id", required=False),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsUpdate(Message):
+    tools: list[dict[str, Any]]
+
+    type: ClassVar[str] = "tools.update"
+    direction: ClassVar[Literal["client", "server"]] = "client"
+    description: ClassVar[str] = "Replaces the session's tool metadata."
+    fields: ClassVar[tuple[_Field, ...]] = (_f("tools", "tools", "tools"),)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStart(Message):
+    turn_id: str
+    text: str
+
+    type: ClassVar[str] = "turn.start"
+    direction: ClassVar[Literal["client", "server"]] = "client"
+    description: ClassVar[str] = "Starts a turn of the agent with the user's text."
+    fields: ClassVar[tuple[_Field, ...]] = (
+        _f("turnId", "turn_id", "id"),
+        _f("text", "text", "str"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult(Message):
+    tool_request_id: str
+    result: Any
+    handled_by: str
+
+    type: ClassVar[str] = "tool.result"
+    direction: ClassVar[Literal["client", "server"]] = "client"
+    description: ClassVar[str] = (
+        "The result of one tool request (error results included), and which handler tier "
+        "produced it."
+    )
+    fields: ClassVar[tuple[_Field, ...]] = (
+        _f("toolRequestId", "tool_request_id", "id"),
+        _f("result", "result", "any"),
+        _f("handledBy", "handled_by", "str", choices=HANDLED_BY),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCancel(Message):
+    turn_id: str
+
+    type: ClassVar[str] = "turn.cancel"
+    direction: ClassVar[Literal["client", "server"]] = "client"
+    description: ClassVar[str] = "Asks Core to cancel a running turn."
+    fields: ClassVar[tuple[_Field, ...]] = (_f("turnId", "turn_id", "id"),)
+
+
+# Core -> browser
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome(Message):
+    session_id: str
+    resume_token: str
+    resumed: bool
+    state: str
+
+    type: ClassVar[str] = "welcome"
+    direction: ClassVar[Literal["client", "server"]] = "server"
+    description: ClassVar[str] = "Core's answer to hello: the session's id and resume token."
+    fields: ClassVar[tuple[_Field, ...]] = (
+        _f("sessionId", "session_id", "id"),
+        _f("resumeToken", "resume_token", "id"),
+        _f("resumed", "resumed", "bool"),
+        _f("state", "state", "str", choices=SESSION_STATES),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRequest(Message):
+    tool_request_id: str
+    tool: str
+    args: Any
+    turn_id: str | None = None
+
+    type: ClassVar[str] = "tool.request"
+    direction: ClassVar[Literal["client", "server"]] = "server"
+    description: ClassVar[str] = (
+        "Asks the page to run one tool. `turnId` is null for calls made outside a turn "
+        "(control API, MCP)."
+    )
+    fields: ClassVar[tuple[_Field, ...]] = (
+        _f("toolRequestId", "tool_request_id", "id"),
+        _f("turnId", "turn_id", "id", nullable=True),
+        _f("tool", "tool", "str"),
+        _f("args", "args", "any"),
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        # turnId is always present on the wire, null outside a turn.
+        return {
+            "type": self.type,
+            "toolRequestId": self.tool_request_id,
+            "turnId": self.turn_id,
+            "tool": self.tool,
+            "args": self.args,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCancel(Message):
+    tool_request_id: str
+    reason: str
+
+    type: ClassVar[str] = "tool.cancel"
+    direction: ClassVar[Literal["client", "server"]] = "server"
+    description: ClassVar[str] = (
+        "Core no longer wants this request's result (deadline passed, turn cancelled)."
+    )
+    fields: ClassVar[tuple[_Field, ...]] = (
+        _f("toolRequestId", "tool_request_id", "id"),
+        _f("reason", "reason", "str"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDelta(Message):
+    turn_id: str
+    text: str
+
+    type: ClassVar[str] = "turn.delta"
+    direction: ClassVar[Literal["client", "server"]] = "server"
+    description: ClassVar[str] = "A piece of the agent's reply text, streamed."
+    fields: ClassVar[tuple[_Field, ...]] = (
+        _f("turnId", "turn_id", "id"),
+        _f("text", "text", "str"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnd(Message):
+    turn_id: str
+    status: str
+    text: str
+    error: dict[str, Any] | None = None
+
+    type: ClassVar[str] = "turn.end"
+    direction: ClassVar[Literal["client", "server"]] = "server"
+    description: ClassVar[str] = (
+        "The turn is over: its status and the agent's final text; `error` when it failed."
+    )
+    fields: ClassVar[tuple[_Field, ...]] = (
+        _f("turnId", "turn_id", "id"),
+        _f("status", "status", "str", choices=TURN_STATUSES),
+        _f("text", "text", "str"),
+        _f("error", "error", "object", required=False),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Error(Message):
+    code: str
+    message: str
+    tool_request_id: str | None = None
+    details: Any = field(default=None)
+
+    type: ClassVar[str] = "error"
+    direction: ClassVar[Literal["client", "server"]] = "server"
+    description: ClassVar[str] = (
+        "A protocol error: the frame it answers was refused. The connection stays open "
+        "unless the code says otherwise."
+    )
+    fields: ClassVar[tuple[_Field, ...]] = (
+        _f("code", "code", "str"),
+        _f("message", "message", "str"),
+        _f("toolRequestId", "tool_request_id", "id", required=False),
+        _f("details", "details", "any", required=False),
+    )
+
+
+ClientMessage: TypeAlias = Hello | ToolsUpdate | TurnStart | ToolResult | TurnCancel
+ServerMessage: TypeAlias = Welcome | ToolRequest | ToolCancel | TurnDelta | TurnEnd | Error
+
+MESSAGE_TYPES: dict[str, type[Message]] = {
+    cls.type: cls
+    for cls in (
+        Hello, ToolsUpdate, TurnStart, ToolResult, TurnCancel,
+        Welcome, ToolRequest, ToolCancel, TurnDelta, TurnEnd, Error,
+    )
+}
+
+
+# --- parsing ------------------------------------------------------------------------------
+
+
+def parse_client_frame(text: str | bytes, *, max_bytes: int = MAX_FRAME_BYTES) -> ClientMessage:
+    """Parse a frame sent by the page to Core."""
+    return _parse(text, "client", max_bytes)  # type: ignore[return-value]
+
+
+def parse_server_frame(text: str | bytes, *, max_bytes: int = MAX_FRAME_BYTES) -> ServerMessage:
+    """Parse a frame sent by Core to the page."""
+    return _parse(text, "server", max_bytes)  # type: ignore[return-value]
+
+
+def frame_size(text: str) -> int:
+    """UTF-8 length of ``text`` without encoding it when the answer is obvious."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _parse(text: str | bytes, direction: str, max_bytes: int) -> Message:
+    size = len(text) if isinstance(text, bytes) else frame_size(text)
+    if size > max_bytes:
+        raise ProtocolError(FRAME_TOO_LARGE, f"frame is {size} bytes; the limit is {max_bytes}")
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ProtocolError(FRAME_TOO_DEEP, f"frame nests deeper than {MAX_DEPTH}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(FRAME_NOT_JSON, f"frame is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(
+            FRAME_NOT_OBJECT, f"frame must be a JSON object, got {_json_type(data)}"
+        )
+    if not isinstance(text, bytes) and (text.count("[") + text.count("{")) > MAX_DEPTH:
+        _check_depth(data)
+    kind = data.get("type")
+    if kind is None:
+        raise ProtocolError(MISSING_TYPE, "frame has no 'type'")
+    if not isinstance(kind, str):
+        raise ProtocolError(INVALID_FIELD, f"'type' must be a string, got {_json_type(kind)}")
+    cls = MESSAGE_TYPES.get(kind)
+    if cls is None:
+        known = sorted(t for t, c in MESSAGE_TYPES.items() if c.direction == direction)
+        raise ProtocolError(UNKNOWN_TYPE, f"unknown message type {kind!r}; expected one of {known}")
+    if cls.direction != direction:
+        sender = "Core" if cls.direction == "server" else "the page"
+        raise ProtocolError(WRONG_DIRECTION, f"{kind!r} is sent by {sender}, not received by it")
+    return _build(cls, data)
+
+
+def _build(cls: type[Message], data: dict[str, Any]) -> Message:
+    values: dict[str, Any] = {}
+    for spec in cls.fields:
+        if spec.wire not in data:
+            if spec.required:
+                raise ProtocolError(MISSING_FIELD, f"{cls.type}: missing field {spec.wire!r}")
+            continue
+        values[spec.attr] = _check_field(cls.type, spec, data[spec.wire])
+    return cls(**values)
+
+
+def _check_field(kind_name: str, spec: _Field, value: Any) -> Any:
+    where = f"{kind_name}.{spec.wire}"
+    if value is None and (spec.nullable or not spec.required) and spec.kind != "any":
+        return None
+    ok: bool
+    if spec.kind == "id":
+        ok = isinstance(value, str) and 0 < len(value) <= MAX_ID_LENGTH
+        if not ok:
+            raise ProtocolError(
+                INVALID_FIELD,
+                f"{where} must be a non-empty string of at most {MAX_ID_LENGTH} characters",
+            )
+        return value
+    if spec.kind == "str":
+        ok = isinstance(value, str)
+    elif spec.kind == "bool":
+        ok = isinstance(value, bool)
+    elif spec.kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif spec.kind == "object":
+        ok = isinstance(value, dict)
+    elif spec.kind == "array":
+        ok = isinstance(value, list)
+    elif spec.kind == "tools":
+        return _check_tools(where, value)
+    else:  # any
+        return value
+    if not ok:
+        raise ProtocolError(
+            INVALID_FIELD, f"{where} must be {_KIND_NAMES[spec.kind]}, got {_json_type(value)}"
+        )
+    if spec.choices is not None and value not in spec.choices:
+        if spec.wire == "protocol":
+            raise ProtocolError(
+                UNSUPPORTED_PROTOCOL,
+                f"protocol {value!r} is not supported; this side speaks {PROTOCOL_VERSION}",
+            )
+        raise ProtocolError(
+            INVALID_FIELD, f"{where} must be one of {list(spec.choices)}, got {value!r}"
+        )
+    return value
+
+
+def _check_tools(where: str, value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise ProtocolError(INVALID_FIELD, f"{where} must be an array, got {_json_type(value)}")
+    seen: set[str] = set()
+    for index, metadata in enumerate(value):
+        try:
+            check_metadata(metadata)
+        except ValueError as exc:
+            raise ProtocolError(INVALID_TOOL, f"{where}[{index}]: {exc}") from None
+        name = metadata["name"]
+        if name in seen:
+            raise ProtocolError(INVALID_TOOL, f"{where}[{index}]: tool {name!r} is listed twice")
+        seen.add(name)
+    return value
+
+
+def _check_depth(data: Any) -> None:
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ProtocolError(FRAME_TOO_DEEP, f"frame nests deeper than {MAX_DEPTH}")
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+
+
+_KIND_NAMES = {
+    "str": "a string",
+    "bool": "a boolean",
+    "int": "an integer",
+    "object": "an object",
+    "array": "an array",
+}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+# --- encoding -----------------------------------------------------------------------------
+
+
+def encode_tool_result(tool_request_id: str, result_json: str, handled_by: str) -> str:
+    """A ``tool.result`` frame around a result that is already JSON text.
+
+    The runtime encodes every result once, to check it; the frame reuses that text.
+    """
+    return (
+        '{"type":"tool.result","toolRequestId":'
+        + json.dumps(tool_request_id)
+        + ',"result":'
+        + result_json
+        + ',"handledBy":"'
+        + handled_by
+        + '"}'
+    )
+
+
+def error_frame(code: str, message: str, *, tool_request_id: str | None = None) -> str:
+    return Error(code=code, message=message, tool_request_id=tool_request_id).encode()
+
+
+# --- JSON Schemas (published in docs/protocol.md; a test keeps them in sync) --------------
+
+
+def message_schema(cls: type[Message]) -> dict[str, Any]:
+    """The JSON Schema of one message type, derived from its field declaration."""
+    properties: dict[str, Any] = {"type": {"const": cls.type}}
+    required = ["type"]
+    for spec in cls.fields:
+        schema = _field_schema(spec)
+        if spec.nullable:
+            schema = {"anyOf": [schema, {"type": "null"}]}
+        properties[spec.wire] = schema
+        if spec.required:
+            required.append(spec.wire)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": cls.type,
+        "description": cls.description,
+        "type": "object",
+        "properties": properties,
+        "required": required,
+    }
+
+
+def _field_schema(spec: _Field) -> dict[str, Any]:
+    if spec.kind == "id":
+        return {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH}
+    if spec.kind == "tools":
+        return {"type": "array", "items": {"$ref": "#/$defs/toolMetadata"}}
+    if spec.kind == "any":
+        return {}
+    schema: dict[str, Any] = {
+        "type": {"str": "string", "bool": "boolean", "int": "integer"}.get(spec.kind, spec.kind)
+    }
+    if spec.choices is not None:
+        schema["enum"] = list(spec.choices)
+    return schema
+
+
+TOOL_METADATA_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+        "description": {"type": "string", "minLength": 1},
+        "argsSchema": {"type": "object", "description": "A JSON Schema (draft 2020-12)."},
+        "annotations": {
+            "type": "object",
+            "properties": {
+                "title": {"type": "string"},
+                "readOnlyHint": {"type": "boolean"},
+                "idempotentHint": {"type": "boolean"},
+                "destructiveHint": {"type": "boolean"},
+                "openWorldHint": {"type": "boolean"},
+            },
+            "additionalProperties": False,
+        },
+    },
+    "required": ["name", "description", "argsSchema"],
+}
+
+
+def all_schemas() -> dict[str, dict[str, Any]]:
+    """Every message's schema by type, tool metadata's included as ``$defs``."""
+    schemas: dict[str, dict[str, Any]] = {}
+    for kind, cls in MESSAGE_TYPES.items():
+        schema = message_schema(cls)
+        if any(spec.kind == "tools" for spec in cls.fields):
+            schema["$defs"] = {"toolMetadata": TOOL_METADATA_SCHEMA}
+        schemas[kind] = schema
+    return schemas

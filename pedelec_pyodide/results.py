@@ -1,0 +1,171 @@
+"""Tool results: the JSON-compatibility check, error results and :class:`ToolError`."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from .schemas import json_path
+
+DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
+
+# Error codes the runtime produces itself. Handlers may use any code of their own.
+INVALID_ARGS = "INVALID_ARGS"
+TOOL_HANDLER_ERROR = "TOOL_HANDLER_ERROR"
+TOOL_HANDLER_NOT_FOUND = "TOOL_HANDLER_NOT_FOUND"
+TOOL_RESULT_INVALID = "TOOL_RESULT_INVALID"
+TOOL_RESULT_TOO_LARGE = "TOOL_RESULT_TOO_LARGE"
+TOOL_CANCELLED = "TOOL_CANCELLED"
+TOOL_TIMEOUT = "TOOL_TIMEOUT"
+TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
+
+
+def tool_error(
+    code: str, message: str, *, details: Any = None, retryable: bool | None = None
+) -> dict[str, Any]:
+    """``{"error": {"code", "message", "details"?, "retryable"?}}``, the uniform error shape."""
+    if not isinstance(code, str) or not code:
+        raise ValueError(f"an error code must be a non-empty string, got {code!r}")
+    if not isinstance(message, str):
+        raise ValueError(f"an error message must be a string, got {type(message).__name__}")
+    error: dict[str, Any] = {"code": code, "message": message}
+    if details is not None:
+        error["details"] = details
+    if retryable is not None:
+        error["retryable"] = bool(retryable)
+    return {"error": error}
+
+
+def invalid_args(message: str, details: Any = None) -> dict[str, Any]:
+    """The ``INVALID_ARGS`` error result: the agent may retry with better arguments."""
+    return tool_error(INVALID_ARGS, message, details=details, retryable=True)
+
+
+class ToolError(Exception):
+    """Raise in a handler to return a structured error result instead of a crash."""
+
+    def __init__(
+        self, code: str, message: str, *, details: Any = None, retryable: bool | None = None
+    ) -> None:
+        super().__init__(message)
+        self.result = tool_error(code, message, details=details, retryable=retryable)
+
+    @property
+    def code(self) -> str:
+        code: str = self.result["error"]["code"]
+        return code
+
+
+class ResultError(Exception):
+    """A handler's value that cannot be sent; ``result`` is the error result to send instead."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(result["error"]["message"])
+        self.result = result
+
+
+def encode_result(value: Any, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> tuple[Any, str]:
+    """Check a handler's value and encode it: ``(value as Core will see it, JSON text)``.
+
+    Accepts exactly what ``json.dumps(value, allow_nan=False)`` encodes with str keys and no
+    cycles; anything else raises :class:`ResultError` naming the JSON path and the type.
+    The C encoder does the work; a decode-and-compare catches what it converts silently
+    (non-str keys), and only then does a Python walk find the offending path.
+    """
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        raise ResultError(_invalid(value)) from None
+    wire = json.loads(text)
+    if wire != value:
+        problem = find_invalid(value)
+        if problem is not None:  # else the difference is only tuples becoming arrays
+            raise ResultError(_describe(*problem))
+    size = len(text) if text.isascii() else _utf8_size(text)
+    if size > max_bytes:
+        raise ResultError(
+            tool_error(
+                TOOL_RESULT_TOO_LARGE,
+                f"the result is {size} bytes of JSON; the limit is {max_bytes}",
+                details={"size": size, "limit": max_bytes},
+            )
+        )
+    return wire, text
+
+
+def _utf8_size(text: str) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # lone surrogates: escaped on the wire, 6 bytes each
+        return len(json.dumps(text)) - 2
+
+
+def _invalid(value: Any) -> dict[str, Any]:
+    problem = find_invalid(value)
+    if problem is None:  # the encoder refused something the walk accepts: still refuse it
+        problem = ("$", value, "cannot be encoded as JSON")
+    return _describe(*problem)
+
+
+def _describe(path: str, value: Any, why: str) -> dict[str, Any]:
+    kind = describe_type(value)
+    return tool_error(
+        TOOL_RESULT_INVALID,
+        f"the result is not JSON-compatible: {path} is {kind}, which {why}",
+        details={"path": path, "type": kind},
+    )
+
+
+_EXIT = object()
+
+
+def find_invalid(value: Any) -> tuple[str, Any, str] | None:
+    """The first non-JSON part of ``value`` as ``(json path, value, why)``, or None."""
+    # Depth-first; a container stays "open" until its exit marker is popped, so a value
+    # that appears twice is fine and a container inside itself (a cycle) is not.
+    stack: list[tuple[Any, list[Any]]] = [(value, [])]
+    open_containers: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if node is _EXIT:
+            open_containers.discard(path[0])
+            continue
+        if node is None or isinstance(node, (str, bool, int)):
+            continue
+        if isinstance(node, float):
+            if not math.isfinite(node):
+                return json_path(path), node, "JSON cannot represent (NaN and Infinity are not JSON)"
+            continue
+        if not isinstance(node, (list, tuple, dict)):
+            return json_path(path), node, "is not a JSON type"
+        if id(node) in open_containers:
+            return json_path(path), node, "contains itself (a cycle)"
+        open_containers.add(id(node))
+        stack.append((_EXIT, [id(node)]))
+        if isinstance(node, dict):
+            for key in node:
+                if not isinstance(key, str):
+                    return (
+                        json_path([*path, str(key)]),
+                        key,
+                        "is not allowed as an object key (keys must be str)",
+                    )
+            children = [(child, [*path, key]) for key, child in node.items()]
+        else:
+            children = [(child, [*path, index]) for index, child in enumerate(node)]
+        stack.extend(reversed(children))
+    return None
+
+
+def describe_type(value: Any) -> str:
+    """The Python type of ``value`` for an error message; a JsProxy names its JS class."""
+    cls = type(value)
+    if cls.__module__.startswith(("pyodide", "_pyodide")):
+        try:
+            js_name = str(value.constructor.name)
+        except Exception:
+            js_name = "object"
+        return f"a JavaScript {js_name} ({cls.__name__})"
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return f"a {name}"

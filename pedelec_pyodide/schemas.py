@@ -1,0 +1,191 @@
+"""JSON Schema: the definition-time check, and args validators built once per tool.
+
+``check_schema`` is a structural check of a schema against the draft 2020-12 meta-schema's
+rules for each keyword's value, written out here so that defining a tool does not import
+jsonschema: that import costs ~450 ms in the page and must stay off the path to "ready".
+The validator itself (jsonschema) is built on first use and kept for the tool's lifetime.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+JSON_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
+
+# Keywords whose value is a schema, a map of schemas, or a non-empty array of schemas.
+_SCHEMA_KEYWORDS = (
+    "additionalProperties", "items", "contains", "propertyNames", "not", "if", "then", "else",
+    "unevaluatedItems", "unevaluatedProperties", "additionalItems", "contentSchema",
+)
+_SCHEMA_MAP_KEYWORDS = ("properties", "patternProperties", "$defs", "definitions",
+                        "dependentSchemas")
+_SCHEMA_ARRAY_KEYWORDS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_COUNT_KEYWORDS = ("maxLength", "minLength", "maxItems", "minItems", "maxProperties",
+                   "minProperties", "minContains", "maxContains")
+_NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_STRING_KEYWORDS = ("$id", "$schema", "$anchor", "$dynamicAnchor", "$dynamicRef", "$comment",
+                    "title", "description", "format", "contentEncoding", "contentMediaType")
+_BOOL_KEYWORDS = ("uniqueItems", "readOnly", "writeOnly", "deprecated")
+
+
+class SchemaError(ValueError):
+    """A schema that is not valid JSON Schema; the message names where and why."""
+
+
+def check_schema(schema: Any, where: str = "$") -> None:
+    """Raise :class:`SchemaError` if ``schema`` is not a valid JSON Schema."""
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, dict):
+        raise SchemaError(f"{where}: a schema must be an object or a boolean, got {_kind(schema)}")
+    for key in schema:
+        if not isinstance(key, str):
+            raise SchemaError(f"{where}: keys must be strings, got {key!r}")
+    for keyword, value in schema.items():
+        _check_keyword(keyword, value, f"{where}.{keyword}")
+
+
+def _check_keyword(keyword: str, value: Any, where: str) -> None:
+    if keyword == "type":
+        _check_type(value, where)
+    elif keyword in _SCHEMA_KEYWORDS:
+        if keyword in ("items", "additionalItems") and isinstance(value, list):
+            _check_schema_array(value, where)  # draft 7 tuple form
+        else:
+            check_schema(value, where)
+    elif keyword in _SCHEMA_MAP_KEYWORDS:
+        if not isinstance(value, dict):
+            raise SchemaError(f"{where}: must be an object of schemas, got {_kind(value)}")
+        for name, sub in value.items():
+            if keyword == "patternProperties":
+                _check_regex(name, f"{where}[{name!r}]")
+            check_schema(sub, f"{where}.{name}")
+    elif keyword in _SCHEMA_ARRAY_KEYWORDS:
+        _check_schema_array(value, where)
+    elif keyword in _COUNT_KEYWORDS:
+        if not _is_int(value) or value < 0:
+            raise SchemaError(f"{where}: must be a non-negative integer, got {value!r}")
+    elif keyword in _NUMBER_KEYWORDS:
+        if not _is_number(value):
+            raise SchemaError(f"{where}: must be a number, got {value!r}")
+    elif keyword == "multipleOf":
+        if not _is_number(value) or value <= 0:
+            raise SchemaError(f"{where}: must be a number greater than 0, got {value!r}")
+    elif keyword == "required":
+        _check_string_set(value, where)
+    elif keyword == "dependentRequired":
+        if not isinstance(value, dict):
+            raise SchemaError(f"{where}: must be an object, got {_kind(value)}")
+        for name, names in value.items():
+            _check_string_set(names, f"{where}.{name}")
+    elif keyword == "enum" or keyword == "examples":
+        if not isinstance(value, list):
+            raise SchemaError(f"{where}: must be an array, got {_kind(value)}")
+    elif keyword == "pattern":
+        if not isinstance(value, str):
+            raise SchemaError(f"{where}: must be a string, got {_kind(value)}")
+        _check_regex(value, where)
+    elif keyword == "$ref":
+        if not isinstance(value, str):
+            raise SchemaError(f"{where}: must be a string, got {_kind(value)}")
+        if not value.startswith("#"):
+            # A remote reference would make the validator fetch a URL: never do that.
+            raise SchemaError(f"{where}: only local references ('#...') are allowed, got {value!r}")
+    elif keyword in _STRING_KEYWORDS:
+        if not isinstance(value, str):
+            raise SchemaError(f"{where}: must be a string, got {_kind(value)}")
+    elif keyword in _BOOL_KEYWORDS and not isinstance(value, bool):
+        raise SchemaError(f"{where}: must be a boolean, got {_kind(value)}")
+    # Any other keyword (const, default, vendor extensions) may hold any value.
+
+
+def _check_type(value: Any, where: str) -> None:
+    names = value if isinstance(value, list) else [value]
+    if isinstance(value, list) and (not value or len(set(map(repr, value))) != len(value)):
+        raise SchemaError(f"{where}: must be a non-empty array of distinct type names")
+    for name in names:
+        if name not in JSON_TYPES:
+            raise SchemaError(
+                f"{where}: {name!r} is not a JSON Schema type (one of {', '.join(JSON_TYPES)})"
+            )
+
+
+def _check_schema_array(value: Any, where: str) -> None:
+    if not isinstance(value, list) or not value:
+        raise SchemaError(f"{where}: must be a non-empty array of schemas")
+    for index, sub in enumerate(value):
+        check_schema(sub, f"{where}[{index}]")
+
+
+def _check_string_set(value: Any, where: str) -> None:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise SchemaError(f"{where}: must be an array of strings, got {value!r}")
+    if len(set(value)) != len(value):
+        raise SchemaError(f"{where}: must not repeat a name, got {value!r}")
+
+
+def _check_regex(pattern: str, where: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise SchemaError(f"{where}: {pattern!r} is not a valid regular expression ({exc})") from None
+
+
+def _is_int(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, float) and value.is_integer()
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+# --- validation --------------------------------------------------------------------------
+
+ArgsValidator = Callable[[Any], list[dict[str, str]]]
+
+
+def compile_validator(schema: dict[str, Any]) -> ArgsValidator:
+    """A function returning the list of errors in ``args`` (empty when they are valid)."""
+    from jsonschema.validators import Draft202012Validator, validator_for
+
+    validator = validator_for(schema, default=Draft202012Validator)(schema)
+
+    def errors(args: Any) -> list[dict[str, str]]:
+        found = [
+            {"path": json_path(error.absolute_path), "message": error.message}
+            for error in validator.iter_errors(args)
+        ]
+        found.sort(key=lambda error: error["path"])
+        return found
+
+    return errors
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def json_path(parts: Any) -> str:
+    """``$.a[0].b`` from a sequence of keys and indexes."""
+    path = "$"
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif _IDENTIFIER.match(part):
+            path += f".{part}"
+        else:
+            path += "[" + _quote(part) + "]"
+    return path
+
+
+def _quote(key: str) -> str:
+    import json
+
+    return json.dumps(key, ensure_ascii=False)

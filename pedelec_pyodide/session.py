@@ -1,0 +1,631 @@
+"""Session: the sans-I/O state machine that holds handlers and runs tool requests.
+
+A Session works with no transport at all (tests, notebooks: ``await session.dispatch``).
+An I/O adapter (the browser bridge, a test's WebSocket) attaches a :class:`Transport` and
+feeds frames from Core to :meth:`Session.receive`; the Session answers through
+``transport.send``. Nothing here imports ``js``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from . import protocol
+from .ledger import Ledger, MemoryLedger
+from .protocol import HandledBy, ProtocolError
+from .results import (
+    DEFAULT_MAX_RESULT_BYTES,
+    INVALID_ARGS,
+    TOOL_HANDLER_ERROR,
+    TOOL_HANDLER_NOT_FOUND,
+    TOOL_OUTCOME_UNKNOWN,
+    ResultError,
+    ToolError,
+    encode_result,
+    tool_error,
+)
+from .signatures import Invoker, leading_args_invoker
+from .tools import Tool
+
+logger = logging.getLogger("pedelec_pyodide")
+
+Disposer = Callable[[], None]
+
+
+class SessionState(str, enum.Enum):
+    CONNECTING = "connecting"
+    IDLE = "idle"
+    RUNNING = "running"
+    WAITING_TOOL_RESULT = "waiting_tool_result"
+    CLOSED = "closed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Transport(Protocol):
+    """What an I/O adapter gives the Session: a way to send one text frame."""
+
+    def send(self, frame: str) -> None: ...
+
+
+class SessionClosedError(RuntimeError):
+    """The session was closed; nothing more can be sent or run through it."""
+
+
+class NotConnectedError(RuntimeError):
+    """The operation needs Core, and the session has no connection to it."""
+
+
+class TurnError(Exception):
+    """A turn that ended ``failed`` or ``cancelled``; ``status``, ``code`` and ``text`` say how."""
+
+    def __init__(self, status: str, code: str, message: str, text: str) -> None:
+        super().__init__(f"turn {status}: {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.text = text
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One finished tool request: what ran, who handled it, what it returned, how long."""
+
+    tool_request_id: str
+    tool: str
+    args: Any
+    turn_id: str | None
+    result: Any
+    result_json: str
+    handled_by: HandledBy
+    duration_ms: float
+
+    @property
+    def is_error(self) -> bool:
+        return isinstance(self.result, dict) and set(self.result) == {"error"}
+
+
+class _Registration:
+    __slots__ = ("current", "invoker", "tier")
+
+    def __init__(self, invoker: Invoker, tier: HandledBy) -> None:
+        self.invoker = invoker
+        self.tier: HandledBy = tier
+        self.current = True
+
+
+class ToolContext:
+    """What a handler knows about the request it is running."""
+
+    __slots__ = ("_args", "_cancelled", "_registration", "_started", "_tier", "_waiters",
+                 "session", "tool", "tool_request_id", "turn_id")
+
+    def __init__(
+        self,
+        session: Session,
+        tool: str,
+        tool_request_id: str,
+        turn_id: str | None,
+        registration: _Registration | None,
+    ) -> None:
+        self.session = session
+        self.tool = tool
+        self.tool_request_id = tool_request_id
+        self.turn_id = turn_id
+        self._registration = registration
+        self._cancelled = False
+        self._waiters: list[asyncio.Future[ToolCall]] | None = None
+        self._tier: HandledBy = registration.tier if registration is not None else "none"
+        self._args: Any = None
+        self._started = 0.0
+
+    @property
+    def active(self) -> bool:
+        """The handler's registration is still current and the session still open."""
+        registration = self._registration
+        return (
+            registration is not None
+            and registration.current
+            and not self.session.closed
+        )
+
+    @property
+    def cancelled(self) -> bool:
+        """Core cancelled this request (deadline, cancelled turn) or the session closed."""
+        return self._cancelled or self.session.closed
+
+    def __repr__(self) -> str:
+        return f"<ToolContext {self.tool} {self.tool_request_id}>"
+
+
+Listener = Callable[[Any], None]
+
+
+class Session:
+    """Tool definitions, handlers, and the dispatch of tool requests.
+
+    Events passed to :meth:`subscribe` listeners: a :class:`SessionState` when the state
+    changes, a :class:`ToolCall` when a request finishes, and the :mod:`protocol` messages
+    ``Welcome``, ``TurnDelta``, ``TurnEnd`` and ``Error`` as they arrive from Core.
+    """
+
+    def __init__(
+        self,
+        tools: Iterable[Tool] = (),
+        *,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        ledger: Ledger | None = None,
+        client: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.max_result_bytes = max_result_bytes
+        self.session_id: str | None = None
+        self.resume_token: str | None = None
+        self.client = dict(client or {"name": "pedelec-pyodide"})
+        self._tools: dict[str, Tool] = {}
+        self._inline: dict[str, _Registration] = {}
+        self._named: dict[str, _Registration] = {}
+        self._fallback: _Registration | None = None
+        self._ledger = ledger if ledger is not None else MemoryLedger()
+        self._inflight: dict[str, ToolContext] = {}
+        self._pending = 0
+        self._turns: dict[str, asyncio.Future[str]] = {}
+        self._transport: Transport | None = None
+        self._connecting = False
+        self._closed = False
+        self._listeners: list[Listener] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._last_state = self.state
+        for tool in tools:
+            self._define(tool)
+
+    # --- state -----------------------------------------------------------------------
+
+    @property
+    def state(self) -> SessionState:
+        if self._closed:
+            return SessionState.CLOSED
+        if self._pending:
+            return SessionState.WAITING_TOOL_RESULT
+        if self._turns:
+            return SessionState.RUNNING
+        if self._connecting:
+            return SessionState.CONNECTING
+        return SessionState.IDLE
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def connected(self) -> bool:
+        return self._transport is not None and not self._connecting
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        return dict(self._tools)
+
+    def subscribe(self, listener: Listener) -> Disposer:
+        """Call ``listener(event)`` for every session event; returns its disposer."""
+        token = _Subscription(listener)  # distinct, so one function may subscribe twice
+        self._listeners.append(token)
+
+        def dispose() -> None:
+            if token in self._listeners:
+                self._listeners.remove(token)
+
+        return dispose
+
+    def _emit(self, event: Any) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                logger.exception("session listener failed on %r", event)
+
+    def _update_state(self) -> None:
+        state = self.state
+        if state is not self._last_state:
+            self._last_state = state
+            if self._listeners:
+                self._emit(state)
+
+    # --- definitions and handlers ------------------------------------------------------
+
+    def _define(self, tool: Tool) -> _Registration | None:
+        if not isinstance(tool, Tool):
+            raise TypeError(f"expected a Tool (from define_tool), got {type(tool).__name__}")
+        if tool.name in self._tools:
+            raise ValueError(f"two tools are defined under the name {tool.name!r}")
+        self._tools[tool.name] = tool
+        registration = None
+        if tool._invoker is not None:
+            registration = self._inline[tool.name] = _Registration(tool._invoker, "inline")
+        return registration
+
+    def add_tool(self, tool: Tool) -> Disposer:
+        """Add a definition (and its inline handler); Core is told. Returns its disposer."""
+        self._check_open()
+        registration = self._define(tool)
+        self._send_tools_update()
+
+        def dispose() -> None:
+            if self._tools.get(tool.name) is not tool:
+                return
+            del self._tools[tool.name]
+            if registration is not None and self._inline.get(tool.name) is registration:
+                del self._inline[tool.name]
+                registration.current = False
+            if not self._closed:
+                self._send_tools_update()
+
+        return dispose
+
+    def on_tool(self, name_or_handler: str | Callable[..., Any],
+                handler: Callable[..., Any] | None = None) -> Disposer:
+        """Register a named handler ``on_tool(name, fn)`` or the fallback ``on_tool(fn)``.
+
+        Named: ``fn(args, ctx)``. Fallback: ``fn(tool, args, ctx)``; only one at a time,
+        a new one replaces the old. Either may declare fewer parameters. The disposer
+        removes only this registration, only while it is current, and may be called
+        any number of times.
+        """
+        self._check_open()
+        if isinstance(name_or_handler, str):
+            name = name_or_handler
+            if handler is None:
+                raise TypeError(f"on_tool({name!r}, handler): the handler is missing")
+            registration = _Registration(leading_args_invoker(handler, 2), "named")
+            previous = self._named.get(name)
+            if previous is not None:
+                previous.current = False
+            self._named[name] = registration
+
+            def dispose_named() -> None:
+                if self._named.get(name) is registration:
+                    del self._named[name]
+                    registration.current = False
+
+            return dispose_named
+        if handler is not None:
+            raise TypeError("on_tool(handler) takes one function; on_tool(name, handler) two")
+        registration = _Registration(leading_args_invoker(name_or_handler, 3), "fallback")
+        if self._fallback is not None:
+            self._fallback.current = False
+        self._fallback = registration
+
+        def dispose_fallback() -> None:
+            if self._fallback is registration:
+                self._fallback = None
+                registration.current = False
+
+        return dispose_fallback
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError("the session is closed")
+
+    # --- dispatch ----------------------------------------------------------------------
+
+    async def dispatch(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        tool_request_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> Any:
+        """Run one tool request exactly as a request from Core would run; return its result."""
+        call = await self.run_request(tool, args, tool_request_id=tool_request_id,
+                                      turn_id=turn_id)
+        return call.result
+
+    async def run_request(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        tool_request_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> ToolCall:
+        """Like :meth:`dispatch`, returning the whole :class:`ToolCall` (tier, timing)."""
+        request_id = tool_request_id or uuid.uuid4().hex
+        running = self._inflight.get(request_id)
+        if running is not None:
+            return await self._wait_for(running)
+        started, outcome = self._start(tool, args, request_id, turn_id)
+        if isinstance(started, ToolCall):
+            return started
+        if inspect.isawaitable(outcome):
+            outcome = await self._settle(outcome)
+        return self._finish(started, outcome)
+
+    def _wait_for(self, running: ToolContext) -> asyncio.Future[ToolCall]:
+        waiter: asyncio.Future[ToolCall] = asyncio.get_running_loop().create_future()
+        if running._waiters is None:
+            running._waiters = []
+        running._waiters.append(waiter)
+        return waiter
+
+    def _route(self, name: str) -> _Registration | None:
+        return self._named.get(name) or self._inline.get(name) or self._fallback
+
+    def _start(
+        self, name: str, args: Any, request_id: str, turn_id: str | None
+    ) -> tuple[ToolContext | ToolCall, Any]:
+        """Find the handler, validate, call it. Returns a finished call, or the context and
+        the handler's raw outcome (a value, an awaitable or a :class:`_Failure`)."""
+        self._check_open()
+        stored = self._ledger.get(request_id)
+        if stored is not None:
+            return self._replay(name, args, request_id, turn_id, stored), None
+        registration = self._route(name)
+        ctx = ToolContext(self, name, request_id, turn_id, registration)
+        ctx._args = args
+        ctx._started = time.perf_counter()
+        self._inflight[request_id] = ctx
+        self._ledger.start(request_id, name)
+        self._pending += 1
+        self._update_state()
+        if registration is None:
+            return ctx, _Failure(tool_error(
+                TOOL_HANDLER_NOT_FOUND,
+                f"no handler for tool {name!r}: no named handler, no inline handler, "
+                "no fallback",
+            ))
+        definition = self._tools.get(name)
+        if definition is not None:
+            errors = definition.validate(args)
+            if errors:
+                return ctx, _Failure(tool_error(
+                    INVALID_ARGS,
+                    f"arguments for {name!r} do not match its schema: {errors[0]['path']}: "
+                    f"{errors[0]['message']}",
+                    details={"errors": errors},
+                    retryable=True,
+                ))
+        try:
+            if registration.tier == "fallback":
+                return ctx, registration.invoker(name, args, ctx)
+            return ctx, registration.invoker(args, ctx)
+        except Exception as exc:
+            return ctx, _handler_failure(name, exc)
+
+    async def _settle(self, awaitable: Awaitable[Any]) -> Any:
+        try:
+            return await awaitable
+        except Exception as exc:
+            return _handler_failure("", exc)
+
+    def _finish(self, ctx: ToolContext, outcome: Any) -> ToolCall:
+        tier = ctx._tier
+        if isinstance(outcome, _Failure):
+            result = outcome.result
+        else:
+            result = outcome
+        try:
+            wire, text = encode_result(result, self.max_result_bytes)
+        except ResultError as exc:
+            wire, text = encode_result(exc.result, self.max_result_bytes)
+        call = ToolCall(
+            tool_request_id=ctx.tool_request_id,
+            tool=ctx.tool,
+            args=ctx._args,
+            turn_id=ctx.turn_id,
+            result=wire,
+            result_json=text,
+            handled_by=tier,
+            duration_ms=(time.perf_counter() - ctx._started) * 1000,
+        )
+        self._ledger.finish(ctx.tool_request_id, text, tier)
+        del self._inflight[ctx.tool_request_id]
+        self._pending -= 1
+        if ctx._waiters:
+            for waiter in ctx._waiters:
+                if not waiter.done():
+                    waiter.set_result(call)
+        if self._listeners:
+            self._emit(call)
+        self._update_state()
+        return call
+
+    def _replay(
+        self, name: str, args: Any, request_id: str, turn_id: str | None,
+        stored: tuple[str, HandledBy] | None,
+    ) -> ToolCall:
+        """A request this tab already ran: its stored result, never a second run."""
+        import json
+
+        assert stored is not None
+        text, tier = stored
+        return ToolCall(request_id, name, args, turn_id, json.loads(text), text, tier, 0.0)
+
+    # --- the wire side (used by I/O adapters) ------------------------------------------
+
+    def connection_made(self, transport: Transport) -> None:
+        """An adapter opened a connection to Core: say hello (resuming when we can)."""
+        self._check_open()
+        self._transport = transport
+        self._connecting = True
+        self._update_state()
+        transport.send(protocol.Hello(
+            protocol=protocol.PROTOCOL_VERSION,
+            tools=[tool.metadata() for tool in self._tools.values()],
+            client=self.client,
+            session_id=self.session_id,
+            resume_token=self.resume_token,
+        ).encode())
+
+    def connection_lost(self) -> None:
+        """The connection dropped; pending work continues and is re-sent on resume."""
+        self._transport = None
+        self._connecting = not self._closed
+        self._update_state()
+
+    def receive(self, frame: str) -> None:
+        """Handle one frame from Core. Never raises: bad frames are answered with an error."""
+        try:
+            message = protocol.parse_server_frame(frame)
+        except ProtocolError as exc:
+            logger.warning("bad frame from Core: %s", exc)
+            self._send(protocol.error_frame(exc.code, exc.message))
+            return
+        if isinstance(message, protocol.ToolRequest):
+            self._receive_request(message)
+        elif isinstance(message, protocol.Welcome):
+            self.session_id = message.session_id
+            self.resume_token = message.resume_token
+            self._connecting = False
+            self._update_state()
+            self._emit(message)
+        elif isinstance(message, protocol.ToolCancel):
+            running = self._inflight.get(message.tool_request_id)
+            if running is not None:
+                running._cancelled = True
+        elif isinstance(message, protocol.TurnEnd):
+            self._end_turn(message)
+        else:  # TurnDelta, Error
+            if isinstance(message, protocol.Error):
+                logger.warning("Core reported %s: %s", message.code, message.message)
+            self._emit(message)
+
+    def _receive_request(self, request: protocol.ToolRequest) -> None:
+        request_id = request.tool_request_id
+        if request_id in self._inflight:
+            return  # re-sent while still running: its one result goes out when it is done
+        stored = self._ledger.get(request_id)
+        if stored is None and self._ledger.was_started(request_id):
+            definition = self._tools.get(request.tool)
+            if definition is None or not definition.resumable:
+                self._interrupted(request)
+                return
+        if self._closed:
+            return
+        started, outcome = self._start(request.tool, request.args, request_id, request.turn_id)
+        if isinstance(started, ToolCall):
+            self._send_result(started)
+        elif inspect.isawaitable(outcome):
+            task = asyncio.ensure_future(self._complete(started, outcome))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._send_result(self._finish(started, outcome))
+
+    async def _complete(self, ctx: ToolContext, awaitable: Awaitable[Any]) -> None:
+        outcome = await self._settle(awaitable)
+        self._send_result(self._finish(ctx, outcome))
+
+    def _interrupted(self, request: protocol.ToolRequest) -> None:
+        """A side-effecting request that was running when this tab went away."""
+        result = tool_error(
+            TOOL_OUTCOME_UNKNOWN,
+            f"{request.tool!r} was interrupted (page reload or crash) after it started; it "
+            "may or may not have taken effect, and it is not run twice",
+            retryable=False,
+        )
+        import json
+
+        text = json.dumps(result)
+        self._ledger.finish(request.tool_request_id, text, "none")
+        self._send(protocol.encode_tool_result(request.tool_request_id, text, "none"))
+
+    def _send_result(self, call: ToolCall) -> None:
+        self._send(protocol.encode_tool_result(call.tool_request_id, call.result_json,
+                                               call.handled_by))
+
+    def _send(self, frame: str) -> None:
+        transport = self._transport
+        if transport is not None:
+            try:
+                transport.send(frame)
+            except Exception:  # the adapter will report the drop; the ledger keeps the result
+                logger.warning("sending a frame to Core failed", exc_info=True)
+
+    def _send_tools_update(self) -> None:
+        if self.connected:
+            self._send(protocol.ToolsUpdate(
+                tools=[tool.metadata() for tool in self._tools.values()]
+            ).encode())
+
+    # --- turns -------------------------------------------------------------------------
+
+    async def send_text(self, text: str) -> str:
+        """Start a turn with the user's ``text``; return the agent's final reply."""
+        self._check_open()
+        if not self.connected:
+            raise NotConnectedError("send_text needs a connection to Core (see connect())")
+        turn_id = uuid.uuid4().hex
+        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._turns[turn_id] = done
+        self._update_state()
+        try:
+            self._send(protocol.TurnStart(turn_id=turn_id, text=text).encode())
+            return await done
+        finally:
+            self._turns.pop(turn_id, None)
+            self._update_state()
+
+    def _end_turn(self, message: protocol.TurnEnd) -> None:
+        self._emit(message)
+        done = self._turns.get(message.turn_id)
+        if done is None or done.done():
+            return
+        if message.status == "completed":
+            done.set_result(message.text)
+        else:
+            error = message.error or {}
+            done.set_exception(TurnError(
+                message.status,
+                str(error.get("code", message.status.upper())),
+                str(error.get("message", "")),
+                message.text,
+            ))
+
+    def close(self) -> None:
+        """Close the session: running handlers see ``ctx.active`` False; turns fail."""
+        if self._closed:
+            return
+        self._closed = True
+        self._transport = None
+        self._connecting = False
+        for done in self._turns.values():
+            if not done.done():
+                done.set_exception(SessionClosedError("the session was closed"))
+        self._update_state()
+
+
+class _Subscription:
+    __slots__ = ("listener",)
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+
+    def __call__(self, event: Any) -> None:
+        self.listener(event)
+
+
+class _Failure:
+    """A result the runtime produced instead of the handler's value."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        self.result = result
+
+
+def _handler_failure(tool: str, exc: BaseException) -> _Failure:
+    if isinstance(exc, ToolError):
+        return _Failure(exc.result)
+    logger.error("tool handler %s raised", tool or "(async)", exc_info=exc)
+    text = str(exc)
+    message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return _Failure(tool_error(TOOL_HANDLER_ERROR, message))
+
