@@ -11,8 +11,9 @@ until the next timer is due, and a ``run()`` that clears Pyodide's running loop 
 the duration and restores it afterwards.
 
 Verified inside Pyodide 314.0.6 (CPython 3.14.2) under Node 20 (see
-tests/pyodide/run-unit.mjs): asyncio.sleep (real time passes: ``time.sleep`` blocks
-in Pyodide under Node), create_task, gather, Event, Queue, Future + call_later,
+tests/pyodide/run-unit.mjs): asyncio.sleep (real time passes; waits use
+``Atomics.wait``, which blocks without burning CPU under Node, unlike ``time.sleep``,
+which busy-waits there), create_task, gather, Event, Queue, Future + call_later,
 call_soon, wait_for timeout (TimeoutError), asyncio.timeout(), task.cancel(),
 TaskGroup, exceptions propagating out of run(), several run() calls in a row, and the
 WebLoop being the running loop again afterwards. What does NOT work (no threads in
@@ -32,20 +33,47 @@ import asyncio
 import asyncio.base_events
 import asyncio.events
 import contextlib
+import sys
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
 
+def _make_sleep() -> Callable[[float], None]:
+    """``time.sleep`` spins a CPU core in Pyodide under Node (a 2 s sleep costs 2 s of
+    CPU); ``Atomics.wait`` blocks for free where JS allows it (Node, Web Workers; a
+    browser's main thread forbids it). Use it when it works, else time.sleep."""
+    if sys.platform != "emscripten":
+        return time.sleep
+    try:
+        from js import Atomics, Int32Array, SharedArrayBuffer  # type: ignore[import-not-found]
+
+        cell = Int32Array.new(SharedArrayBuffer.new(4))
+        Atomics.wait(cell, 0, 0, 0)  # raises where blocking is not allowed
+    except Exception:
+        return time.sleep
+
+    def atomics_sleep(seconds: float) -> None:
+        Atomics.wait(cell, 0, 0, seconds * 1000.0)
+
+    return atomics_sleep
+
+
 class _SleepSelector:
     """Stands in for a selector: nothing to wait for except time."""
 
+    def __init__(self) -> None:
+        self._sleep = _make_sleep()
+
     def select(self, timeout: float | None = None) -> list[Any]:
         if timeout is not None and timeout > 0:
-            # time.sleep really blocks under Node (Pyodide implements it with a wait)
-            time.sleep(timeout)
+            self._sleep(timeout)
+        # timeout None means "no timers and nothing ready": with no I/O nothing could
+        # ever wake us, so return at once (the loop then spins; only a coroutine that
+        # waits forever on something no task will set does that, and it would hang
+        # under any loop)
         return []
 
     def close(self) -> None:
