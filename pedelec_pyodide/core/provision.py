@@ -21,6 +21,7 @@ CPython only; stdlib only.
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
 import email.parser
 import hashlib
@@ -440,7 +441,7 @@ def write_lock(path: Path, lock: Mapping[str, Any]) -> bool:
     text = json.dumps(lock, indent=1, sort_keys=True) + "\n"
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return True
@@ -494,7 +495,7 @@ def _sync_file(src: Path, dst: Path) -> bool:
             return False
     except FileNotFoundError:
         pass
-    tmp = dst.with_name(dst.name + ".tmp")
+    tmp = dst.with_name(f"{dst.name}.{os.getpid()}.tmp")
     shutil.copy2(src, tmp)
     tmp.replace(dst)
     return True
@@ -622,6 +623,60 @@ def _build_own_wheel(repo: Path, cache: Path, log: Log) -> Path:
     return final
 
 
+def _wheel_from_installed(cache: Path, log: Log) -> Path:
+    """Our wheel when there is no source tree (pip-installed): zip the installed
+    ``pedelec_pyodide`` package with its installed METADATA. Pure Python, no network."""
+    import importlib.metadata
+
+    try:
+        metadata = importlib.metadata.distribution(_OWN_DIST).read_text("METADATA")
+    except importlib.metadata.PackageNotFoundError:
+        metadata = None
+    if not metadata:
+        raise ProvisionError(
+            "cannot find the pedelec-pyodide source tree or its installed metadata to "
+            "make its wheel; pass repo=/path/to/checkout (CLI: --repo DIR)"
+        )
+    parser = email.parser.HeaderParser()
+    version = str(parser.parsestr(metadata)["Version"])
+    package = Path(__file__).resolve().parents[1]
+    files = sorted(
+        p
+        for p in package.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+    )
+    digest = hashlib.sha256(metadata.encode())
+    for path in files:
+        digest.update(path.relative_to(package.parent).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    target = cache / "own" / f"installed-{digest.hexdigest()[:16]}"
+    final = target / f"pedelec_pyodide-{version}-py3-none-any.whl"
+    if final.is_file():
+        return final
+    log(f"making our wheel from the installed package {package}")
+    dist_info = f"pedelec_pyodide-{version}.dist-info"
+    members = [(p.relative_to(package.parent).as_posix(), p.read_bytes()) for p in files]
+    members.append((f"{dist_info}/METADATA", metadata.encode()))
+    wheel_meta = "Wheel-Version: 1.0\nGenerator: pedelec-provision\nRoot-Is-Purelib: true\n"
+    members.append((f"{dist_info}/WHEEL", (wheel_meta + "Tag: py3-none-any\n").encode()))
+    record = [f"{name},sha256={_urlsafe_digest(data)},{len(data)}" for name, data in members] + [
+        f"{dist_info}/RECORD,,"
+    ]
+    members.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode()))
+    target.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f"{final.name}.{os.getpid()}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members:
+            zf.writestr(name, data)
+    tmp.replace(final)
+    return final
+
+
+def _urlsafe_digest(data: bytes) -> str:
+    raw = hashlib.sha256(data).digest()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
 # ------------------------------------------------------------------------ the function
 
 
@@ -636,8 +691,10 @@ def provision(
 ) -> ProvisionResult:
     """Lay out ``<out_dir>/pyodide/``: runtime, wheels and our lock (see module doc).
 
-    ``repo``: the source tree to build our wheel from (default: the checkout this module
-    lives in). ``pyodide_src``: an existing Pyodide runtime directory instead of npm.
+    ``repo``: the source tree to build our wheel from with ``pip wheel`` (default: the
+    checkout this module lives in; when it is not in a checkout, e.g. pip-installed, the
+    installed package is zipped into a wheel instead). ``pyodide_src``: an existing
+    Pyodide runtime directory to use instead of npm.
     Raises :class:`ProvisionError` saying what is missing and how to get it.
     """
     say = log or _default_log
@@ -668,12 +725,11 @@ def provision(
     downloaded = _download_wheels(pins, cache / "wheels", say)
 
     found_repo = _find_repo(repo)
-    if found_repo is None:
-        raise ProvisionError(
-            "cannot find the pedelec-pyodide source tree to build its wheel; pass "
-            "repo=/path/to/checkout (CLI: --repo DIR)"
-        )
-    own = _build_own_wheel(found_repo, cache, say)
+    own = (
+        _build_own_wheel(found_repo, cache, say)
+        if found_repo is not None
+        else _wheel_from_installed(cache, say)
+    )
 
     wheels: dict[str, Path] = {}
     for wheel in [*downloaded, own]:

@@ -394,3 +394,36 @@ def test_real_provision_from_cache(tmp_path: Path) -> None:
     }
     assert lock["packages"]["attrs"]["imports"] == ["attr", "attrs"]
     assert (result.pyodide_dir / "pyodide.asm.wasm").is_file()
+
+
+def test_wheel_from_installed_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No source tree (pip-installed): the installed package is zipped into a wheel."""
+    import base64
+    import importlib.metadata
+
+    metadata = "Metadata-Version: 2.4\nName: pedelec-pyodide\nVersion: 9.8.7\n"
+    metadata += "Requires-Dist: jsonschema>=4.17\nRequires-Dist: pytest>=8; extra == 'test'\n"
+
+    class FakeDist:
+        def read_text(self, name: str) -> str | None:
+            return metadata if name == "METADATA" else None
+
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: FakeDist())
+    monkeypatch.setattr(prov, "_find_repo", lambda repo: None)
+    wheel = prov._wheel_from_installed(tmp_path, print)
+    assert wheel.name == "pedelec_pyodide-9.8.7-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        assert "pedelec_pyodide/core/provision.py" in names
+        assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+        record = zf.read("pedelec_pyodide-9.8.7.dist-info/RECORD").decode().splitlines()
+        for line in record:
+            name, digest, _size = line.rsplit(",", 2)
+            if digest:
+                raw = hashlib.sha256(zf.read(name)).digest()
+                assert digest == "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    assert set(names) == {line.rsplit(",", 2)[0] for line in record}
+    entry = prov.lock_entry(wheel, file_name=wheel.name, available=["jsonschema", "pytest"])
+    assert entry["imports"] == ["pedelec_pyodide"]
+    assert entry["depends"] == ["jsonschema"]
+    assert prov._wheel_from_installed(tmp_path, print) == wheel  # cached
