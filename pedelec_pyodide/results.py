@@ -135,7 +135,8 @@ def find_invalid(value: Any) -> tuple[str, Any, str] | None:
             continue
         if isinstance(node, float):
             if not math.isfinite(node):
-                return json_path(path), node, "JSON cannot represent (NaN and Infinity are not JSON)"
+                why = "JSON cannot represent (NaN and Infinity are not JSON)"
+                return json_path(path), node, why
             continue
         if not isinstance(node, (list, tuple, dict)):
             return json_path(path), node, "is not a JSON type"
@@ -167,5 +168,6 @@ def describe_type(value: Any) -> str:
         except Exception:
             js_name = "object"
         return f"a JavaScript {js_name} ({cls.__name__})"
-    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    return f"a {name}"
+    if cls.__module__ == "builtins":
+        return f"a {cls.__qualname__}"
+    return f"a {cls.__module__}.{cls.__qualname__}"

@@ -130,7 +130,9 @@ def _check_regex(pattern: str, where: str) -> None:
     try:
         re.compile(pattern)
     except re.error as exc:
-        raise SchemaError(f"{where}: {pattern!r} is not a valid regular expression ({exc})") from None
+        raise SchemaError(
+            f"{where}: {pattern!r} is not a valid regular expression ({exc})"
+        ) from None
 
 
 def _is_int(value: Any) -> bool:
@@ -154,7 +156,10 @@ ArgsValidator = Callable[[Any], list[dict[str, str]]]
 
 def compile_validator(schema: dict[str, Any]) -> ArgsValidator:
     """A function returning the list of errors in ``args`` (empty when they are valid)."""
-    from jsonschema.validators import Draft202012Validator, validator_for
+    from jsonschema.validators import (  # type: ignore[import-untyped]
+        Draft202012Validator,
+        validator_for,
+    )
 
     validator = validator_for(schema, default=Draft202012Validator)(schema)
 

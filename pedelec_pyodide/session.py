@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import inspect
+import json
 import logging
 import time
 import uuid
@@ -40,15 +41,12 @@ logger = logging.getLogger("pedelec_pyodide")
 Disposer = Callable[[], None]
 
 
-class SessionState(str, enum.Enum):
+class SessionState(enum.StrEnum):
     CONNECTING = "connecting"
     IDLE = "idle"
     RUNNING = "running"
     WAITING_TOOL_RESULT = "waiting_tool_result"
     CLOSED = "closed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class Transport(Protocol):
@@ -345,7 +343,7 @@ class Session:
         if isinstance(started, ToolCall):
             return started
         if inspect.isawaitable(outcome):
-            outcome = await self._settle(outcome)
+            outcome = await self._settle(outcome, tool)
         return self._finish(started, outcome)
 
     def _wait_for(self, running: ToolContext) -> asyncio.Future[ToolCall]:
@@ -396,25 +394,22 @@ class Session:
             if registration.tier == "fallback":
                 return ctx, registration.invoker(name, args, ctx)
             return ctx, registration.invoker(args, ctx)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a handler must never end the session
             return ctx, _handler_failure(name, exc)
 
-    async def _settle(self, awaitable: Awaitable[Any]) -> Any:
+    async def _settle(self, awaitable: Awaitable[Any], tool: str) -> Any:
         try:
             return await awaitable
-        except Exception as exc:
-            return _handler_failure("", exc)
+        except (Exception, SystemExit) as exc:
+            return _handler_failure(tool, exc)
 
     def _finish(self, ctx: ToolContext, outcome: Any) -> ToolCall:
         tier = ctx._tier
-        if isinstance(outcome, _Failure):
-            result = outcome.result
-        else:
-            result = outcome
+        result = outcome.result if isinstance(outcome, _Failure) else outcome
         try:
             wire, text = encode_result(result, self.max_result_bytes)
-        except ResultError as exc:
-            wire, text = encode_result(exc.result, self.max_result_bytes)
+        except ResultError as exc:  # the runtime's own error result, small and always sent
+            wire, text = exc.result, json.dumps(exc.result, separators=(",", ":"))
         call = ToolCall(
             tool_request_id=ctx.tool_request_id,
             tool=ctx.tool,
@@ -442,8 +437,6 @@ class Session:
         stored: tuple[str, HandledBy] | None,
     ) -> ToolCall:
         """A request this tab already ran: its stored result, never a second run."""
-        import json
-
         assert stored is not None
         text, tier = stored
         return ToolCall(request_id, name, args, turn_id, json.loads(text), text, tier, 0.0)
@@ -520,7 +513,7 @@ class Session:
             self._send_result(self._finish(started, outcome))
 
     async def _complete(self, ctx: ToolContext, awaitable: Awaitable[Any]) -> None:
-        outcome = await self._settle(awaitable)
+        outcome = await self._settle(awaitable, ctx.tool)
         self._send_result(self._finish(ctx, outcome))
 
     def _interrupted(self, request: protocol.ToolRequest) -> None:
@@ -531,8 +524,6 @@ class Session:
             "may or may not have taken effect, and it is not run twice",
             retryable=False,
         )
-        import json
-
         text = json.dumps(result)
         self._ledger.finish(request.tool_request_id, text, "none")
         self._send(protocol.encode_tool_result(request.tool_request_id, text, "none"))
@@ -624,7 +615,7 @@ class _Failure:
 def _handler_failure(tool: str, exc: BaseException) -> _Failure:
     if isinstance(exc, ToolError):
         return _Failure(exc.result)
-    logger.error("tool handler %s raised", tool or "(async)", exc_info=exc)
+    logger.error("tool handler %s raised", tool, exc_info=exc)
     text = str(exc)
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return _Failure(tool_error(TOOL_HANDLER_ERROR, message))

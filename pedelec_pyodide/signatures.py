@@ -102,7 +102,7 @@ def derive_signature(fn: Callable[..., Any], context_type: type) -> TypedSignatu
                 "for every parameter (or pass args_schema=)"
             )
         hint = hints[name]
-        if hint is context_type:
+        if hint is context_type or context_type in typing.get_args(hint):
             context_parameter = name
             continue
         schema, convert = _schema_for(hint, f"{where}: parameter {name!r}")
@@ -160,7 +160,7 @@ def _schema_for(hint: Any, where: str) -> tuple[dict[str, Any], Callable[[Any], 
             return {"type": "array"}, None
         item, convert = _schema_for(arguments[0], where)
         return {"type": "array", "items": item}, (
-            None if convert is None else (lambda values: [convert(v) for v in values])
+            None if convert is None else _each_item(convert)
         )
     if origin in (dict, Mapping) or hint is dict:
         if not arguments:
@@ -169,8 +169,7 @@ def _schema_for(hint: Any, where: str) -> tuple[dict[str, Any], Callable[[Any], 
             raise ValueError(f"{where}: dict keys must be str in JSON, got {arguments[0]!r}")
         value, convert = _schema_for(arguments[1], where)
         return {"type": "object", "additionalProperties": value}, (
-            None if convert is None
-            else (lambda mapping: {k: convert(v) for k, v in mapping.items()})
+            None if convert is None else _each_value(convert)
         )
     if typing.is_typeddict(hint):
         return _typeddict_schema(hint, where), None
@@ -181,6 +180,14 @@ def _schema_for(hint: Any, where: str) -> tuple[dict[str, Any], Callable[[Any], 
         "bool, None, Literal, Optional/Union, list[T], dict[str, T], a TypedDict or a "
         "dataclass, or pass args_schema=)"
     )
+
+
+def _each_item(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda values: [convert(value) for value in values]
+
+
+def _each_value(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda mapping: {key: convert(value) for key, value in mapping.items()}
 
 
 def _typeddict_schema(hint: Any, where: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ Handler = Callable[..., Any]
 
 
 def check_name(name: Any) -> None:
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise ValueError(
             f"tool name {name!r} is invalid: use 1 to 64 letters, digits, '_' or '-'"
         )
@@ -71,6 +71,7 @@ def check_metadata(metadata: Any) -> None:
         raise ValueError(f"tool metadata must be an object, got {type(metadata).__name__}")
     name = metadata.get("name")
     check_name(name)
+    assert isinstance(name, str)
     check_description(name, metadata.get("description"))
     if "argsSchema" not in metadata:
         raise ValueError(f"tool {name!r}: missing argsSchema")
