@@ -1,46 +1,22 @@
 """Runs ``async def`` tests without plugins, so this suite runs unchanged in CPython and in
-Pyodide (whose WebLoop cannot block in ``run_until_complete`` without JSPI)."""
+Pyodide, whose WebLoop cannot block without JSPI: there, tests/pyodide/run-unit.mjs puts
+``noio_loop`` (a timers-only loop) on ``sys.path``."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import sys
-import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 
-
-class _TimersOnlySelector:
-    """A selector for a loop with no I/O: waiting for the next timer is just sleeping."""
-
-    def select(self, timeout: float | None) -> list[Any]:
-        if timeout:
-            time.sleep(min(timeout, 0.05))
-        return []
-
-
-class TimersOnlyLoop(asyncio.BaseEventLoop):
-    """Enough of an event loop for tests that only use tasks, futures and timers."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._selector = _TimersOnlySelector()
-
-    def _process_events(self, event_list: list[Any]) -> None:
-        pass
-
-    def _write_to_self(self) -> None:
-        pass
-
-
-def run(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    if sys.platform == "emscripten":
-        with asyncio.Runner(loop_factory=TimersOnlyLoop) as runner:
-            return runner.run(coroutine)
-    return asyncio.run(coroutine)
+run: Callable[[Coroutine[Any, Any, Any]], Any]
+if sys.platform == "emscripten":
+    from noio_loop import run
+else:
+    run = asyncio.run
 
 
 @pytest.hookimpl(tryfirst=True)
