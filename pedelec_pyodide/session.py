@@ -449,7 +449,7 @@ class Session:
         self._transport = transport
         self._connecting = True
         self._update_state()
-        transport.send(protocol.Hello(
+        self._send(protocol.Hello(
             protocol=protocol.PROTOCOL_VERSION,
             tools=[tool.metadata() for tool in self._tools.values()],
             client=self.client,

@@ -1,0 +1,312 @@
+"""The Session on the wire: frames from Core in, frames to Core out (no real socket)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from pedelec_pyodide import (
+    NotConnectedError,
+    Session,
+    SessionState,
+    StorageLedger,
+    ToolContext,
+    TurnError,
+    define_tool,
+)
+from pedelec_pyodide.protocol import TurnDelta
+
+
+class FakeCore:
+    """Plays Core's side: records what the page sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, frame: str) -> None:
+        self.sent.append(json.loads(frame))
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [frame for frame in self.sent if frame["type"] == kind]
+
+
+class DictStorage:
+    """Web Storage's shape over a dict (sessionStorage in the page)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, str] = {}
+
+    def getItem(self, key: str) -> str | None:  # noqa: N802
+        return self.items.get(key)
+
+    def setItem(self, key: str, value: str) -> None:  # noqa: N802
+        self.items[key] = value
+
+    def removeItem(self, key: str) -> None:  # noqa: N802
+        self.items.pop(key, None)
+
+
+def request(request_id: str, tool: str = "t", args: Any = None, turn_id: str | None = None
+            ) -> str:
+    return json.dumps({"type": "tool.request", "toolRequestId": request_id, "turnId": turn_id,
+                       "tool": tool, "args": {} if args is None else args})
+
+
+WELCOME = json.dumps({"type": "welcome", "sessionId": "s1", "resumeToken": "tok",
+                      "resumed": False, "state": "idle"})
+
+
+def connected(session: Session) -> FakeCore:
+    core = FakeCore()
+    session.connection_made(core)
+    session.receive(WELCOME)
+    return core
+
+
+def test_hello_then_welcome() -> None:
+    tool = define_tool(name="t", description="d", args_schema={"type": "object"})
+    session = Session([tool])
+    core = FakeCore()
+    session.connection_made(core)
+    assert session.state == SessionState.CONNECTING
+    assert core.sent == [{"type": "hello", "protocol": 1, "tools": [tool.metadata()],
+                          "client": {"name": "pedelec-pyodide"}}]
+    session.receive(WELCOME)
+    assert (session.session_id, session.resume_token) == ("s1", "tok")
+    assert session.state == SessionState.IDLE and session.connected
+
+
+def test_reconnect_says_hello_with_id_and_token() -> None:
+    session = Session()
+    connected(session)
+    session.connection_lost()
+    assert session.state == SessionState.CONNECTING
+    core = FakeCore()
+    session.connection_made(core)
+    assert core.sent[0]["sessionId"] == "s1" and core.sent[0]["resumeToken"] == "tok"
+
+
+def test_sync_request_is_answered_at_once_with_its_tier() -> None:
+    session = Session()
+    core = connected(session)
+    session.on_tool("t", lambda args: {"echo": args})
+    session.receive(request("q1", args={"a": 1}))
+    assert core.of_type("tool.result") == [
+        {"type": "tool.result", "toolRequestId": "q1", "result": {"echo": {"a": 1}},
+         "handledBy": "named"}
+    ]
+    session.receive(request("q2", tool="missing"))
+    last = core.of_type("tool.result")[-1]
+    assert last["handledBy"] == "none"
+    assert last["result"]["error"]["code"] == "TOOL_HANDLER_NOT_FOUND"
+
+
+async def test_async_request_is_answered_when_done_and_state_follows() -> None:
+    session = Session()
+    core = connected(session)
+    release = asyncio.Event()
+
+    async def slow(args: Any, ctx: ToolContext) -> str:
+        await release.wait()
+        return ctx.turn_id or ""
+
+    session.on_tool("slow", slow)
+    session.receive(request("q1", tool="slow", turn_id="turn-9"))
+    await asyncio.sleep(0)
+    assert session.state == SessionState.WAITING_TOOL_RESULT
+    assert core.of_type("tool.result") == []
+    release.set()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert core.of_type("tool.result")[0]["result"] == "turn-9"
+    assert session.state == SessionState.IDLE
+
+
+async def test_a_re_sent_request_never_runs_twice() -> None:
+    session = Session()
+    core = connected(session)
+    runs: list[str] = []
+    release = asyncio.Event()
+
+    async def handler(args: Any, ctx: ToolContext) -> int:
+        runs.append(ctx.tool_request_id)
+        await release.wait()
+        return 7
+
+    session.on_tool("t", handler)
+    session.receive(request("q1"))
+    session.receive(request("q1"))  # re-sent while running: ignored
+    release.set()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    session.receive(request("q1"))  # re-sent after it finished: stored result
+    results = core.of_type("tool.result")
+    assert [r["result"] for r in results] == [7, 7]
+    assert runs == ["q1"]
+
+
+def test_after_a_reload_a_finished_request_gets_its_stored_result() -> None:
+    storage = DictStorage()
+    runs: list[int] = []
+    first = Session(ledger=StorageLedger(storage, "pedelec:"))
+    first.on_tool("t", lambda: runs.append(1) or len(runs))
+    connected(first).sent.clear()
+    first.receive(request("q1"))
+
+    reloaded = Session(ledger=StorageLedger(storage, "pedelec:"))
+    reloaded.on_tool("t", lambda: runs.append(1) or len(runs))
+    core = connected(reloaded)
+    reloaded.receive(request("q1"))
+    assert core.of_type("tool.result")[0]["result"] == 1
+    assert runs == [1]
+
+
+@pytest.mark.parametrize(("annotations", "reruns"), [
+    (None, False),
+    ({"destructiveHint": True}, False),
+    ({"readOnlyHint": True}, True),
+    ({"idempotentHint": True}, True),
+])
+def test_interrupted_request_reruns_only_if_safe(annotations: Any, reruns: bool) -> None:
+    storage = DictStorage()
+    StorageLedger(storage, "p:").start("q1", "t")  # the tab died while it ran
+    runs: list[int] = []
+    tool = define_tool(name="t", description="d", args_schema={"type": "object"},
+                       handler=lambda: runs.append(1) or "ran", annotations=annotations)
+    session = Session([tool], ledger=StorageLedger(storage, "p:"))
+    core = connected(session)
+    session.receive(request("q1"))
+    result = core.of_type("tool.result")[0]
+    if reruns:
+        assert result["result"] == "ran" and runs == [1]
+    else:
+        assert runs == []
+        assert result["handledBy"] == "none"
+        assert result["result"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+        assert result["result"]["error"]["retryable"] is False
+        session.receive(request("q1"))  # asked again: the same answer, still no run
+        assert core.of_type("tool.result")[1] == result and runs == []
+
+
+def test_storage_ledger_is_bounded() -> None:
+    storage = DictStorage()
+    ledger = StorageLedger(storage, "p:", max_entries=3)
+    for n in range(5):
+        ledger.start(f"q{n}", "t")
+        ledger.finish(f"q{n}", "1", "named")
+    assert not ledger.was_started("q0") and not ledger.was_started("q1")
+    assert ledger.get("q4") == ("1", "named")
+    assert len(json.loads(storage.items["p:index"])) == 3
+    assert len(storage.items) == 4  # three entries and the index
+
+
+@pytest.mark.parametrize("frame", [
+    "not json", "[]", '{"type":"nope"}', '{"type":"hello","protocol":1,"tools":[]}',
+    '{"type":"tool.request","toolRequestId":"q"}',
+])
+def test_bad_frames_get_an_error_frame_and_the_session_goes_on(frame: str) -> None:
+    session = Session()
+    core = connected(session)
+    session.on_tool("t", lambda: "fine")
+    session.receive(frame)
+    errors = core.of_type("error")
+    assert len(errors) == 1 and errors[0]["code"] and errors[0]["message"]
+    session.receive(request("after"))
+    assert core.of_type("tool.result")[0]["result"] == "fine"
+
+
+async def test_tool_cancel_marks_the_context_cancelled() -> None:
+    session = Session()
+    connected(session)
+    seen: list[ToolContext] = []
+    release = asyncio.Event()
+
+    async def handler(args: Any, ctx: ToolContext) -> None:
+        seen.append(ctx)
+        await release.wait()
+
+    session.on_tool("t", handler)
+    session.receive(request("q1"))
+    await asyncio.sleep(0)
+    assert not seen[0].cancelled
+    session.receive('{"type":"tool.cancel","toolRequestId":"q1","reason":"deadline"}')
+    assert seen[0].cancelled
+    session.receive('{"type":"tool.cancel","toolRequestId":"unknown","reason":"x"}')
+    release.set()
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_send_text_runs_a_turn() -> None:
+    session = Session()
+    core = connected(session)
+    deltas: list[str] = []
+    session.subscribe(lambda e: deltas.append(e.text) if isinstance(e, TurnDelta) else None)
+    task = asyncio.ensure_future(session.send_text("hello"))
+    await asyncio.sleep(0)
+    start = core.of_type("turn.start")[0]
+    assert start["text"] == "hello"
+    assert session.state == SessionState.RUNNING
+    turn_id = start["turnId"]
+    session.receive(json.dumps({"type": "turn.delta", "turnId": turn_id, "text": "Hi "}))
+    session.receive(json.dumps({"type": "turn.end", "turnId": turn_id, "status": "completed",
+                                "text": "Hi there"}))
+    assert await task == "Hi there"
+    assert deltas == ["Hi "]
+    assert session.state == SessionState.IDLE
+
+
+async def test_failed_turn_raises_turn_error() -> None:
+    session = Session()
+    core = connected(session)
+    task = asyncio.ensure_future(session.send_text("x"))
+    await asyncio.sleep(0)
+    turn_id = core.of_type("turn.start")[0]["turnId"]
+    session.receive(json.dumps({"type": "turn.end", "turnId": turn_id, "status": "failed",
+                                "text": "", "error": {"code": "STEP_LIMIT", "message": "m"}}))
+    with pytest.raises(TurnError) as info:
+        await task
+    assert (info.value.status, info.value.code) == ("failed", "STEP_LIMIT")
+
+
+async def test_send_text_needs_a_connection() -> None:
+    with pytest.raises(NotConnectedError):
+        await Session().send_text("x")
+
+
+async def test_close_fails_running_turns() -> None:
+    session = Session()
+    connected(session)
+    task = asyncio.ensure_future(session.send_text("x"))
+    await asyncio.sleep(0)
+    session.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await task
+
+
+def test_tools_update_is_sent_when_tools_change() -> None:
+    session = Session()
+    core = connected(session)
+    tool = define_tool(name="late", description="d", args_schema={"type": "object"})
+    dispose = session.add_tool(tool)
+    assert core.of_type("tools.update")[-1]["tools"] == [tool.metadata()]
+    dispose()
+    assert core.of_type("tools.update")[-1]["tools"] == []
+
+
+def test_a_failing_transport_loses_nothing() -> None:
+    class Broken:
+        def send(self, frame: str) -> None:
+            raise OSError("socket gone")
+
+    session = Session()
+    session.on_tool("t", lambda: "kept")
+    session.connection_made(Broken())
+    session.receive(request("q1"))  # the send fails; the result stays in the ledger
+    core = FakeCore()
+    session.connection_made(core)
+    session.receive(request("q1"))
+    assert core.of_type("tool.result")[0]["result"] == "kept"
