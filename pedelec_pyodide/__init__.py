@@ -1,5 +1,7 @@
 """pedelec-pyodide: Python tool handlers for AI agents, running in the web page under Pyodide."""
 
+from typing import Any
+
 from .ledger import MemoryLedger, StorageLedger
 from .results import ToolError, invalid_args, tool_error
 from .session import (
@@ -14,7 +16,7 @@ from .session import (
 from .tools import Tool, define_tool
 
 
-async def connect(core_url: str, tools: list[Tool] | tuple[Tool, ...] = (), **options: object
+async def connect(core_url: str, tools: list[Tool] | tuple[Tool, ...] = (), **options: Any
                   ) -> Session:
     """A Session bound to Core at ``core_url`` through the browser bridge (Pyodide only)."""
     from .browser import connect as browser_connect

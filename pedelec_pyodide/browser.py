@@ -1,0 +1,422 @@
+"""The browser edge: binds a :class:`Session` to Core through a JS ``WebSocket``.
+
+The only module that touches ``js`` / ``pyodide.ffi`` (imported inside functions, so
+CPython can import the package). Only strings cross the bridge: frames go out as
+``json.dumps`` text and come in as text; events for the page's JS go out as a type and a
+JSON string. It works in a Web Worker too: nothing here touches ``document``.
+
+Proxies: one ``create_proxy`` per WebSocket connection (its event handler), destroyed
+when that connection closes. Nothing is proxied per frame or per tool call.
+
+Persistence (when ``sessionStorage`` is available, i.e. not in a worker): the session id
+and resume token, and the delivery ledger, are kept under a key made from the Core URL,
+so a reload resumes the session and never re-runs a request that already ran in the tab.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+from . import protocol
+from .ledger import Storage, StorageLedger
+from .session import Session, SessionClosedError, SessionState, ToolCall
+from .tools import Tool
+
+logger = logging.getLogger("pedelec_pyodide")
+
+BRIDGE_PATH = "/pedelec/v1/bridge"
+#: WebSocket ``readyState`` of an open socket.
+_OPEN = 1
+
+
+class CoreUnreachableError(ConnectionError):
+    """The first connection to Core failed (nothing listening, wrong URL, refused)."""
+
+
+def bridge_url(core_url: str, base: str | None = None) -> str:
+    """The WebSocket URL of Core's bridge: ``http(s)://host[:port][/]`` → ``ws(s)://…/bridge``.
+
+    A relative ``core_url`` is resolved against ``base`` (the page's URL). A ``ws(s)://``
+    URL with a path is used as it is.
+    """
+    url = urljoin(base, core_url) if base else core_url
+    parts = urlsplit(url)
+    scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme)
+    if scheme is None or not parts.netloc:
+        raise ValueError(f"Core URL must be http(s):// or ws(s)://, got {core_url!r}")
+    path = parts.path
+    if parts.scheme in ("http", "https") or path in ("", "/"):
+        path = BRIDGE_PATH
+    return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
+
+
+def storage_prefix(url: str) -> str:
+    """The sessionStorage key prefix for one Core (its bridge URL)."""
+    return f"pedelec:{url}:"
+
+
+def _js() -> Any:
+    """The ``js`` module (Pyodide only): the page's (or the worker's) global scope."""
+    import js  # type: ignore[import-not-found]
+
+    return js
+
+
+def session_storage() -> Storage | None:
+    """``window.sessionStorage`` when the page has one (not in a worker, not blocked)."""
+    try:
+        storage = getattr(_js(), "sessionStorage", None)
+        if storage is None:
+            return None
+        storage.getItem("pedelec:probe")
+    except Exception:  # a sandboxed frame throws SecurityError on access
+        return None
+    return storage  # type: ignore[no-any-return]
+
+
+def page_url() -> str | None:
+    location = getattr(_js(), "location", None)
+    return str(location.href) if location is not None else None
+
+
+def create_session(
+    core_url: str,
+    tools: Iterable[Tool] = (),
+    *,
+    storage: Storage | bool | None = True,
+    **session_options: Any,
+) -> Session:
+    """A Session for Core at ``core_url`` whose id, token and ledger live in ``storage``.
+
+    ``storage=True`` (default) uses ``sessionStorage`` when there is one; ``False`` or
+    ``None`` keeps everything in memory. Not connected yet: see :func:`connect`.
+    """
+    url = bridge_url(core_url, page_url())
+    store = session_storage() if storage is True else storage or None
+    prefix = storage_prefix(url)
+    if store is not None:
+        session_options.setdefault("ledger", StorageLedger(store, prefix + "ledger:"))
+    session = Session(tools, **session_options)
+    session.client.setdefault("runtime", "pyodide")
+    if store is not None:
+        raw = store.getItem(prefix + "session")
+        if raw:
+            saved = json.loads(raw)
+            session.session_id = saved.get("sessionId")
+            session.resume_token = saved.get("resumeToken")
+    _BRIDGE_CONFIG[id(session)] = (url, store, prefix)
+    return session
+
+
+_BRIDGE_CONFIG: dict[int, tuple[str, Storage | None, str]] = {}
+
+
+class Bridge:
+    """One Session's link to Core: a JS WebSocket, reopened with backoff when it drops."""
+
+    def __init__(
+        self,
+        session: Session,
+        url: str,
+        storage: Storage | None,
+        prefix: str,
+        *,
+        reconnect: bool = True,
+        min_delay: float = 0.25,
+        max_delay: float = 10.0,
+    ) -> None:
+        self.session = session
+        self.url = url
+        self.reconnect = reconnect
+        self.min_delay = min_delay
+        self.max_delay = max_delay
+        self._storage = storage
+        self._prefix = prefix
+        self._socket: Any = None
+        self._handler: Any = None
+        self._welcomed: asyncio.Future[None] | None = None
+        self._failures = 0
+        self._retry: asyncio.TimerHandle | None = None
+        self._stopped = False
+        self._refused = False
+        self.connections = 0
+        self._unsubscribe = session.subscribe(self._on_session_event)
+
+    # Transport -----------------------------------------------------------------------
+
+    def send(self, frame: str) -> None:
+        socket = self._socket
+        if socket is None or socket.readyState != _OPEN:
+            raise ConnectionError("the connection to Core is not open")
+        socket.send(frame)
+
+    # lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the first connection and wait for Core's ``welcome``."""
+        self._welcomed = asyncio.get_running_loop().create_future()
+        self._open()
+        try:
+            await self._welcomed
+        finally:
+            self._welcomed = None
+
+    def _open(self) -> None:
+        from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
+
+        self._retry = None
+        if self._stopped:
+            return
+        try:
+            socket = _js().WebSocket.new(self.url)
+        except Exception as exc:  # a malformed URL or a blocked port throws at once
+            self._fail_first(CoreUnreachableError(f"cannot open {self.url}: {exc}"))
+            return
+        handler = create_proxy(self._on_socket_event)
+        socket.onopen = socket.onmessage = socket.onclose = socket.onerror = handler
+        self._socket = socket
+        self._handler = handler
+
+    def _on_socket_event(self, event: Any) -> None:
+        kind = event.type
+        if kind == "message":
+            data = event.data
+            if isinstance(data, str):
+                self.session.receive(data)
+            else:
+                logger.warning("ignoring a binary frame from Core")
+        elif kind == "open":
+            self.connections += 1
+            if not self.session.closed:
+                self.session.connection_made(self)
+        elif kind == "close":
+            self._closed(int(event.code), str(event.reason))
+        # "error" is always followed by "close", which carries what there is to know
+
+    def _detach(self) -> None:
+        socket, handler = self._socket, self._handler
+        self._socket = self._handler = None
+        if socket is not None:
+            socket.onopen = socket.onmessage = socket.onclose = socket.onerror = None
+        if handler is not None:
+            # not from inside its own call: destroy on the next turn of the loop
+            asyncio.get_event_loop().call_soon(handler.destroy)
+
+    def _closed(self, code: int, reason: str) -> None:
+        was_welcomed = self.session.connected
+        self._detach()
+        if not self.session.closed:
+            self.session.connection_lost()
+        detail = f"code {code}" + (f", {reason}" if reason else "")
+        refused = self._refused or (rejected_resume(code) and not was_welcomed)
+        self._refused = False
+        if refused and self.session.session_id is not None and not self._stopped:
+            logger.warning("Core refused to resume session %s (%s); starting a new one",
+                           self.session.session_id, detail)
+            self._forget()
+            self._open()
+            return
+        if self._welcomed is not None and not was_welcomed:
+            self._fail_first(CoreUnreachableError(
+                f"cannot connect to Core at {self.url} ({detail}): is `pedelec serve` "
+                "running there, and does it allow this page's origin?"
+            ))
+            return
+        if self._stopped or not self.reconnect or self.session.closed:
+            return
+        delay = min(self.max_delay, self.min_delay * 2 ** self._failures)
+        delay *= 0.5 + random.random() / 2
+        self._failures += 1
+        logger.warning("connection to Core lost (%s); reconnecting in %.2fs", detail, delay)
+        self._retry = asyncio.get_event_loop().call_later(delay, self._open)
+
+    def _fail_first(self, error: Exception) -> None:
+        self._stopped = True
+        welcomed = self._welcomed
+        if welcomed is not None and not welcomed.done():
+            welcomed.set_exception(error)
+
+    def _on_session_event(self, event: Any) -> None:
+        if isinstance(event, protocol.Welcome):
+            self._failures = 0
+            self._save()
+            if self._welcomed is not None and not self._welcomed.done():
+                self._welcomed.set_result(None)
+        elif isinstance(event, protocol.Error) and not self.session.connected:
+            # refused before welcome (e.g. an unknown or expired session): start afresh
+            if self.session.session_id is not None:
+                logger.warning("Core refused the hello (%s: %s)", event.code, event.message)
+                self._refused = True
+                socket = self._socket
+                if socket is not None:
+                    socket.close(4000, "retrying without resume")
+            elif self._welcomed is not None and not self._welcomed.done():
+                self._fail_first(CoreUnreachableError(
+                    f"Core at {self.url} refused the session: {event.code}: {event.message}"
+                ))
+                socket = self._socket
+                if socket is not None:
+                    socket.close(1000, "refused")
+        elif event is SessionState.CLOSED:
+            self.stop(forget=True)
+
+    def _save(self) -> None:
+        if self._storage is not None and self.session.session_id:
+            self._storage.setItem(self._prefix + "session", json.dumps({
+                "sessionId": self.session.session_id,
+                "resumeToken": self.session.resume_token,
+            }))
+
+    def _forget(self) -> None:
+        self.session.session_id = None
+        self.session.resume_token = None
+        if self._storage is not None:
+            self._storage.removeItem(self._prefix + "session")
+
+    def stop(self, *, forget: bool = False) -> None:
+        """Close the connection for good (no reconnect); ``forget`` drops the stored id."""
+        self._stopped = True
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        socket = self._socket
+        self._detach()
+        if socket is not None:
+            socket.close(1000, "closed by the page")
+        self._unsubscribe()
+        if forget:
+            self._forget()
+        _BRIDGES.pop(id(self.session), None)
+
+
+def rejected_resume(code: int) -> bool:
+    """Close codes 4000-4999 are application codes: Core refused this session's resume."""
+    return 4000 <= code < 5000
+
+
+_BRIDGES: dict[int, Bridge] = {}
+
+
+def bridge_of(session: Session) -> Bridge | None:
+    """The Bridge that links ``session`` to Core, if it is connected through one."""
+    return _BRIDGES.get(id(session))
+
+
+async def connect(
+    core_url: str,
+    tools: Iterable[Tool] = (),
+    *,
+    session: Session | None = None,
+    storage: Storage | bool | None = True,
+    reconnect: bool = True,
+    **session_options: Any,
+) -> Session:
+    """Connect a Session to Core at ``core_url`` (``http(s)://host:port`` or a ``ws(s)`` URL).
+
+    Without ``session`` a new one is made (see :func:`create_session`); with it, that
+    Session (made by :func:`create_session`, or any Session, which then keeps nothing in
+    storage) is connected, and ``tools`` are added to it. Returns once Core has welcomed
+    the session; raises :class:`CoreUnreachableError` if the first connection fails.
+    After that, a dropped connection is reopened with exponential backoff and the session
+    resumed; ``session.close()`` closes the connection for good.
+    """
+    if session is None:
+        session = create_session(core_url, tools, storage=storage, **session_options)
+    else:
+        if session_options:
+            raise TypeError("session options apply only when connect() makes the session")
+        for tool in tools:
+            session.add_tool(tool)
+    if session.closed:
+        raise SessionClosedError("the session is closed")
+    if id(session) in _BRIDGES:
+        raise RuntimeError("this session is already connected")
+    config = _BRIDGE_CONFIG.pop(id(session), None)
+    if config is None:
+        config = (bridge_url(core_url, page_url()), None, "")
+    url, store, prefix = config
+    bridge = Bridge(session, url, store, prefix, reconnect=reconnect)
+    _BRIDGES[id(session)] = bridge
+    try:
+        await bridge.start()
+    except BaseException:
+        bridge.stop()
+        raise
+    return session
+
+
+# --- the page's JS API (web/pedelec-pyodide.js) -------------------------------------------
+
+
+def _call_event(call: ToolCall) -> dict[str, Any]:
+    return {
+        "toolRequestId": call.tool_request_id,
+        "turnId": call.turn_id,
+        "tool": call.tool,
+        "args": call.args,
+        "result": call.result,
+        "handledBy": call.handled_by,
+        "durationMs": round(call.duration_ms, 3),
+    }
+
+
+def _event_for(session: Session, event: Any) -> tuple[str, dict[str, Any]] | None:
+    if isinstance(event, SessionState):
+        return "statechange", {"state": event.value, "id": session.session_id}
+    if isinstance(event, ToolCall):
+        return "toolcall", _call_event(event)
+    if isinstance(event, protocol.TurnDelta):
+        return "delta", {"turnId": event.turn_id, "text": event.text}
+    if isinstance(event, protocol.TurnEnd):
+        return "turnend", {"turnId": event.turn_id, "status": event.status,
+                           "text": event.text, "error": event.error}
+    if isinstance(event, protocol.Welcome):
+        return "welcome", {"id": event.session_id, "resumed": event.resumed,
+                           "state": session.state.value}
+    if isinstance(event, protocol.Error):
+        return "error", {"code": event.code, "message": event.message}
+    return None
+
+
+class PageSession:
+    """What web/pedelec-pyodide.js holds: the page's Session and its JS-facing calls.
+
+    ``emit(type, json)`` is a JS function; it receives every session event as a type
+    (``statechange``, ``toolcall``, ``delta``, ``turnend``, ``welcome``, ``error``) and a
+    JSON string. ``namespace`` is the globals of the page's Python blocks (``session`` is
+    bound there).
+    """
+
+    def __init__(self, core_url: str, emit: Callable[[str, str], Any],
+                 options_json: str = "{}") -> None:
+        options = json.loads(options_json)
+        self.core_url = core_url
+        self.session = create_session(core_url, storage=options.get("storage", True))
+        self.namespace: dict[str, Any] = {"__name__": "__main__", "session": self.session}
+        self._emit = emit
+        self._unsubscribe = self.session.subscribe(self._forward)
+
+    def _forward(self, event: Any) -> None:
+        found = _event_for(self.session, event)
+        if found is not None:
+            kind, detail = found
+            self._emit(kind, json.dumps(detail, ensure_ascii=False))
+
+    async def connect(self) -> str:
+        """Connect; returns ``{"id", "state"}`` as JSON."""
+        await connect(self.core_url, session=self.session)
+        return json.dumps({"id": self.session.session_id, "state": self.session.state.value})
+
+    def send_text(self, text: str) -> asyncio.Future[str]:
+        """Start a turn; the future (a JS Promise) resolves to the agent's final reply."""
+        return asyncio.ensure_future(self.session.send_text(str(text)))
+
+    def close(self) -> None:
+        self._unsubscribe()
+        self.session.close()

@@ -1,0 +1,233 @@
+/**
+ * pedelec-pyodide: the page loader and JS bridge (an ES module).
+ *
+ * As a script tag (the usual way):
+ *
+ *   <script type="module" src="http://127.0.0.1:8765/pedelec/pedelec-pyodide.js"></script>
+ *   <script type="pedelec/python"> ...your tools... </script>
+ *
+ * it loads Pyodide from Core (or `data-pyodide`), our packages through our own
+ * pyodide-lock.json (downloaded while the runtime boots), runs the page's
+ * `<script type="pedelec/python">` blocks in document order (inline or `src=`), connects
+ * the session to Core, sets `window.pedelec` and dispatches `pedelec:ready` on `document`.
+ * `window.pedelecReady` is a promise of the same `window.pedelec`; any failure rejects it
+ * (and is logged to the console and dispatched as `pedelec:error`).
+ * Pages that cannot use module scripts load `pedelec-pyodide.classic.js` instead.
+ *
+ * As a module: `import { start } from ".../pedelec-pyodide.js"; const pedelec = await
+ * start({ core: "http://127.0.0.1:8765" });` (no script tag needed; blocks still run).
+ *
+ * Data attributes on the script tag (all optional): `data-core` (Core's URL; default:
+ * the origin that served this file), `data-pyodide` (URL of pyodide.mjs; default: Core's
+ * /pedelec/pyodide/pyodide.mjs), `data-lock` (URL of pyodide-lock.json; default: next to
+ * pyodide.mjs), `data-packages` (extra packages from the lock, comma-separated),
+ * `data-manual` (do not start by itself: call `start()`).
+ *
+ * Only strings cross between JS and Python: events arrive here as a type and JSON text.
+ */
+
+export const SCRIPT_TYPE = "pedelec/python";
+export const PACKAGE = "pedelec-pyodide";
+
+const moduleUrl = import.meta.url;
+let started = null;
+
+/** The page's session: state mirrored from Python, events, and sendText(). */
+export class PedelecSession extends EventTarget {
+  constructor() {
+    super();
+    /** Core's session id (null until welcomed). */
+    this.id = null;
+    /** connecting | idle | running | waiting_tool_result | closed */
+    this.state = "connecting";
+    this._sendText = null;
+    this._close = null;
+  }
+
+  /** Start a turn of the agent; resolves to its final reply text. */
+  async sendText(text) {
+    if (!this._sendText) throw new Error("pedelec: the session is not ready yet (await window.pedelecReady)");
+    return await this._sendText(String(text));
+  }
+
+  /** Close the session for good (no reconnect). */
+  close() {
+    if (this._close) this._close();
+  }
+
+  /** Called from Python with a type and a JSON string. */
+  _receive(type, json) {
+    const detail = JSON.parse(json);
+    if (type === "statechange") {
+      this.state = detail.state;
+      if (detail.id) this.id = detail.id;
+    } else if (type === "welcome") {
+      this.id = detail.id;
+      this.state = detail.state;
+    }
+    this.dispatchEvent(new CustomEvent(type, { detail }));
+  }
+}
+
+function scriptElement() {
+  if (typeof document === "undefined") return null;
+  for (const el of document.querySelectorAll("script[src]")) {
+    if (el.src === moduleUrl) return el;
+  }
+  return null;
+}
+
+function optionsFrom(el) {
+  if (!el) return {};
+  const d = el.dataset;
+  const options = {};
+  if (d.core) options.core = d.core;
+  if (d.pyodide) options.pyodide = d.pyodide;
+  if (d.lock) options.lock = d.lock;
+  if (d.packages) options.packages = d.packages.split(",").map((p) => p.trim()).filter(Boolean);
+  return options;
+}
+
+function resolveConfig(options) {
+  const base = typeof location !== "undefined" ? location.href : moduleUrl;
+  const core = new URL(options.core ?? new URL(moduleUrl).origin, base).href;
+  const pyodide = new URL(options.pyodide ?? "/pedelec/pyodide/pyodide.mjs", core).href;
+  const lock = new URL(options.lock ?? "pyodide-lock.json", pyodide).href;
+  return {
+    core,
+    pyodide,
+    indexURL: new URL(".", pyodide).href,
+    lock,
+    packages: [PACKAGE, ...(options.packages ?? [])],
+    storage: options.storage ?? true,
+  };
+}
+
+class PedelecError extends Error {
+  constructor(step, message, cause) {
+    super(`pedelec: ${step}: ${message}`, cause ? { cause } : undefined);
+    this.name = "PedelecError";
+    this.step = step;
+  }
+}
+
+async function blockSources() {
+  if (typeof document === "undefined") return [];
+  const blocks = [...document.querySelectorAll(`script[type="${SCRIPT_TYPE}"]`)];
+  return Promise.all(blocks.map(async (el, i) => {
+    const label = el.src ? el.getAttribute("src") : `inline block #${i + 1}`;
+    if (!el.src) return { label, filename: `<pedelec/python #${i + 1}>`, code: el.textContent };
+    let response;
+    try {
+      response = await fetch(el.src);
+    } catch (err) {
+      throw new PedelecError("page code", `cannot fetch ${el.src}: ${err.message}`, err);
+    }
+    if (!response.ok) throw new PedelecError("page code", `cannot fetch ${el.src}: HTTP ${response.status}`);
+    return { label, filename: el.src, code: await response.text() };
+  }));
+}
+
+async function loadRuntime(config) {
+  let loadPyodide;
+  try {
+    ({ loadPyodide } = await import(config.pyodide));
+  } catch (err) {
+    throw new PedelecError("loading Pyodide", `cannot import ${config.pyodide} (is Core running and provisioned?): ${err.message}`, err);
+  }
+  const problems = [];
+  let pyodide;
+  try {
+    pyodide = await loadPyodide({
+      indexURL: config.indexURL,
+      lockFileURL: config.lock,
+      packages: config.packages,
+      stderr: (line) => { problems.push(line); console.warn(line); },
+    });
+  } catch (err) {
+    throw new PedelecError("loading Pyodide", err.message, err);
+  }
+  const missing = config.packages.filter((name) => !pyodide.loadedPackages[name]);
+  if (missing.length) {
+    await pyodide.loadPackage(missing, { errorCallback: (message) => problems.push(message) });
+    const still = missing.filter((name) => !pyodide.loadedPackages[name]);
+    if (still.length) {
+      throw new PedelecError("loading packages", `${still.join(", ")} not loaded from ${config.lock}: ${problems.join("; ") || "no reason given"}`);
+    }
+  }
+  return pyodide;
+}
+
+async function boot(options) {
+  const config = resolveConfig(options);
+  const sources = blockSources();
+  sources.catch(() => {});
+  const pyodide = await loadRuntime(config);
+  const session = new PedelecSession();
+  let page;
+  try {
+    const browser = pyodide.pyimport("pedelec_pyodide.browser");
+    page = browser.PageSession(config.core, (type, json) => session._receive(type, json),
+      JSON.stringify({ storage: config.storage }));
+    browser.destroy();
+  } catch (err) {
+    const reason = err.message.trim().split("\n").pop();
+    throw new PedelecError("loading packages", `cannot import pedelec_pyodide: ${reason}`, err);
+  }
+  const namespace = page.namespace;
+  try {
+    for (const block of await sources) {
+      await pyodide.loadPackagesFromImports(block.code, {
+        messageCallback: () => {},
+        errorCallback: (message) => console.warn(`pedelec: ${block.label}: ${message}`),
+      });
+      try {
+        await pyodide.runPythonAsync(block.code, { globals: namespace, filename: block.filename });
+      } catch (err) {
+        throw new PedelecError("page code", `Python error in ${block.label}:\n${err.message}`, err);
+      }
+    }
+  } finally {
+    namespace.destroy();
+  }
+  const connect = page.connect;
+  try {
+    const connected = JSON.parse(await connect());
+    session.id = connected.id;
+    session.state = connected.state;
+  } catch (err) {
+    const message = err.message.trim().split("\n").pop();
+    throw new PedelecError("connecting to Core", message, err);
+  } finally {
+    connect.destroy();
+  }
+  session._sendText = page.send_text;
+  session._close = page.close;
+  const pedelec = { pyodide, session, core: config.core, page };
+  if (typeof window !== "undefined") window.pedelec = pedelec;
+  if (typeof document !== "undefined") {
+    document.dispatchEvent(new CustomEvent("pedelec:ready", { detail: pedelec }));
+  }
+  return pedelec;
+}
+
+/**
+ * Load Pyodide and our packages, run the page's Python blocks, connect to Core.
+ * Resolves to `window.pedelec`; called twice, returns the same promise.
+ */
+export function start(options = {}) {
+  if (started) return started;
+  started = boot(options).catch((err) => {
+    const error = err instanceof PedelecError ? err : new PedelecError("start", err.message, err);
+    console.error(error.message);
+    if (typeof document !== "undefined") {
+      document.dispatchEvent(new CustomEvent("pedelec:error", { detail: error }));
+    }
+    throw error;
+  });
+  if (typeof window !== "undefined") window.pedelecReady = started;
+  return started;
+}
+
+const own = scriptElement();
+if (own && !("manual" in own.dataset)) start(optionsFrom(own)).catch(() => {}); // logged above
