@@ -1,0 +1,146 @@
+// The demo's UI: chat panel, counter buttons, live log of tool calls.
+// Everything that comes from the agent or a tool is rendered as text (textContent).
+import { start } from "/pedelec/pedelec-pyodide.js";
+
+const $ = (id) => document.getElementById(id);
+const status = $("status");
+const statusText = $("status-text");
+const messages = $("messages");
+const input = $("chat-input");
+const send = $("chat-send");
+const log = $("log");
+let calls = 0;
+
+const STATE_LABELS = {
+  connecting: "Connecting…",
+  idle: "Ready",
+  running: "Agent working…",
+  waiting_tool_result: "Running a tool…",
+  closed: "Disconnected",
+};
+
+function showState(state) {
+  status.dataset.state = state;
+  statusText.textContent = STATE_LABELS[state] ?? state;
+}
+
+function addMessage(kind, text) {
+  const li = document.createElement("li");
+  li.className = `msg ${kind}`;
+  li.textContent = text;
+  messages.append(li);
+  messages.scrollTop = messages.scrollHeight;
+  return li;
+}
+
+function compact(value) {
+  return JSON.stringify(value, null, 0) ?? "null";
+}
+
+function logCall(call) {
+  calls += 1;
+  log.querySelector(".empty")?.remove();
+  $("log-count").textContent = `${calls} call${calls === 1 ? "" : "s"}`;
+  const row = document.createElement("tr");
+  const isError = call.result && typeof call.result === "object" && "error" in call.result;
+  row.className = isError ? "error" : "";
+  row.dataset.tool = call.tool;
+  const cells = [
+    [new Date().toLocaleTimeString(), ""],
+    [call.tool, "tool"],
+    [compact(call.args), "code"],
+    [compact(call.result), "code result"],
+    [null, "tier"],
+    [call.durationMs.toFixed(1), "num"],
+  ];
+  for (const [text, cls] of cells) {
+    const td = document.createElement("td");
+    td.className = cls;
+    if (cls === "tier") {
+      const badge = document.createElement("span");
+      badge.className = `tier ${call.handledBy}`;
+      badge.textContent = call.handledBy;
+      td.append(badge);
+    } else {
+      td.textContent = text;
+    }
+    row.append(td);
+  }
+  log.prepend(row);
+}
+
+function setBusy(busy) {
+  input.disabled = busy;
+  send.disabled = busy;
+  for (const b of document.querySelectorAll("#suggestions button")) b.disabled = busy;
+}
+
+function bumpCounter(delta) {
+  const out = $("counter-value");
+  const value = Number(out.dataset.value) + delta;
+  out.dataset.value = String(value);
+  out.textContent = String(value);
+}
+
+$("counter-inc").addEventListener("click", () => bumpCounter(1));
+$("counter-dec").addEventListener("click", () => bumpCounter(-1));
+new MutationObserver(() => {
+  const out = $("counter-value");
+  out.classList.add("bump");
+  setTimeout(() => out.classList.remove("bump"), 400);
+}).observe($("counter-value"), { childList: true });
+
+let pedelec;
+try {
+  setBusy(true);
+  pedelec = await start();
+} catch (err) {
+  status.dataset.state = "failed";
+  statusText.textContent = "Failed to start";
+  addMessage("agent failed", err.message);
+  throw err;
+}
+const { session } = pedelec;
+showState(session.state);
+session.addEventListener("statechange", (e) => showState(e.detail.state));
+session.addEventListener("toolcall", (e) => logCall(e.detail));
+status.title = `session ${session.id}`;
+setBusy(false);
+
+let streaming = null;
+session.addEventListener("delta", (e) => {
+  if (streaming) {
+    streaming.textContent += e.detail.text;
+    messages.scrollTop = messages.scrollHeight;
+  }
+});
+
+async function ask(text) {
+  if (!text.trim()) return;
+  addMessage("user", text);
+  streaming = addMessage("agent pending", "");
+  setBusy(true);
+  try {
+    const reply = await session.sendText(text);
+    streaming.textContent = reply;
+  } catch (err) {
+    streaming.classList.add("failed");
+    streaming.textContent = err.message.trim().split("\n").pop();
+  } finally {
+    streaming.classList.remove("pending");
+    streaming = null;
+    setBusy(false);
+    input.focus();
+  }
+}
+
+$("chat-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const text = input.value;
+  input.value = "";
+  ask(text);
+});
+for (const button of document.querySelectorAll("#suggestions button")) {
+  button.addEventListener("mousedown", (e) => e.preventDefault()); // keep the editor's selection
+  button.addEventListener("click", () => ask(button.dataset.text));
+}
