@@ -1,0 +1,211 @@
+"""The WebSocket endpoint ``/pedelec/v1/bridge``: one page connection, wire protocol v1.
+
+Per connection: an Origin check before the handshake (Core's own origin, plus the
+``--allow-origin`` list; a request without Origin, i.e. not from a browser, is let in),
+a frame-size limit, a rate limit (a token bucket: over it a frame is refused with
+``RATE_LIMITED``; a flood that goes on is cut off with close code 1008), and the
+protocol itself. Every bad frame gets an ``error`` frame; the connection stays open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from starlette.websockets import WebSocket
+
+from .. import protocol
+from ..protocol import ProtocolError
+from .log import log_event
+from .sessions import (
+    DUPLICATE_HELLO,
+    HELLO_REQUIRED,
+    RATE_LIMITED,
+    RESUME_REFUSED,
+    TURN_BUSY,
+    UNKNOWN_TURN,
+    CoreSession,
+    Registry,
+)
+from .turns import start_turn
+
+CLOSE_POLICY = 1008
+
+
+def origin_allowed(headers: Mapping[str, str], allowed: frozenset[str]) -> bool:
+    """Same origin as the Host the request came to, or listed, or no Origin at all."""
+    origin = headers.get("origin")
+    if origin is None:
+        return True
+    origin = origin.rstrip("/").lower()
+    if origin in allowed or "*" in allowed:
+        return True
+    host = headers.get("host", "").lower()
+    parts = urlsplit(origin)
+    return bool(host) and parts.scheme in ("http", "https") and parts.netloc == host
+
+
+class BridgeConnection:
+    """Speaks protocol v1 with one page; a :class:`~.sessions.Connection` for its session."""
+
+    def __init__(self, websocket: WebSocket, registry: Registry) -> None:
+        self.websocket = websocket
+        self.registry = registry
+        config = registry.config
+        self.max_bytes = config.max_frame_bytes
+        self.rate = config.rate_limit
+        self.burst = float(config.rate_burst)
+        self.tokens = self.burst
+        self.refilled = time.monotonic()
+        self.session: CoreSession | None = None
+        self._outbox: deque[str] = deque()
+        self._closing: tuple[int, str] | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._open = True
+
+    # --- the Connection side (sessions call these) --------------------------------------
+
+    def send(self, frame: str) -> None:
+        if not self._open or self._closing is not None:
+            return
+        self._outbox.append(frame)
+        if self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush())
+
+    def close(self, code: int, reason: str) -> None:
+        if not self._open or self._closing is not None:
+            return
+        self._closing = (code, reason)
+        if self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        send = self.websocket.send
+        try:
+            while self._outbox:
+                await send({"type": "websocket.send", "text": self._outbox.popleft()})
+            if self._closing is not None:
+                code, reason = self._closing
+                await send({"type": "websocket.close", "code": code, "reason": reason})
+                self._open = False
+        except Exception:  # the peer is gone; the receive loop sees the disconnect
+            self._open = False
+            self._outbox.clear()
+        finally:
+            self._flusher = None
+
+    # --- the receive side ---------------------------------------------------------------
+
+    async def serve(self, allowed_origins: frozenset[str]) -> None:
+        websocket = self.websocket
+        if not origin_allowed(websocket.headers, allowed_origins):
+            log_event("bridge.origin_refused", origin=websocket.headers.get("origin"),
+                      host=websocket.headers.get("host"))
+            await websocket.close(code=CLOSE_POLICY)
+            return
+        await websocket.accept()
+        try:
+            while self._open:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                data = message.get("text")
+                if data is None:
+                    data = message.get("bytes") or b""
+                if not self._admit():
+                    break
+                self.handle(data)
+        finally:
+            self._open = False
+            if self.session is not None:
+                self.session.detach(self)
+                log_event("bridge.disconnected", session=self.session.id)
+
+    def _admit(self) -> bool:
+        """The rate limit: False when this connection must be cut off."""
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
+        self.refilled = now
+        self.tokens -= 1.0
+        if self.tokens >= 0:
+            return True
+        if self.tokens < -self.burst:
+            log_event("bridge.flood", session=None if self.session is None else self.session.id)
+            self.close(CLOSE_POLICY, "rate limit exceeded")
+            return False
+        self.send(protocol.error_frame(
+            RATE_LIMITED,
+            f"more than {self.rate:g} frames per second (burst {self.burst:g}); frame dropped",
+        ))
+        return True
+
+    def handle(self, data: str | bytes) -> None:
+        """One frame from the page. Never raises."""
+        try:
+            message = protocol.parse_client_frame(data, max_bytes=self.max_bytes)
+        except ProtocolError as exc:
+            self.send(protocol.error_frame(exc.code, exc.message))
+            return
+        session = self.session
+        if isinstance(message, protocol.Hello):
+            self._hello(message)
+        elif session is None:
+            self.send(protocol.error_frame(
+                HELLO_REQUIRED, f"send hello before {message.type!r}"))
+        elif isinstance(message, protocol.ToolResult):
+            refused = session.accept_result(message)
+            if refused is not None:
+                self.send(protocol.error_frame(
+                    refused[0], refused[1], tool_request_id=message.tool_request_id))
+        elif isinstance(message, protocol.TurnStart):
+            if session.turn is not None:
+                self.send(protocol.error_frame(
+                    TURN_BUSY,
+                    f"turn {session.turn.turn_id!r} is still running; one turn at a time",
+                ))
+            else:
+                start_turn(session, message.turn_id, message.text)
+        elif isinstance(message, protocol.TurnCancel):
+            if session.turn is not None and session.turn.turn_id == message.turn_id:
+                session.turn.cancel("the page cancelled the turn")
+            else:
+                self.send(protocol.error_frame(
+                    UNKNOWN_TURN, f"turn {message.turn_id!r} is not running"))
+        else:  # ToolsUpdate
+            session.update_tools(message.tools)
+            log_event("session.tools", session=session.id, tools=len(message.tools))
+
+    def _hello(self, hello: protocol.Hello) -> None:
+        if self.session is not None:
+            self.send(protocol.error_frame(
+                DUPLICATE_HELLO, "this connection has already said hello"))
+            return
+        registry = self.registry
+        if hello.session_id is None:
+            session = registry.create(hello.tools, hello.client)
+            resumed = False
+        else:
+            found = registry.resume(hello.session_id, hello.resume_token)
+            if found is None:
+                log_event("session.resume_refused")
+                self.send(protocol.error_frame(
+                    RESUME_REFUSED,
+                    "that session cannot be resumed; send hello without sessionId to start "
+                    "a new one",
+                ))
+                return
+            session = found
+            session.update_tools(hello.tools)
+            session.client = hello.client or {}
+            resumed = True
+            log_event("session.resumed", session=session.id, pending=len(session.pending))
+        self.session = session
+        session.attach(self)
+        self.send(protocol.Welcome(
+            session_id=session.id, resume_token=session.record.resume_token,
+            resumed=resumed, state=session.state,
+        ).encode())
+        session.resend()

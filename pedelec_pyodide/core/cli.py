@@ -1,0 +1,148 @@
+"""``pedelec serve`` and ``pedelec demo``: run Core from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..protocol import MAX_FRAME_BYTES
+from .config import ADMIN_TOKEN_ENV, DEFAULT_PORT, CoreConfig, admin_token_from_env
+from .log import configure
+from .server import agent_factory_for, run
+
+
+def _directory(value: str) -> Path:
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value}: not a directory")
+    return path.resolve()
+
+
+def _tool_timeout(value: str) -> tuple[str, int]:
+    name, sep, ms = value.partition("=")
+    if not sep or not name or not ms.isdigit() or int(ms) <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected TOOL=MILLISECONDS, e.g. save=60000")
+    return name, int(ms)
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    def parse(value: str) -> int | float:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        if number <= 0:
+            raise argparse.ArgumentTypeError(f"{value!r} must be positive")
+        return number
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="interface to listen on (default: 127.0.0.1, this machine only)")
+    parser.add_argument("--port", type=int, default=default_port,
+                        help=f"port to listen on (default: {default_port}; 0 picks a free one)")
+    parser.add_argument("--agent", default="offline",
+                        help="the agent running turns: offline (default; no network), "
+                        "openai:MODEL or anthropic:MODEL")
+    parser.add_argument("--store", default="memory",
+                        help="where sessions live: memory (default; lost on exit) or "
+                        "PATH.sqlite (survives restarts of Core)")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                        help="a web origin (e.g. https://app.example) whose pages may open "
+                        "the bridge WebSocket, besides Core's own; repeatable; * allows any")
+    parser.add_argument("--pyodide", type=_directory, metavar="DIR",
+                        help="a provisioned Pyodide directory (runtime, pyodide-lock.json, "
+                        "wheels) served at /pedelec/pyodide/; default: provision one into "
+                        "the cache on first start")
+    parser.add_argument("--no-provision", action="store_true",
+                        help="without --pyodide, do not provision; /pedelec/pyodide/ "
+                        "answers 503 saying what is missing")
+    parser.add_argument("--tool-timeout", type=_positive(int), default=30_000, metavar="MS",
+                        help="deadline of a tool request in milliseconds (default: 30000)")
+    parser.add_argument("--tool-timeouts", type=_tool_timeout, action="append", default=[],
+                        metavar="TOOL=MS", help="deadline for one tool; repeatable")
+    parser.add_argument("--max-steps", type=_positive(int), default=8, metavar="N",
+                        help="tool-calling steps a turn may take (default: 8)")
+    parser.add_argument("--session-ttl", type=_positive(float), default=600.0,
+                        metavar="SECONDS", help="how long a disconnected session waits to "
+                        "be resumed before it expires (default: 600)")
+    parser.add_argument("--max-frame-bytes", type=_positive(int), default=MAX_FRAME_BYTES,
+                        metavar="N", help=f"largest WebSocket frame (default: {MAX_FRAME_BYTES})")
+    parser.add_argument("--rate-limit", type=_positive(float), default=200.0, metavar="N",
+                        help="frames per second a connection may send (default: 200)")
+    parser.add_argument("--rate-burst", type=_positive(int), default=400, metavar="N",
+                        help="frames a connection may send at once (default: 400)")
+    parser.add_argument("--quiet", action="store_true", help="log warnings only")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pedelec",
+        description="Core: the server that runs agent turns and relays tool calls to pages. "
+        f"The admin token of the control API comes from ${ADMIN_TOKEN_ENV}, or is generated "
+        "and printed at start.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = commands.add_parser("serve", help="run Core (and your app with --app DIR)",
+                                description="Run Core: the bridge WebSocket, the control "
+                                "API and static files.")
+    serve.add_argument("--app", type=_directory, metavar="DIR",
+                       help="a web app served at / (index.html for directories)")
+    _add_common(serve, default_port=DEFAULT_PORT)
+    demo = commands.add_parser("demo", help="run Core with the bundled demo app at /",
+                               description="Run Core with the demo app at /.")
+    _add_common(demo, default_port=DEFAULT_PORT)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
+    """The configuration the arguments describe, and whether the token was generated."""
+    token, generated = admin_token_from_env()
+    cfg = CoreConfig(
+        host=args.host, port=args.port, admin_token=token,
+        app_dir=getattr(args, "app", None), pyodide_dir=args.pyodide,
+        provision=args.pyodide is None and not args.no_provision,
+        demo=args.command == "demo", agent=args.agent, store=args.store,
+        allow_origins=tuple(args.allow_origin), max_frame_bytes=args.max_frame_bytes,
+        rate_limit=args.rate_limit, rate_burst=args.rate_burst,
+        tool_timeout_ms=args.tool_timeout, tool_timeouts_ms=dict(args.tool_timeouts),
+        max_steps=args.max_steps, session_ttl=args.session_ttl,
+    )
+    return cfg, generated
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg, generated = config_from_args(args)
+    try:
+        cfg.agent_factory = agent_factory_for(cfg.agent)
+    except ValueError as exc:
+        print(f"pedelec: error: {exc}", file=sys.stderr)
+        return 2
+    if cfg.store != "memory" and not Path(cfg.store).expanduser().parent.is_dir():
+        print(f"pedelec: error: --store {cfg.store}: its directory does not exist",
+              file=sys.stderr)
+        return 2
+    configure(30 if args.quiet else 20)
+
+    def announce(url: str) -> None:
+        print(f"pedelec {args.command}: {url}", flush=True)
+        origin = "from $" + ADMIN_TOKEN_ENV if not generated else (
+            f"generated; set {ADMIN_TOKEN_ENV} to choose it")
+        print(f"admin token ({origin}): {cfg.admin_token}", flush=True)
+
+    try:
+        run(cfg, announce)
+    except OSError as exc:
+        print(f"pedelec: error: cannot listen on {cfg.host}:{cfg.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""Core's configuration: one dataclass, filled by the CLI or by code that embeds Core."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..protocol import MAX_FRAME_BYTES
+from .agent import Agent
+
+ADMIN_TOKEN_ENV = "PEDELEC_ADMIN_TOKEN"
+DEFAULT_PORT = 8765
+
+
+def admin_token_from_env() -> tuple[str, bool]:
+    """``(token, generated)``: ``$PEDELEC_ADMIN_TOKEN`` when set, else a fresh random one."""
+    token = os.environ.get(ADMIN_TOKEN_ENV, "").strip()
+    if token:
+        return token, False
+    return secrets.token_urlsafe(32), True
+
+
+def default_web_dir() -> Path | None:
+    """The repository's ``web/`` directory (the JS bridge and the demo), when present."""
+    candidate = Path(__file__).resolve().parents[2] / "web"
+    return candidate if candidate.is_dir() else None
+
+
+@dataclass
+class CoreConfig:
+    """Everything Core can be told. Durations are in seconds unless the name says ms."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    #: the web app served at ``/`` (``--app DIR``)
+    app_dir: Path | None = None
+    #: the JS bridge and demo served under ``/pedelec/``
+    web_dir: Path | None = field(default_factory=default_web_dir)
+    #: a Pyodide runtime + lock + wheels served under ``/pedelec/pyodide/`` (``--pyodide``)
+    pyodide_dir: Path | None = None
+    #: with no ``pyodide_dir``: provision one in the background on start (CLI default)
+    provision: bool = False
+    #: serve the bundled demo app at ``/`` (``pedelec demo``)
+    demo: bool = False
+    #: ``offline`` | ``openai:MODEL`` | ``anthropic:MODEL``
+    agent: str = "offline"
+    #: overrides ``agent``: builds the agent used for every turn (embedding, tests)
+    agent_factory: Callable[[], Agent] | None = None
+    #: ``memory`` or a path to an SQLite file
+    store: str = "memory"
+    #: extra WebSocket origins allowed besides Core's own (``--allow-origin``)
+    allow_origins: tuple[str, ...] = ()
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    #: frames a connection may send per second, and the burst it may save up
+    rate_limit: float = 200.0
+    rate_burst: int = 400
+    #: a tool request's deadline unless the call or ``tool_timeouts_ms`` says otherwise
+    tool_timeout_ms: int = 30_000
+    tool_timeouts_ms: dict[str, int] = field(default_factory=dict)
+    #: tool-calling steps a turn may take
+    max_steps: int = 8
+    #: how long a disconnected session waits to be resumed before it expires
+    session_ttl: float = 600.0
+    #: results of delivered requests remembered per session, to tell duplicates apart
+    remembered_results: int = 256
+
+    def timeout_for(self, tool: str, timeout_ms: int | None = None) -> float:
+        """The deadline, in seconds, of a request for ``tool``."""
+        if timeout_ms is None:
+            timeout_ms = self.tool_timeouts_ms.get(tool, self.tool_timeout_ms)
+        return timeout_ms / 1000.0

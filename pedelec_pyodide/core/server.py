@@ -1,0 +1,210 @@
+"""The Starlette app (``create_app``) and running it under uvicorn (``run``).
+
+Routes: ``/pedelec/v1/health``, the control API, the WebSocket bridge, then static files:
+the Pyodide runtime at ``/pedelec/pyodide/``, the JS bridge (``web/``) at ``/pedelec/``,
+and the app (``--app DIR``, or the demo) at ``/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import mimetypes
+import socket
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
+
+from . import control
+from .agent import Agent
+from .bridge import BridgeConnection
+from .config import CoreConfig
+from .log import log_event
+from .sessions import Registry
+from .store import open_store
+
+for _suffix, _type in ((".mjs", "text/javascript"), (".js", "text/javascript"),
+                       (".wasm", "application/wasm"), (".whl", "application/zip"),
+                       (".json", "application/json"), (".zip", "application/zip")):
+    mimetypes.add_type(_type, _suffix)
+
+
+def agent_factory_for(spec: str) -> Callable[[], Agent]:
+    """The factory of the agent named by ``--agent``; raises ``ValueError`` (with
+    :class:`~.agents.AgentUnavailable` for a known agent this build cannot run) at once,
+    so a bad spec stops Core at start rather than failing every turn."""
+    from .agents import make_agent
+
+    make_agent(spec)
+    return lambda: make_agent(spec)
+
+
+class PyodideFiles:
+    """``/pedelec/pyodide/``: the runtime directory, once it is there.
+
+    Until then (being provisioned, or missing) it answers 503 with what is going on.
+    """
+
+    def __init__(self, directory: Path | None) -> None:
+        self._static: StaticFiles | None = None
+        self.status = "missing"
+        self.detail = (
+            "no Pyodide runtime is configured: pass --pyodide DIR (a provisioned runtime), "
+            "or let `pedelec serve`/`pedelec demo` provision one"
+        )
+        if directory is not None:
+            self.ready(directory)
+
+    def ready(self, directory: Path) -> None:
+        self._static = StaticFiles(directory=directory)
+        self.status = "ready"
+        self.detail = str(directory)
+
+    def failed(self, message: str) -> None:
+        self.status = "error"
+        self.detail = message
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._static is not None:
+            await self._static(scope, receive, send)
+            return
+        text = f"Pyodide runtime {self.status}: {self.detail}\n"
+        await PlainTextResponse(text, status_code=503)(scope, receive, send)
+
+
+def _missing_demo_page(config: CoreConfig) -> str:
+    web = config.web_dir
+    lines = [
+        "Core is running, but the demo page is not in this build.",
+        f"Looked for it in: {web / 'demo' if web else '(no web/ directory found)'}.",
+        "The page is built from the repository's web/demo/ directory; run pedelec demo "
+        "from a checkout that has it, or serve your own app with pedelec serve --app DIR.",
+    ]
+    items = "".join(f"<p>{html.escape(line)}</p>" for line in lines)
+    return f"<!doctype html><title>pedelec demo</title><h1>pedelec demo</h1>{items}"
+
+
+def _index_page(request: Request) -> Response:
+    return HTMLResponse(
+        "<!doctype html><title>pedelec Core</title><h1>pedelec Core</h1>"
+        "<p>Core is running. Serve a web app here with <code>pedelec serve --app DIR</code>."
+        "</p><p>Health: <a href='/pedelec/v1/health'>/pedelec/v1/health</a></p>"
+    )
+
+
+def create_app(config: CoreConfig) -> Starlette:
+    """The whole of Core as an ASGI app; start and stop it with its lifespan."""
+    agent_factory = config.agent_factory or agent_factory_for(config.agent)
+    store = open_store(config.store)
+    registry = Registry(config, store, agent_factory)
+    pyodide = PyodideFiles(config.pyodide_dir)
+    allowed = frozenset(origin.rstrip("/").lower() for origin in config.allow_origins)
+
+    async def bridge(websocket: WebSocket) -> None:
+        await BridgeConnection(websocket, registry).serve(allowed)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        snapshot = await asyncio.to_thread(store.load)
+        registry.restore(snapshot)
+        provisioning: asyncio.Task[None] | None = None
+        if config.pyodide_dir is None and config.provision:
+            provisioning = asyncio.create_task(_provision(pyodide))
+        log_event("core.started", host=config.host, port=config.port, store=config.store)
+        try:
+            yield
+        finally:
+            if provisioning is not None:
+                provisioning.cancel()
+            await registry.shutdown()
+            await store.close()
+            log_event("core.stopped")
+
+    routes: list[BaseRoute] = [
+        Route("/pedelec/v1/health", control.health),
+        Route("/pedelec/v1/sessions", control.list_sessions),
+        Route("/pedelec/v1/sessions/{session_id}", control.get_session),
+        Route("/pedelec/v1/sessions/{session_id}/tool-calls", control.tool_call,
+              methods=["POST"]),
+        Route("/pedelec/v1/sessions/{session_id}/turns", control.turn, methods=["POST"]),
+        WebSocketRoute("/pedelec/v1/bridge", bridge),
+        Mount("/pedelec/pyodide", app=pyodide),
+    ]
+    if config.web_dir is not None:
+        routes.append(Mount("/pedelec", app=StaticFiles(directory=config.web_dir)))
+    if config.app_dir is not None:
+        routes.append(Mount("/", app=StaticFiles(directory=config.app_dir, html=True)))
+    elif config.demo:
+        demo_dir = config.web_dir / "demo" if config.web_dir is not None else None
+        if demo_dir is not None and (demo_dir / "index.html").is_file():
+            routes.append(Mount("/", app=StaticFiles(directory=demo_dir, html=True)))
+        else:
+            page = _missing_demo_page(config)
+            routes.append(Route("/", lambda request: HTMLResponse(page, status_code=503)))
+    else:
+        routes.append(Route("/", _index_page))
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.registry = registry
+    app.state.admin_token = config.admin_token
+    app.state.pyodide = pyodide
+    return app
+
+
+async def _provision(pyodide: PyodideFiles) -> None:
+    """Provision the Pyodide runtime into the cache, in a thread; /health answers meanwhile."""
+    from . import provision as provisioning
+
+    pyodide.status = "provisioning"
+    pyodide.detail = "fetching the Pyodide runtime and wheels (first start only)"
+    out_dir = provisioning.cache_dir() / "site"
+    try:
+        result = await asyncio.to_thread(
+            provisioning.provision, out_dir,
+            log=lambda line: log_event("provision", message=line))
+    except provisioning.ProvisionError as exc:
+        pyodide.failed(str(exc))
+        log_event("provision.failed", error=str(exc))
+        return
+    pyodide.ready(result.pyodide_dir)
+    log_event("provision.ready", directory=str(result.pyodide_dir))
+
+
+def uvicorn_config(app: Starlette, config: CoreConfig) -> uvicorn.Config:
+    """uvicorn settings for Core. The WebSocket library refuses frames over four times
+    the limit outright (close 1009) without buffering them; up to that, Core reads the
+    frame and answers ``FRAME_TOO_LARGE``, keeping the connection."""
+    return uvicorn.Config(
+        app, host=config.host, port=config.port, log_level="warning", access_log=False,
+        ws_max_size=4 * config.max_frame_bytes, lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+
+
+def run(config: CoreConfig, announce: Callable[[str], None] = print) -> None:
+    """Bind, ``announce`` the URL, serve until Ctrl-C or SIGTERM (uvicorn handles both;
+    the lifespan cancels running turns and flushes the store)."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError:
+        sock.close()
+        raise
+    config.port = sock.getsockname()[1]
+    app = create_app(config)
+    shown = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
+    if ":" in shown:
+        shown = "[::1]" if shown == "::" else f"[{shown}]"
+    announce(f"http://{shown}:{config.port}/")
+    uvicorn.Server(uvicorn_config(app, config)).run(sockets=[sock])

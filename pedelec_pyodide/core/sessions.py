@@ -1,0 +1,397 @@
+"""Sessions: the registry, each session's state, and its pending tool requests.
+
+A session outlives its connections: when a page's WebSocket drops, the session keeps its
+pending requests (their deadlines keep running) and waits ``session_ttl`` seconds to be
+resumed by id and token. Results are keyed by ``toolRequestId``: each pending request is
+resolved exactly once (by the page's result, its deadline, a cancellation or expiry);
+whatever arrives after that is refused with an ``error`` frame and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .. import protocol
+from ..results import TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
+from .agent import Agent
+from .config import CoreConfig
+from .log import log_event
+from .store import RequestRecord, SessionRecord, Snapshot, Store, TurnRecord
+
+if TYPE_CHECKING:
+    from .turns import TurnRunner
+
+# Codes of the `error` frames Core sends for session-level problems (parse errors use
+# the codes in pedelec_pyodide.protocol).
+HELLO_REQUIRED = "HELLO_REQUIRED"
+DUPLICATE_HELLO = "DUPLICATE_HELLO"
+RESUME_REFUSED = "RESUME_REFUSED"
+TURN_BUSY = "TURN_BUSY"
+UNKNOWN_TURN = "UNKNOWN_TURN"
+UNKNOWN_TOOL_REQUEST = "UNKNOWN_TOOL_REQUEST"
+DUPLICATE_RESULT = "DUPLICATE_RESULT"
+LATE_RESULT = "LATE_RESULT"
+RATE_LIMITED = "RATE_LIMITED"
+SESSION_CLOSED = "SESSION_CLOSED"
+
+# Error results Core itself gives a caller (besides TOOL_TIMEOUT and TOOL_CANCELLED).
+SESSION_EXPIRED = "SESSION_EXPIRED"
+
+# WebSocket close code when another connection resumed the same session.
+CLOSE_SUPERSEDED = 4001
+
+
+class Connection(Protocol):
+    """A page's live connection, as sessions see it."""
+
+    def send(self, frame: str) -> None: ...
+
+    def close(self, code: int, reason: str) -> None: ...
+
+
+class PendingRequest:
+    """A tool request whose result has not reached its caller yet."""
+
+    __slots__ = ("future", "record", "started", "timer")
+
+    def __init__(self, record: RequestRecord) -> None:
+        self.record = record
+        self.future: asyncio.Future[tuple[Any, str]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.started = time.perf_counter()
+        self.timer: asyncio.TimerHandle | None = None
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    def frame(self) -> str:
+        record = self.record
+        return protocol.ToolRequest(
+            tool_request_id=record.id, tool=record.tool, args=record.args,
+            turn_id=record.turn_id,
+        ).encode()
+
+
+class CoreSession:
+    """One page session as Core holds it."""
+
+    def __init__(self, registry: Registry, record: SessionRecord) -> None:
+        self.registry = registry
+        self.record = record
+        self.connection: Connection | None = None
+        self.client: dict[str, Any] = {}
+        self.pending: dict[str, PendingRequest] = {}
+        # requests resolved lately: id -> how ("delivered", "timeout", "cancelled", ...)
+        self.finished: OrderedDict[str, str] = OrderedDict()
+        self.turn: TurnRunner | None = None
+        self.unsent_ends: list[TurnRecord] = []
+        self.closed = False
+        self._expiry: asyncio.TimerHandle | None = None
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return self.record.tools
+
+    @property
+    def state(self) -> str:
+        if self.closed:
+            return "closed"
+        if self.connection is None:
+            return "connecting"
+        if self.pending:
+            return "waiting_tool_result"
+        if self.turn is not None:
+            return "running"
+        return "idle"
+
+    def describe(self, *, full: bool = False) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "sessionId": self.id,
+            "state": self.state,
+            "connected": self.connection is not None,
+            "createdAt": self.record.created_at,
+            "pendingToolRequests": len(self.pending),
+            "turnId": None if self.turn is None else self.turn.turn_id,
+        }
+        if full:
+            info["tools"] = self.tools
+            info["client"] = self.client
+        else:
+            info["toolNames"] = [tool["name"] for tool in self.tools]
+        return info
+
+    # --- connections --------------------------------------------------------------------
+
+    def attach(self, connection: Connection) -> None:
+        """``connection`` now speaks for this session (after a good hello)."""
+        previous = self.connection
+        self.connection = connection
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        if previous is not None and previous is not connection:
+            previous.close(CLOSE_SUPERSEDED, "the session was resumed on another connection")
+
+    def resend(self) -> None:
+        """After the welcome: re-send pending requests (same ids) and missed turn ends."""
+        connection = self.connection
+        if connection is None:
+            return
+        for pending in list(self.pending.values()):
+            if not pending.record.answered:
+                connection.send(pending.frame())
+        ends, self.unsent_ends = self.unsent_ends, []
+        for turn in ends:
+            self.send_turn_end(turn)
+
+    def detach(self, connection: Connection) -> None:
+        """``connection`` is gone; if it was ours, wait for a resume until the TTL."""
+        if self.connection is not connection:
+            return
+        self.connection = None
+        if not self.closed:
+            loop = asyncio.get_running_loop()
+            self._expiry = loop.call_later(self.registry.config.session_ttl, self.expire)
+
+    def send(self, frame: str) -> bool:
+        connection = self.connection
+        if connection is None:
+            return False
+        connection.send(frame)
+        return True
+
+    def send_turn_end(self, turn: TurnRecord) -> None:
+        frame = protocol.TurnEnd(
+            turn_id=turn.id, status=turn.status, text=turn.final_text, error=turn.error
+        ).encode()
+        if self.send(frame):
+            turn.end_delivered = True
+            self.registry.store.save_turn(turn)
+        else:
+            self.unsent_ends.append(turn)
+
+    def update_tools(self, tools: list[dict[str, Any]]) -> None:
+        self.record.tools = tools
+        self.registry.store.save_session(self.record)
+
+    # --- requests -----------------------------------------------------------------------
+
+    def open_request(
+        self, tool: str, args: Any, *, turn_id: str | None = None, step: int = 0,
+        index: int = 0, timeout_ms: int | None = None,
+    ) -> PendingRequest:
+        """Register a request (not sent yet: flush the store, then :meth:`send_request`)."""
+        timeout = self.registry.config.timeout_for(tool, timeout_ms)
+        record = RequestRecord(
+            id=secrets.token_hex(16), session_id=self.id, turn_id=turn_id, step=step,
+            index=index, tool=tool, args=args, deadline=time.time() + timeout,
+        )
+        self.registry.store.save_request(record)
+        return self._track(record)
+
+    def _track(self, record: RequestRecord) -> PendingRequest:
+        pending = PendingRequest(record)
+        self.pending[record.id] = pending
+        delay = max(0.0, record.deadline - time.time())
+        pending.timer = asyncio.get_running_loop().call_later(delay, self._timeout, pending)
+        return pending
+
+    def send_request(self, pending: PendingRequest) -> None:
+        if self.closed:
+            self._resolve(pending, tool_error(
+                SESSION_CLOSED, "the session is closed", retryable=False), "none", "closed")
+            return
+        record = pending.record
+        log_event("tool.request", session=self.id, turn=record.turn_id,
+                  toolRequestId=record.id, tool=record.tool,
+                  connected=self.connection is not None)
+        self.send(pending.frame())
+
+    def accept_result(self, message: protocol.ToolResult) -> tuple[str, str] | None:
+        """Feed the page's result to its request; an ``(error code, message)`` if refused."""
+        request_id = message.tool_request_id
+        pending = self.pending.get(request_id)
+        if pending is None:
+            how = self.finished.get(request_id)
+            if how is None:
+                return UNKNOWN_TOOL_REQUEST, (
+                    f"no tool request {request_id!r} is pending in this session")
+            if how == "delivered":
+                log_event("tool.result.duplicate", session=self.id, toolRequestId=request_id)
+                return DUPLICATE_RESULT, (
+                    f"tool request {request_id!r} already has its result; this one is ignored")
+            log_event("tool.result.late", session=self.id, toolRequestId=request_id,
+                      resolved=how)
+            return LATE_RESULT, (
+                f"tool request {request_id!r} was already resolved ({how}); "
+                "this result is dropped")
+        self._resolve(pending, message.result, message.handled_by, "delivered")
+        return None
+
+    def _timeout(self, pending: PendingRequest) -> None:
+        if self.pending.get(pending.id) is not pending:
+            return
+        seconds = max(0.0, time.perf_counter() - pending.started)
+        self._resolve(pending, tool_error(
+            TOOL_TIMEOUT,
+            f"the page did not answer {pending.record.tool!r} before its deadline",
+            details={"waitedMs": round(seconds * 1000)}, retryable=True,
+        ), "none", "timeout")
+        self.send(protocol.ToolCancel(tool_request_id=pending.id, reason="timeout").encode())
+
+    def cancel_request(self, pending: PendingRequest, reason: str) -> None:
+        """Nobody wants this result any more (cancelled turn, shutdown): tell the page."""
+        if self.pending.get(pending.id) is not pending:
+            return
+        self._resolve(pending, tool_error(
+            TOOL_CANCELLED, f"the request was cancelled: {reason}", retryable=False,
+        ), "none", "cancelled")
+        self.send(protocol.ToolCancel(tool_request_id=pending.id, reason=reason).encode())
+
+    def _resolve(self, pending: PendingRequest, result: Any, handled_by: str, how: str) -> None:
+        record = pending.record
+        del self.pending[record.id]
+        if pending.timer is not None:
+            pending.timer.cancel()
+        self.finished[record.id] = how
+        while len(self.finished) > self.registry.config.remembered_results:
+            self.finished.popitem(last=False)
+        record.result = result
+        record.handled_by = handled_by
+        if record.turn_id is None:
+            self.registry.store.delete_request(record.id)
+        else:  # the turn's journal: kept until the turn ends (see turns.py)
+            self.registry.store.save_request(record)
+        log_event("tool.result", session=self.id, toolRequestId=record.id, tool=record.tool,
+                  handledBy=handled_by, outcome=how,
+                  ms=(time.perf_counter() - pending.started) * 1000)
+        if not pending.future.done():
+            pending.future.set_result((result, handled_by))
+
+    # --- expiry -------------------------------------------------------------------------
+
+    def expire(self) -> None:
+        """Nobody resumed the session in time: fail what is pending and forget it."""
+        self._expiry = None
+        if self.closed or self.connection is not None:
+            return
+        self.closed = True
+        log_event("session.expired", session=self.id, pending=len(self.pending))
+        for pending in list(self.pending.values()):
+            self._resolve(pending, tool_error(
+                SESSION_EXPIRED,
+                "the page's session expired before it came back to answer",
+                retryable=False,
+            ), "none", "expired")
+        self.registry.remove(self)
+
+    def close(self) -> None:
+        """Shutting down: stop timers (pending requests stay in the store)."""
+        for pending in self.pending.values():
+            if pending.timer is not None:
+                pending.timer.cancel()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+
+class Registry:
+    """Every session Core knows, by id."""
+
+    def __init__(self, config: CoreConfig, store: Store,
+                 agent_factory: Callable[[], Agent]) -> None:
+        self.config = config
+        self.store = store
+        self.agent_factory = agent_factory
+        self.sessions: dict[str, CoreSession] = {}
+
+    def create(self, tools: list[dict[str, Any]], client: dict[str, Any] | None) -> CoreSession:
+        record = SessionRecord(
+            id=secrets.token_urlsafe(18), resume_token=secrets.token_urlsafe(32),
+            tools=tools, history=[], created_at=time.time(),
+        )
+        session = CoreSession(self, record)
+        session.client = client or {}
+        self.sessions[record.id] = session
+        self.store.save_session(record)
+        log_event("session.created", session=record.id, tools=len(tools))
+        return session
+
+    def resume(self, session_id: str, resume_token: str | None) -> CoreSession | None:
+        """The session, if the token is right; None says nothing about why."""
+        session = self.sessions.get(session_id)
+        expected = session.record.resume_token if session is not None else "-" * 43
+        given = resume_token or ""
+        # compare even when the session is unknown, so timing says nothing either
+        ok = hmac.compare_digest(expected.encode(), given.encode())
+        if session is None or not ok or session.closed:
+            return None
+        return session
+
+    def get(self, session_id: str) -> CoreSession | None:
+        return self.sessions.get(session_id)
+
+    def remove(self, session: CoreSession) -> None:
+        session.close()
+        if self.sessions.get(session.id) is session:
+            del self.sessions[session.id]
+            self.store.delete_session(session.id)
+
+    # --- restart ------------------------------------------------------------------------
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Rebuild sessions from the store; resume the turns that were running."""
+        from .turns import TurnRunner
+
+        for record in snapshot.sessions:
+            session = CoreSession(self, record)
+            self.sessions[record.id] = session
+            session._expiry = asyncio.get_running_loop().call_later(
+                self.config.session_ttl, session.expire)
+        journals: dict[tuple[str, str], list[RequestRecord]] = {}
+        for request in snapshot.requests:
+            owner = self.sessions.get(request.session_id)
+            if owner is None:
+                continue
+            if request.turn_id is not None:
+                journals.setdefault((request.session_id, request.turn_id), []).append(request)
+            if not request.answered:
+                owner._track(request)
+        for turn in snapshot.turns:
+            owner = self.sessions.get(turn.session_id)
+            if owner is None:
+                continue
+            if turn.status == "running":
+                journal = journals.get((turn.session_id, turn.id), [])
+                runner = TurnRunner(owner, turn, self.agent_factory(), journal=journal)
+                owner.turn = runner
+                runner.start()
+                log_event("turn.resumed", session=owner.id, turn=turn.id,
+                          journal=len(journal))
+            elif not turn.end_delivered:
+                owner.unsent_ends.append(turn)
+        log_event("store.restored", sessions=len(self.sessions),
+                  pending=sum(len(s.pending) for s in self.sessions.values()))
+
+    async def shutdown(self) -> None:
+        """Cancel running turns (they end ``cancelled``), stop timers, flush the store."""
+        runners = [s.turn for s in self.sessions.values() if s.turn is not None]
+        for runner in runners:
+            runner.cancel("Core is shutting down")
+        if runners:
+            await asyncio.wait([r.task for r in runners if r.task is not None], timeout=5)
+        for session in self.sessions.values():
+            session.close()
+        await self.store.flush()

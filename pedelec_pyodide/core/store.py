@@ -1,0 +1,314 @@
+"""Session stores: memory (the default: nothing outlives the process) and SQLite.
+
+Core keeps its live state in memory; a store is where that state is written so a restart
+of Core loses nothing. Writes are queued (they never block the event loop) and one
+writer thread applies them in order, batching what has queued up into one transaction.
+``await store.flush()`` returns once everything queued before it is committed: Core
+flushes before it sends a tool request, so a request a page may run is always on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+
+@dataclass
+class SessionRecord:
+    id: str
+    resume_token: str
+    tools: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    created_at: float
+
+
+@dataclass
+class RequestRecord:
+    """A tool request that has not been delivered to its caller yet."""
+
+    id: str
+    session_id: str
+    turn_id: str | None
+    step: int
+    index: int
+    tool: str
+    args: Any
+    deadline: float  # wall-clock (time.time()) seconds
+    result: Any = None
+    handled_by: str | None = None  # set once the result is in
+
+    @property
+    def answered(self) -> bool:
+        return self.handled_by is not None
+
+
+@dataclass
+class TurnRecord:
+    id: str
+    session_id: str
+    text: str
+    status: str  # running | completed | failed | cancelled
+    final_text: str = ""
+    error: dict[str, Any] | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    end_delivered: bool = False
+    created_at: float = 0.0
+
+
+@dataclass
+class Snapshot:
+    """What a store holds at start: sessions, their open requests, unfinished turns."""
+
+    sessions: list[SessionRecord] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
+
+
+class Store(Protocol):
+    durable: bool
+
+    def load(self) -> Snapshot: ...
+
+    def save_session(self, record: SessionRecord) -> None: ...
+
+    def delete_session(self, session_id: str) -> None: ...
+
+    def save_request(self, record: RequestRecord) -> None: ...
+
+    def delete_request(self, request_id: str) -> None: ...
+
+    def save_turn(self, record: TurnRecord) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryStore:
+    """Keeps nothing: Core's own memory is the only copy."""
+
+    durable = False
+
+    def load(self) -> Snapshot:
+        return Snapshot()
+
+    def save_session(self, record: SessionRecord) -> None:
+        pass
+
+    def delete_session(self, session_id: str) -> None:
+        pass
+
+    def save_request(self, record: RequestRecord) -> None:
+        pass
+
+    def delete_request(self, request_id: str) -> None:
+        pass
+
+    def save_turn(self, record: TurnRecord) -> None:
+        pass
+
+    async def flush(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    resume_token TEXT NOT NULL,
+    tools TEXT NOT NULL,
+    history TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS requests (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    turn_id TEXT,
+    step INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    args TEXT NOT NULL,
+    deadline REAL NOT NULL,
+    result TEXT,
+    handled_by TEXT
+);
+CREATE TABLE IF NOT EXISTS turns (
+    id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    status TEXT NOT NULL,
+    final_text TEXT NOT NULL,
+    error TEXT,
+    tool_calls TEXT NOT NULL,
+    end_delivered INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (session_id, id)
+);
+CREATE INDEX IF NOT EXISTS requests_session ON requests (session_id);
+"""
+
+_Op = tuple[str, tuple[Any, ...]]
+_Item = _Op | asyncio.Future[None] | None
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class SQLiteStore:
+    """SQLite in WAL mode with one connection, owned by one writer thread."""
+
+    durable = True
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._thread = threading.Thread(target=self._run, name="pedelec-store", daemon=True)
+        self._started = False
+        self._error: BaseException | None = None
+
+    # --- reading (once, at start, before the writer runs) ------------------------------
+
+    def load(self) -> Snapshot:
+        db = self._db
+        snapshot = Snapshot()
+        for row in db.execute(
+            "SELECT id, resume_token, tools, history, created_at FROM sessions ORDER BY created_at"
+        ):
+            snapshot.sessions.append(SessionRecord(
+                row[0], row[1], json.loads(row[2]), json.loads(row[3]), row[4]))
+        for row in db.execute(
+            "SELECT id, session_id, turn_id, step, idx, tool, args, deadline, result, handled_by"
+            " FROM requests ORDER BY rowid"
+        ):
+            snapshot.requests.append(RequestRecord(
+                row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6]), row[7],
+                None if row[8] is None else json.loads(row[8]), row[9]))
+        for row in db.execute(
+            "SELECT id, session_id, text, status, final_text, error, tool_calls, end_delivered,"
+            " created_at FROM turns WHERE status = 'running' OR end_delivered = 0"
+            " ORDER BY created_at"
+        ):
+            snapshot.turns.append(TurnRecord(
+                row[0], row[1], row[2], row[3], row[4],
+                None if row[5] is None else json.loads(row[5]), json.loads(row[6]),
+                bool(row[7]), row[8]))
+        return snapshot
+
+    # --- writing ------------------------------------------------------------------------
+
+    def save_session(self, record: SessionRecord) -> None:
+        self._submit(
+            "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?)",
+            (record.id, record.resume_token, _dump(record.tools), _dump(record.history),
+             record.created_at),
+        )
+
+    def delete_session(self, session_id: str) -> None:
+        self._submit("DELETE FROM requests WHERE session_id = ?", (session_id,))
+        self._submit("DELETE FROM turns WHERE session_id = ?", (session_id,))
+        self._submit("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+    def save_request(self, record: RequestRecord) -> None:
+        self._submit(
+            "INSERT OR REPLACE INTO requests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (record.id, record.session_id, record.turn_id, record.step, record.index,
+             record.tool, _dump(record.args), record.deadline,
+             None if record.handled_by is None else _dump(record.result), record.handled_by),
+        )
+
+    def delete_request(self, request_id: str) -> None:
+        self._submit("DELETE FROM requests WHERE id = ?", (request_id,))
+
+    def save_turn(self, record: TurnRecord) -> None:
+        self._submit(
+            "INSERT OR REPLACE INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (record.id, record.session_id, record.text, record.status, record.final_text,
+             None if record.error is None else _dump(record.error), _dump(record.tool_calls),
+             int(record.end_delivered), record.created_at),
+        )
+
+    async def flush(self) -> None:
+        """Wait until every write queued so far is committed."""
+        if self._error is not None:
+            raise RuntimeError(f"the SQLite store at {self.path} failed") from self._error
+        self._ensure_started()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.put(done)
+        await done
+
+    async def close(self) -> None:
+        """Commit what is queued and close the database."""
+        if self._started:
+            self._queue.put(None)
+            await asyncio.to_thread(self._thread.join)
+        self._db.close()
+
+    def _submit(self, sql: str, params: tuple[Any, ...]) -> None:
+        self._ensure_started()
+        self._queue.put((sql, params))
+
+    def _ensure_started(self) -> None:
+        if not self._started:
+            self._started = True
+            self._thread.start()
+
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            batch: list[_Item] = [self._queue.get()]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            waiters: list[asyncio.Future[None]] = []
+            ops: list[_Op] = []
+            for item in batch:
+                if item is None:
+                    stop = True
+                elif isinstance(item, asyncio.Future):
+                    waiters.append(item)
+                else:
+                    ops.append(item)
+            error: BaseException | None = None
+            if ops:
+                try:
+                    self._db.execute("BEGIN")
+                    for sql, params in ops:
+                        self._db.execute(sql, params)
+                    self._db.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    error = self._error = exc
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+            for waiter in waiters:
+                waiter.get_loop().call_soon_threadsafe(_settle, waiter, error)
+
+
+def _settle(waiter: asyncio.Future[None], error: BaseException | None) -> None:
+    if waiter.done():
+        return
+    if error is None:
+        waiter.set_result(None)
+    else:
+        waiter.set_exception(RuntimeError(f"SQLite write failed: {error}"))
+
+
+def open_store(spec: str) -> Store:
+    """``memory`` or a path to an SQLite file (created when missing)."""
+    if spec == "memory":
+        return MemoryStore()
+    return SQLiteStore(spec)

@@ -1,0 +1,207 @@
+"""Running one turn of an agent in a session: Core's side of the :class:`Turn` protocol.
+
+``call_tools`` is one step: every call of the step becomes a ``tool.request`` sent
+together (after the store has them), and the step returns when all are resolved, in the
+order asked. A turn has at most ``max_steps`` steps. Cancelling the turn cancels its
+pending requests (``tool.cancel`` to the page) and ends it ``cancelled``.
+
+After a restart of Core, a turn that was running is run again from the start with its
+journal (the requests it had made, stored with their results): while the agent asks for
+the same calls in the same order, it gets the recorded results, or waits for the very
+requests still pending (re-sent to the page on resume, same ids), and nothing is sent
+twice. An agent that asks for something else (a model is not deterministic) ends the
+turn ``failed`` with ``TURN_INTERRUPTED``: an honest failure, not a guess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from .. import protocol
+from .agent import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
+from .log import log_event
+from .sessions import CoreSession, PendingRequest
+from .store import RequestRecord, TurnRecord
+
+STEP_LIMIT_EXCEEDED = "STEP_LIMIT_EXCEEDED"
+AGENT_ERROR = "AGENT_ERROR"
+TURN_INTERRUPTED = "TURN_INTERRUPTED"
+TURN_CANCELLED = "TURN_CANCELLED"
+
+
+class _Diverged(Exception):
+    """After a restart, the agent asked for calls other than the ones it had made."""
+
+
+class TurnRunner:
+    """One turn: the :class:`Turn` the agent sees, and the task that runs it."""
+
+    def __init__(self, session: CoreSession, record: TurnRecord, agent: Agent, *,
+                 journal: list[RequestRecord] | None = None) -> None:
+        self.session = session
+        self.record = record
+        self.agent = agent
+        self.turn_id = record.id
+        self.text = record.text
+        self.tools: list[dict[str, Any]] = list(session.tools)
+        self.history: list[dict[str, Any]] = session.record.history
+        self.max_steps = session.registry.config.max_steps
+        self.steps = 0
+        self.task: asyncio.Task[TurnRecord] | None = None
+        self._journal: list[list[RequestRecord]] = _steps(journal or [])
+        record.tool_calls = []  # rebuilt by the replay when the turn is resumed
+        self._requests: list[PendingRequest] = []
+        self._cancel_reason = "the turn was cancelled"
+        self._started = time.perf_counter()
+
+    # --- the Turn protocol ------------------------------------------------------------
+
+    async def call_tools(self, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
+        if self.steps >= self.max_steps:
+            raise StepLimitExceeded(
+                f"the turn reached its limit of {self.max_steps} tool-calling steps")
+        step = self.steps
+        self.steps += 1
+        if step < len(self._journal):
+            return await self._replay(step, calls)
+        session = self.session
+        opened = [
+            session.open_request(call.tool, call.args, turn_id=self.turn_id, step=step,
+                                 index=index)
+            for index, call in enumerate(calls)
+        ]
+        self._requests.extend(opened)
+        await session.registry.store.flush()
+        for pending in opened:
+            session.send_request(pending)
+        pairs = zip(opened, calls, strict=True)
+        return [await self._outcome(pending, call) for pending, call in pairs]
+
+    async def say(self, text: str) -> None:
+        if self.steps < len(self._journal):
+            return  # replaying after a restart: the page has seen this text already
+        self.session.send(protocol.TurnDelta(turn_id=self.turn_id, text=text).encode())
+
+    # --- running ----------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[TurnRecord]:
+        self.task = asyncio.ensure_future(self._run())
+        return self.task
+
+    def cancel(self, reason: str) -> None:
+        if self.task is not None and not self.task.done():
+            self._cancel_reason = reason
+            self.task.cancel()
+
+    async def _run(self) -> TurnRecord:
+        record = self.record
+        session = self.session
+        log_event("turn.start", session=session.id, turn=record.id)
+        try:
+            text = await self.agent.run(self)
+            if not isinstance(text, str):
+                raise TypeError(f"the agent returned {type(text).__name__}, not str")
+            record.status, record.final_text = "completed", text
+        except asyncio.CancelledError:
+            record.status = "cancelled"
+            record.error = {"code": TURN_CANCELLED, "message": self._cancel_reason}
+        except StepLimitExceeded as exc:
+            record.status = "failed"
+            record.error = {"code": STEP_LIMIT_EXCEEDED, "message": str(exc)}
+        except _Diverged as exc:
+            record.status = "failed"
+            record.error = {"code": TURN_INTERRUPTED, "message": str(exc)}
+        except Exception as exc:
+            record.status = "failed"
+            detail = str(exc)
+            record.error = {
+                "code": AGENT_ERROR,
+                "message": f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__,
+            }
+            log_event("turn.agent_error", session=session.id, turn=record.id,
+                      error=record.error["message"])
+        self._finish()
+        return record
+
+    def _finish(self) -> None:
+        session = self.session
+        record = self.record
+        for pending in self._requests:
+            session.cancel_request(pending, self._cancel_reason)
+        for step in self._journal:  # restored requests the replay never reached
+            for request in step:
+                restored = session.pending.get(request.id)
+                if restored is not None:
+                    session.cancel_request(restored, "the turn ended before this request")
+        store = session.registry.store
+        for pending in self._requests:
+            store.delete_request(pending.id)
+        for step in self._journal:
+            for request in step:
+                store.delete_request(request.id)
+        if session.turn is self:
+            session.turn = None
+        store.save_session(session.record)  # the agent's history
+        store.save_turn(record)
+        log_event("turn.end", session=session.id, turn=record.id, status=record.status,
+                  steps=self.steps, calls=len(record.tool_calls),
+                  code=None if record.error is None else record.error["code"],
+                  ms=(time.perf_counter() - self._started) * 1000)
+        if not session.closed:
+            session.send_turn_end(record)
+
+    # --- results ------------------------------------------------------------------------
+
+    async def _outcome(self, pending: PendingRequest, call: ToolCallRequest) -> ToolCallOutcome:
+        result, handled_by = await pending.future
+        return self._record(pending.record, call.call_id, result, handled_by,
+                            (time.perf_counter() - pending.started) * 1000)
+
+    def _record(self, request: RequestRecord, call_id: str | None, result: Any,
+                handled_by: str, duration_ms: float) -> ToolCallOutcome:
+        outcome = ToolCallOutcome(
+            tool_request_id=request.id, tool=request.tool, args=request.args, result=result,
+            handled_by=handled_by, call_id=call_id, duration_ms=duration_ms,
+        )
+        self.record.tool_calls.append({
+            "toolRequestId": request.id, "tool": request.tool, "args": request.args,
+            "result": result, "handledBy": handled_by, "durationMs": round(duration_ms, 3),
+        })
+        return outcome
+
+    async def _replay(self, step: int, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
+        recorded = self._journal[step]
+        asked = [(call.tool, call.args) for call in calls]
+        if asked != [(request.tool, request.args) for request in recorded]:
+            raise _Diverged(
+                "Core restarted during this turn and the agent, run again, asked for "
+                f"different tool calls at step {step + 1}; the turn cannot continue safely")
+        outcomes = []
+        for request, call in zip(recorded, calls, strict=True):
+            pending = self.session.pending.get(request.id)
+            if pending is not None:
+                outcomes.append(await self._outcome(pending, call))
+            else:
+                outcomes.append(self._record(request, call.call_id, request.result,
+                                             request.handled_by or "none", 0.0))
+        return outcomes
+
+
+def _steps(journal: list[RequestRecord]) -> list[list[RequestRecord]]:
+    by_step: dict[int, list[RequestRecord]] = {}
+    for request in journal:
+        by_step.setdefault(request.step, []).append(request)
+    return [sorted(by_step[step], key=lambda r: r.index) for step in sorted(by_step)]
+
+
+def start_turn(session: CoreSession, turn_id: str, text: str) -> TurnRunner:
+    """Start a turn; the caller has checked that none is running."""
+    record = TurnRecord(id=turn_id, session_id=session.id, text=text, status="running",
+                        created_at=time.time())
+    runner = TurnRunner(session, record, session.registry.agent_factory())
+    session.turn = runner
+    session.registry.store.save_turn(record)
+    runner.start()
+    return runner
