@@ -1,0 +1,38 @@
+"""``make_agent``: an agent from its ``--agent`` spec."""
+
+from __future__ import annotations
+
+from ..agent import Agent
+from .offline import OfflineAgent
+
+ACCEPTED_SPECS = "offline, openai:MODEL, anthropic:MODEL"
+MODEL_PROVIDERS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}  # → an example
+
+
+class AgentUnavailable(ValueError):
+    """The spec is well-formed, but this build cannot run that agent."""
+
+
+def make_agent(spec: str) -> Agent:
+    """``offline`` → :class:`OfflineAgent`; ``openai:MODEL`` / ``anthropic:MODEL`` → a model
+    adapter. Anything else raises ``ValueError`` listing the accepted forms."""
+    kind, colon, model = spec.strip().partition(":")
+    if kind == "offline" and not colon:
+        return OfflineAgent()
+    if kind in MODEL_PROVIDERS and colon:
+        if not model.strip():
+            raise ValueError(
+                f"agent {spec!r} names no model: write {kind}:MODEL, "
+                f"e.g. {kind}:{MODEL_PROVIDERS[kind]}"
+            )
+        return model_adapter(kind, model.strip())
+    raise ValueError(f"unknown agent {spec!r}: use one of {ACCEPTED_SPECS}")
+
+
+def model_adapter(provider: str, model: str) -> Agent:
+    """The seam for the model adapters: issue 5 ("Real agents and real clients") builds
+    them as ``core/agents/{openai,anthropic}.py`` and returns them from here."""
+    raise AgentUnavailable(
+        f"the {provider} adapter is not built yet (issue 5 adds it), so agent "
+        f"{provider}:{model} cannot run in this version; use --agent offline"
+    )

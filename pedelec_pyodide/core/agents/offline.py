@@ -1,0 +1,540 @@
+"""The offline agent: Core's embedded default. Deterministic, no network, no model.
+
+Two kinds of message (``docs/agents.md``, "The offline agent", is the user's guide):
+
+* ``/call TOOL {json args}`` lines call exactly those tools, one step per line, in the order
+  written, and the reply has one line per call: ``TOOL → RESULT``.
+* Any other text is matched against the tools' names and descriptions; the best tool is
+  called with arguments read from the text where its schema allows, or the reply asks for
+  the arguments it could not read.
+
+Same tools, same text, same results ⇒ same calls and same reply, byte for byte.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ...tools import NAME_PATTERN
+from ..agent import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
+
+ARROW = "→"
+CALL_SYNTAX = "/call TOOL {json args}"
+
+# --- rendering ---------------------------------------------------------------------------
+
+# Characters str.splitlines() breaks on that json.dumps(ensure_ascii=False) leaves as is.
+_LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def compact_json(value: Any) -> str:
+    """One line of JSON, non-ASCII kept readable."""
+    text = json.dumps(value, ensure_ascii=False)
+    for char, escape in _LINE_BREAKS.items():
+        text = text.replace(char, escape)
+    return text
+
+
+def _one_line(text: str) -> str:
+    """``text`` itself when it is printable on one line, else its JSON string form."""
+    return text if text.isprintable() else compact_json(text)
+
+
+def render_result(result: Any) -> str:
+    """A tool result on one line: the value's JSON, or ``error CODE: message``."""
+    if isinstance(result, dict) and set(result) == {"error"}:
+        error = result["error"]
+        code = error.get("code") if isinstance(error, dict) else None
+        if not isinstance(code, str):
+            return "error " + compact_json(error)
+        message = error.get("message")
+        if isinstance(message, str) and message:
+            return f"error {_one_line(code)}: {_one_line(message)}"
+        return f"error {_one_line(code)}"
+    return compact_json(result)
+
+
+def render_outcome(outcome: ToolCallOutcome) -> str:
+    return f"{outcome.tool} {ARROW} {render_result(outcome.result)}"
+
+
+# --- /call lines -------------------------------------------------------------------------
+
+
+def _is_call_line(line: str) -> bool:
+    stripped = line.lstrip()
+    return stripped.startswith("/call") and (len(stripped) == 5 or stripped[5].isspace())
+
+
+def _snippet(text: str, limit: int = 60) -> str:
+    return compact_json(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"{_snippet(literal, 24)} is too large for a JSON number")
+    return value
+
+
+def _parse_call(line: str) -> ToolCallRequest | str:
+    """One ``/call`` line as a request, or what is wrong with it."""
+    parts = line.lstrip()[len("/call") :].split(None, 1)
+    if not parts:
+        return f"no tool name after /call (write {CALL_SYNTAX})"
+    name = parts[0]
+    if not NAME_PATTERN.fullmatch(name):
+        return (
+            f"{_snippet(name)} is not a tool name (1 to 64 letters, digits, '_' or '-')"
+        )
+    if len(parts) == 1:
+        return ToolCallRequest(name, {})
+    raw = parts[1].strip()
+    try:
+        args = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        return f"the args for {name} are not valid JSON: {exc.msg} at character {exc.pos + 1}"
+    except ValueError as exc:  # our number checks, or an integer too long to convert
+        return f"the args for {name} are not valid JSON: {_one_line(str(exc))}"
+    except RecursionError:
+        return f"the args for {name} are nested too deeply"
+    if not isinstance(args, dict):
+        kind = "an array" if isinstance(args, list) else "not an object"
+        return f"the args for {name} must be a JSON object like {{\"key\": 1}}, got {kind}"
+    return ToolCallRequest(name, args)
+
+
+@dataclass(frozen=True)
+class CallMessage:
+    """A ``/call`` message: its calls, or the problems that stop all of them."""
+
+    calls: list[ToolCallRequest]
+    problems: list[str]
+
+
+def parse_call_message(text: str) -> CallMessage | None:
+    """The ``/call`` lines of ``text``, or None when it is not a ``/call`` message.
+
+    A message is a ``/call`` message when any of its lines starts with ``/call``; then every
+    non-blank line must be a well-formed ``/call`` line. Problems read ``line N: ...``.
+    """
+    lines = text.splitlines()
+    if not any(_is_call_line(line) for line in lines):
+        return None
+    message = CallMessage([], [])
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if not _is_call_line(line):
+            message.problems.append(
+                f"line {number}: {_snippet(line.strip())} is not a /call line; a message "
+                "with /call lines may hold only /call lines"
+            )
+            continue
+        parsed = _parse_call(line)
+        if isinstance(parsed, str):
+            message.problems.append(f"line {number}: {parsed}")
+        else:
+            message.calls.append(parsed)
+    return message
+
+
+# --- matching text to a tool -------------------------------------------------------------
+
+NAME_WORD_SCORE = 3
+DESCRIPTION_WORD_SCORE = 1
+MIN_SCORE = 2  # one name word, or two description words
+
+_STOPWORDS = frozenset(
+    [
+        "a", "about", "also", "am", "an", "and", "any", "are", "as", "at", "be", "by", "can",
+        "could", "do", "does", "for", "from", "get", "give", "has", "have", "how", "i", "in", "is",
+        "it", "its", "me", "my", "now", "of", "on", "or", "please", "s", "show", "tell", "that",
+        "the", "their", "them", "then", "there", "this", "to", "us", "want", "was", "we", "what",
+        "whats", "which", "will", "with", "would", "you", "your",
+    ]
+)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_LETTERS = re.compile(r"[^\W\d_]+")
+
+
+def words(text: str) -> list[str]:
+    """Lowercase letter-words of ``text`` (snake_case, kebab-case and camelCase split),
+    stopwords left out, in order of first appearance, each once."""
+    found = _LETTERS.findall(_CAMEL.sub(" ", text).lower())
+    return list(dict.fromkeys(w for w in found if w not in _STOPWORDS))
+
+
+class _TextIndex:
+    """The message's words, bucketed by their first four letters for quick lookups."""
+
+    def __init__(self, text: str) -> None:
+        self.exact = set(words(text))
+        self.buckets: dict[str, list[str]] = {}
+        for word in self.exact:
+            if len(word) >= 4:
+                self.buckets.setdefault(word[:4], []).append(word)
+
+    def mentions(self, word: str) -> bool:
+        if word in self.exact:
+            return True
+        if len(word) < 4:
+            return False
+        return any(_same_stem(word, seen) for seen in self.buckets.get(word[:4], ()))
+
+
+def _same_stem(a: str, b: str) -> bool:
+    """Equal over the first five letters, or all of the shorter word (both have at least
+    four): counter/counters, selected/selection, title/titled."""
+    size = min(5, len(a), len(b))
+    return a[:size] == b[:size]
+
+
+@dataclass(frozen=True)
+class Match:
+    tool: dict[str, Any]
+    score: int
+    name_words: int
+
+
+def best_tool(text: str, tools: list[dict[str, Any]]) -> Match | None:
+    """The tool (from the session's validated metadata) the text is most about, or None
+    when none scores :data:`MIN_SCORE`.
+
+    Each of a tool's name words the text mentions scores 3, each other description word 1.
+    Ties: more name words first, then the earlier tool in the session's list.
+    """
+    index = _TextIndex(text)
+    best: Match | None = None
+    for tool in tools:
+        name_words = words(tool["name"])
+        other_words = [w for w in words(tool["description"]) if w not in name_words]
+        hits = sum(1 for w in name_words if index.mentions(w))
+        score = NAME_WORD_SCORE * hits + DESCRIPTION_WORD_SCORE * sum(
+            1 for w in other_words if index.mentions(w)
+        )
+        if score >= MIN_SCORE and (
+            best is None or (score, hits) > (best.score, best.name_words)
+        ):
+            best = Match(tool, score, hits)
+    return best
+
+
+# --- arguments from the text -------------------------------------------------------------
+
+# "...", '...' and the typographic pairs \u201c...\u201d and \u2018...\u2019
+_QUOTED = r'"[^"\n]*"|\'[^\'\n]*\'|\u201c[^\u201d\n]*\u201d|\u2018[^\u2019\n]*\u2019'
+_QUOTED_RE = re.compile(rf"(?<!\w)(?:{_QUOTED})")
+_NUMBER_RE = re.compile(r"(?<![\w.])([-+]?)(\d+(?:\.\d+)?)(?!\w|\.\d)")
+_NEGATING = re.compile(r"\b(?:decreas\w*|decrement\w*|subtract\w*|minus|reduc\w*|down)\b")
+_BOOLEAN_WORDS = {"yes": True, "true": True, "no": False, "false": False}
+_BOOLEAN_RE = re.compile(r"\b(yes|true|no|false)\b")
+_KINDS = ("integer", "number", "boolean", "string")
+_NO_VALUE: Any = object()  # "the text gives no value for this property"
+_EXAMPLES: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "string": "..."}
+
+
+def _kind(schema: Any) -> str | None:
+    """``enum``, ``integer``, ``number``, ``boolean``, ``string``, or None (anything else)."""
+    if not isinstance(schema, dict):
+        return None
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return "enum"
+    declared = schema.get("type")
+    types = [declared] if isinstance(declared, str) else declared
+    if not isinstance(types, list):
+        return None
+    return next((kind for kind in _KINDS if kind in types), None)
+
+
+def _unquote(raw: str) -> str | None:
+    return raw[1:-1] if _QUOTED_RE.fullmatch(raw) else None
+
+
+def _number(sign: str, digits: str, kind: str) -> int | float | None:
+    if kind == "integer":
+        return None if "." in digits else int(sign + digits)
+    return float(sign + digits) if "." in digits else int(sign + digits)
+
+
+def _convert(raw: str, explicit: bool, kind: str | None, schema: dict[str, Any]) -> Any:
+    """``raw`` as a value of ``kind``, or ``_NO_VALUE``. Bare strings need ``name=``."""
+    inner = _unquote(raw)
+    if kind == "string":
+        if inner is not None:
+            return inner
+        return raw if explicit else _NO_VALUE
+    if kind == "enum":
+        wanted = (inner if inner is not None else raw).lower()
+        for member in schema["enum"]:
+            shown = member if isinstance(member, str) else compact_json(member)
+            if shown.lower() == wanted:
+                return member
+        return _NO_VALUE
+    if kind == "boolean":
+        return _BOOLEAN_WORDS.get(raw.lower(), _NO_VALUE)
+    if kind in ("integer", "number"):
+        number = _NUMBER_RE.fullmatch(raw)
+        if number is not None:
+            value = _number(number.group(1), number.group(2), kind)
+            return _NO_VALUE if value is None else value
+    return _NO_VALUE
+
+
+class _Filler:
+    """Reads values out of the text; each stretch of text gives at most one value."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.taken: list[tuple[int, int]] = []
+        self.quoted = [m.span() for m in _QUOTED_RE.finditer(text)]
+
+    def _free(self, span: tuple[int, int], also_avoid: list[tuple[int, int]]) -> bool:
+        start, end = span
+        return all(end <= s or start >= e for s, e in (*self.taken, *also_avoid))
+
+    def named(self, name: str, kind: str | None, schema: dict[str, Any]) -> Any:
+        """``name=value``, ``name: value`` or ``name value`` (quoted, number, boolean)."""
+        pattern = re.compile(
+            rf"(?<![\w-]){re.escape(name)}(?![\w-])(\s*[:=]\s*|\s+)({_QUOTED}|[^\s,;]+)",
+            re.IGNORECASE,
+        )
+        for found in pattern.finditer(self.text):
+            explicit = found.group(1).strip() != ""
+            raw = found.group(2)
+            if _unquote(raw) is None:
+                raw = raw.rstrip(".!?)") or raw  # "delta=5." ends a sentence
+            value = _convert(raw, explicit, kind, schema)
+            if value is not _NO_VALUE:
+                self.taken.append(found.span())
+                return value
+        return _NO_VALUE
+
+    def first(
+        self, pattern: re.Pattern[str], also_avoid: list[tuple[int, int]]
+    ) -> re.Match[str] | None:
+        """The first match of ``pattern`` in text no other value used, now taken."""
+        match = next(
+            (m for m in pattern.finditer(self.text) if self._free(m.span(), also_avoid)), None
+        )
+        if match is not None:
+            self.taken.append(match.span())
+        return match
+
+
+def fill_args(
+    schema: Any, text: str
+) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """Arguments for a tool read from ``text``: ``(args, [(missing name, its schema)])``.
+
+    In order: ``name=value`` mentions; the first number for the only numeric property
+    (negated when the text says decrease, subtract, minus, reduce or down and gives no
+    sign); the first quoted string for the only string property; the earliest enum value
+    named; yes/no/true/false for the only boolean property; then schema defaults.
+    """
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return {}, []
+    properties: dict[str, Any] = schema["properties"]
+    kinds = {name: _kind(spec) for name, spec in properties.items()}
+    filler = _Filler(text)
+    args: dict[str, Any] = {}
+    for name, spec in properties.items():
+        if not name.strip():  # a blank name cannot be mentioned
+            continue
+        value = filler.named(name, kinds[name], spec if isinstance(spec, dict) else {})
+        if value is not _NO_VALUE:
+            args[name] = value
+
+    def only(*wanted: str) -> str | None:
+        names = [name for name, kind in kinds.items() if kind in wanted]
+        return names[0] if len(names) == 1 and names[0] not in args else None
+
+    numeric = only("integer", "number")
+    if numeric is not None:
+        number = filler.first(_NUMBER_RE, filler.quoted)  # not inside quotes
+        if number is not None:
+            value = _number(number.group(1), number.group(2), str(kinds[numeric]))
+            if value is not None:
+                negate = not number.group(1) and _NEGATING.search(text.lower()) is not None
+                args[numeric] = -value if negate else value
+    string = only("string")
+    if string is not None:
+        quoted = filler.first(_QUOTED_RE, [])
+        if quoted is not None:
+            args[string] = quoted.group()[1:-1]
+    lowered = text.lower()
+    for name, kind in kinds.items():
+        if kind == "enum" and name not in args:
+            choice = _earliest_member(properties[name]["enum"], lowered)
+            if choice is not _NO_VALUE:
+                args[name] = choice
+    boolean = only("boolean")
+    if boolean is not None:
+        said = _BOOLEAN_RE.search(lowered)
+        if said is not None:
+            args[boolean] = _BOOLEAN_WORDS[said.group(1)]
+    for name, spec in properties.items():
+        if name not in args and isinstance(spec, dict) and "default" in spec:
+            args[name] = copy.deepcopy(spec["default"])
+    required = schema.get("required")
+    wanted = required if isinstance(required, list) else []
+    missing = [  # a name listed twice is asked for once
+        (name, properties.get(name))
+        for name in dict.fromkeys(name for name in wanted if isinstance(name, str))
+        if name not in args
+    ]
+    return args, missing
+
+
+def _earliest_member(members: list[Any], lowered: str) -> Any:
+    earliest: tuple[int, int] | None = None
+    for index, member in enumerate(members):
+        shown = member if isinstance(member, str) else compact_json(member)
+        if not shown:
+            continue
+        found = re.search(rf"(?<![\w-]){re.escape(shown.lower())}(?![\w-])", lowered)
+        if found is not None and (earliest is None or found.start() < earliest[0]):
+            earliest = (found.start(), index)
+    return _NO_VALUE if earliest is None else members[earliest[1]]
+
+
+def _describe_property(name: str, schema: Any) -> str:
+    kind = _kind(schema)
+    if kind == "enum":
+        label = "one of " + ", ".join(compact_json(m) for m in schema["enum"])
+    else:
+        label = kind or "a JSON value"
+    description = schema.get("description") if isinstance(schema, dict) else None
+    if isinstance(description, str) and description.strip():
+        label += ": " + _one_line(description.strip())
+    return f"{name} ({label})"
+
+
+def _example(schema: Any) -> Any:
+    kind = _kind(schema)
+    if kind == "enum":
+        return schema["enum"][0]
+    return _EXAMPLES.get(kind or "")
+
+
+def question(tool: str, missing: list[tuple[str, Any]], args: dict[str, Any]) -> str:
+    """Ask for the required arguments the text did not give."""
+    described = [_describe_property(name, schema) for name, schema in missing]
+    listing = described[0] if len(described) == 1 else (
+        ", ".join(described[:-1]) + " and " + described[-1]
+    )
+    noun = "a value" if len(missing) == 1 else "values"
+    example = {**args, **{name: _example(schema) for name, schema in missing}}
+    return (
+        f"To call {tool} I need {noun} for {listing}. What should "
+        f"{'it' if len(missing) == 1 else 'they'} be? For example: "
+        f"/call {tool} {compact_json(example)}"
+    )
+
+
+def no_match(tools: list[dict[str, Any]]) -> str:
+    """No tool fits: say so and list the tools there are."""
+    if not tools:
+        return "No tool fits that, and this session has no tools yet."
+    lines = ["No tool fits that. The tools are:"]
+    for tool in tools:
+        first_line = tool["description"].strip().splitlines()[0]  # non-empty: validated
+        lines.append(f"- {tool['name']}: {_one_line(first_line)}")
+    lines.append(f"Ask for one of them, or call it directly: {CALL_SYNTAX}")
+    return "\n".join(lines)
+
+
+# --- the agent ---------------------------------------------------------------------------
+
+
+class _Reply:
+    """The reply, streamed: every piece goes to ``turn.say`` as it is known."""
+
+    def __init__(self, turn: Turn) -> None:
+        self._turn = turn
+        self._blocks: list[str] = []
+
+    async def add(self, block: str) -> None:
+        await self._turn.say(block if not self._blocks else "\n" + block)
+        self._blocks.append(block)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self._blocks)
+
+
+class OfflineAgent:
+    """Core's embedded default agent; see the module docstring and ``docs/agents.md``."""
+
+    def __init__(self) -> None:
+        self.info = AgentInfo(name="offline")
+
+    async def run(self, turn: Turn) -> str:
+        reply = _Reply(turn)
+        calls: list[dict[str, Any]] = []
+        message = parse_call_message(turn.text)
+        if message is None:
+            await self._answer(turn, reply, calls)
+        elif message.problems:
+            count = len(message.problems)
+            await reply.add(
+                "Nothing was called: "
+                + ("this line has a problem:" if count == 1 else "these lines have problems:")
+            )
+            await reply.add("\n".join(message.problems))
+            await reply.add(f"Write one call per line: {CALL_SYNTAX}")
+        elif await self._within_steps(turn, reply, len(message.calls)):
+            for request in message.calls:  # one step each: they run in exactly this order
+                await self._call(turn, reply, calls, request)
+        turn.history.append(
+            {
+                "agent": "offline",
+                "turn_id": turn.turn_id,
+                "user": turn.text,
+                "calls": calls,
+                "reply": reply.text,
+            }
+        )
+        return reply.text
+
+    async def _answer(self, turn: Turn, reply: _Reply, calls: list[dict[str, Any]]) -> None:
+        match = best_tool(turn.text, turn.tools)
+        if match is None:
+            await reply.add(no_match(turn.tools))
+            return
+        name = str(match.tool["name"])
+        args, missing = fill_args(match.tool.get("argsSchema"), turn.text)
+        if missing:
+            await reply.add(question(name, missing, args))
+            return
+        if await self._within_steps(turn, reply, 1):
+            await reply.add(f"Calling {name} {compact_json(args)}")
+            await self._call(turn, reply, calls, ToolCallRequest(name, args))
+
+    @staticmethod
+    async def _within_steps(turn: Turn, reply: _Reply, steps: int) -> bool:
+        if steps <= turn.max_steps:
+            return True
+        await reply.add(
+            f"Nothing was called: that takes {steps} tool "
+            f"step{'s' if steps != 1 else ''} and this turn allows {max(turn.max_steps, 0)}."
+        )
+        return False
+
+    @staticmethod
+    async def _call(
+        turn: Turn, reply: _Reply, calls: list[dict[str, Any]], request: ToolCallRequest
+    ) -> None:
+        (outcome,) = await turn.call_tools([request])
+        calls.append({"tool": outcome.tool, "args": outcome.args, "result": outcome.result})
+        await reply.add(render_outcome(outcome))
