@@ -10,6 +10,7 @@ protocol itself. Every bad frame gets an ``error`` frame; the connection stays o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -119,6 +120,10 @@ class BridgeConnection:
                     break
                 self.handle(data)
         finally:
+            flusher = self._flusher
+            if flusher is not None:  # let the last frames (and a close) go out
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(flusher), 2.0)
             self._open = False
             if self.session is not None:
                 self.session.detach(self)

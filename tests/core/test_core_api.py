@@ -1,0 +1,182 @@
+"""Core's HTTP side: health, the control API, auth, static files, Origin checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+import websockets
+from corekit import TOKEN, Page, RawClient, config, run, running_core, tool_meta
+
+from pedelec_pyodide import Session, define_tool
+
+
+def adder() -> Session:
+    tool = define_tool(
+        name="add", description="adds one",
+        args_schema={"type": "object", "properties": {"a": {"type": "integer"}},
+                     "required": ["a"]},
+        handler=lambda args: {"value": args["a"] + 1},
+    )
+    return Session([tool])
+
+
+def test_health_needs_no_token_and_control_api_does() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            async with httpx.AsyncClient(base_url=str(core.http.base_url)) as anonymous:
+                health = await anonymous.get("/pedelec/v1/health")
+                assert health.status_code == 200
+                assert health.json()["status"] == "ok"
+                for headers in ({}, {"Authorization": "Bearer wrong"},
+                                {"Authorization": f"Basic {TOKEN}"}):
+                    response = await anonymous.get("/pedelec/v1/sessions", headers=headers)
+                    assert response.status_code == 401
+                    assert response.json()["error"]["code"] == "UNAUTHORIZED"
+                    assert TOKEN not in response.text
+                response = await anonymous.post("/pedelec/v1/sessions/x/tool-calls", json={})
+                assert response.status_code == 401
+            assert (await core.http.get("/pedelec/v1/sessions")).json() == {"sessions": []}
+
+    run(main())
+
+
+def test_tool_call_through_the_control_api() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(adder()).connect(core.ws_url)
+            sid = page.session.session_id
+            assert sid is not None
+            response = await core.tool_call(sid, "add", {"a": 41})
+            assert response.status_code == 200
+            body = response.json()
+            assert body["result"] == {"value": 42}
+            assert body["handledBy"] == "inline"
+            assert [f["toolRequestId"] for f in page.frames("tool.request")] == [
+                body["toolRequestId"]]
+            # error results travel as results: bad args, then an unknown tool
+            bad = (await core.tool_call(sid, "add", {"a": "x"})).json()
+            assert bad["result"]["error"]["code"] == "INVALID_ARGS"
+            missing = (await core.tool_call(sid, "nope")).json()
+            assert missing["result"]["error"]["code"] == "TOOL_HANDLER_NOT_FOUND"
+            assert missing["handledBy"] == "none"
+
+            listed = (await core.http.get("/pedelec/v1/sessions")).json()["sessions"]
+            assert [s["sessionId"] for s in listed] == [sid]
+            info = await core.session_info(sid)
+            assert info["state"] == "idle" and info["connected"] is True
+            assert info["tools"] == [t.metadata() for t in page.session.tools.values()]
+
+    run(main())
+
+
+def test_control_api_errors_are_clear() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(adder()).connect(core.ws_url)
+            sid = page.session.session_id
+            http = core.http
+            assert (await http.get("/pedelec/v1/sessions/unknown")).status_code == 404
+            missing = await core.tool_call("unknown", "add")
+            assert missing.status_code == 404
+            assert missing.json()["error"]["code"] == "SESSION_NOT_FOUND"
+            assert (await core.turn("unknown", "hi")).status_code == 404
+            url = f"/pedelec/v1/sessions/{sid}/tool-calls"
+            cases = [
+                (b"{not json", "JSON"),
+                (b"[1, 2]", "JSON object"),
+                (json.dumps({"args": {}}).encode(), "'tool'"),
+                (json.dumps({"tool": "bad name!"}).encode(), "'tool'"),
+                (json.dumps({"tool": "add", "timeoutMs": -5}).encode(), "timeoutMs"),
+                (json.dumps({"tool": "add", "timeoutMs": True}).encode(), "timeoutMs"),
+            ]
+            for body, words in cases:
+                response = await http.post(url, content=body)
+                assert response.status_code == 400, body
+                error = response.json()["error"]
+                assert error["code"] == "BAD_REQUEST" and words in error["message"]
+            response = await http.post(f"/pedelec/v1/sessions/{sid}/turns", json={"text": 5})
+            assert response.status_code == 400
+            assert page.frames("tool.request") == []
+
+    run(main())
+
+
+def test_static_files_and_mime_types(tmp_path: Path) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "index.html").write_text("<h1>my app</h1>")
+    web = tmp_path / "web"
+    web.mkdir()
+    (web / "pedelec-pyodide.js").write_text("export {};")
+    pyodide = tmp_path / "pyodide"
+    pyodide.mkdir()
+    files = {
+        "pyodide.mjs": "text/javascript", "pyodide.asm.js": "text/javascript",
+        "pyodide.asm.wasm": "application/wasm", "pyodide-lock.json": "application/json",
+        "micropip-0.11.1-py3-none-any.whl": "application/zip",
+    }
+    for name in files:
+        (pyodide / name).write_bytes(b"{}")
+
+    async def main() -> None:
+        cfg = config(app_dir=app, web_dir=web, pyodide_dir=pyodide)
+        async with running_core(cfg) as core:
+            index = await core.http.get("/")
+            assert index.status_code == 200 and "my app" in index.text
+            bridge_js = await core.http.get("/pedelec/pedelec-pyodide.js")
+            assert bridge_js.headers["content-type"].startswith("text/javascript")
+            for name, mime in files.items():
+                response = await core.http.get(f"/pedelec/pyodide/{name}")
+                assert response.status_code == 200, name
+                assert response.headers["content-type"].split(";")[0] == mime, name
+            health = (await core.http.get("/pedelec/v1/health")).json()
+            assert health["pyodide"] == "ready"
+
+    run(main())
+
+
+def test_missing_pieces_say_what_is_missing(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with running_core(config(demo=True, web_dir=tmp_path)) as core:
+            page = await core.http.get("/")
+            assert page.status_code == 503 and "demo page is not in this build" in page.text
+            runtime = await core.http.get("/pedelec/pyodide/pyodide.mjs")
+            assert runtime.status_code == 503 and "--pyodide DIR" in runtime.text
+
+    run(main())
+
+
+def test_origin_allow_list() -> None:
+    async def main() -> None:
+        cfg = config(allow_origins=("https://app.example",))
+        async with running_core(cfg) as core:
+            own = f"http://127.0.0.1:{core.port}"
+            for origin in (None, own, "https://app.example"):
+                client = await RawClient.open(core.ws_url, origin=origin)
+                assert (await client.hello())["type"] == "welcome"
+                await client.close()
+            for origin in ("https://evil.example", f"http://localhost:{core.port}"):
+                with pytest.raises(websockets.InvalidStatus) as refused:
+                    await RawClient.open(core.ws_url, origin=origin)
+                assert refused.value.response.status_code == 403
+
+    run(main())
+
+
+def test_hello_tools_are_visible_and_tools_update_replaces_them() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            client = await RawClient.open(core.ws_url)
+            welcome = await client.hello([tool_meta("a"), tool_meta("b")])
+            sid = welcome["sessionId"]
+            assert [t["name"] for t in (await core.session_info(sid))["tools"]] == ["a", "b"]
+            await client.send({"type": "tools.update", "tools": [tool_meta("c")]})
+            await client.send({"type": "tools.update", "tools": [{"name": "bad name"}]})
+            error = await client.recv()
+            assert error["code"] == "INVALID_TOOL"
+            assert [t["name"] for t in (await core.session_info(sid))["tools"]] == ["c"]
+
+    run(main())

@@ -1,0 +1,173 @@
+"""Bad input on the bridge never crashes Core nor touches another session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import websockets
+from corekit import RawClient, config, run, running_core, tool_meta
+
+
+async def alive(client: RawClient) -> None:
+    """The connection still works: an unknown turn.cancel gets its error frame."""
+    await client.send({"type": "turn.cancel", "turnId": "nope"})
+    assert (await client.recv())["code"] == "UNKNOWN_TURN"
+
+
+def test_malformed_frames_get_error_frames_and_the_connection_stays() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            client = await RawClient.open(core.ws_url)
+            await client.send({"type": "turn.start", "turnId": "t", "text": "x"})
+            assert (await client.recv())["code"] == "HELLO_REQUIRED"
+            welcome = await client.hello([tool_meta("a")])
+            assert welcome["type"] == "welcome" and welcome["resumed"] is False
+            cases = [
+                ("{oops", "FRAME_NOT_JSON"),
+                ("[1]", "FRAME_NOT_OBJECT"),
+                ({"no": "type"}, "MISSING_TYPE"),
+                ({"type": "launch.missiles"}, "UNKNOWN_TYPE"),
+                ({"type": "welcome"}, "WRONG_DIRECTION"),
+                ({"type": "turn.start", "turnId": "t"}, "MISSING_FIELD"),
+                ({"type": "tool.result", "toolRequestId": "x", "result": 1,
+                  "handledBy": "magic"}, "INVALID_FIELD"),
+                ({"type": "hello", "protocol": 1, "tools": []}, "DUPLICATE_HELLO"),
+                ("[" * 500 + "]" * 500, "FRAME_NOT_OBJECT"),
+                ('{"type":"x","a":' + "[" * 200 + "]" * 200 + "}", "FRAME_TOO_DEEP"),
+            ]
+            for frame, code in cases:
+                await client.send(frame if isinstance(frame, str) else json.dumps(frame))
+                error = await client.recv()
+                assert error["type"] == "error" and error["code"] == code, (frame, error)
+            await client.ws.send(b'{"type": "turn.cancel", "turnId": "b"}')  # binary frame
+            assert (await client.recv())["code"] == "UNKNOWN_TURN"
+            await alive(client)
+            info = (await core.http.get(f"/pedelec/v1/sessions/{welcome['sessionId']}")).json()
+            assert info["connected"] is True
+
+    run(main())
+
+
+def test_invalid_hello_and_refused_resume() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            first = await RawClient.open(core.ws_url)
+            welcome = await first.hello()
+            other = await RawClient.open(core.ws_url)
+            bad_tools = await other.hello([{"name": "x", "description": "", "argsSchema": {}}])
+            assert bad_tools["code"] == "INVALID_TOOL"
+            version = await other.hello(protocol=2)
+            assert version["code"] == "UNSUPPORTED_PROTOCOL"
+            refusals = [
+                await other.hello(sessionId=welcome["sessionId"], resumeToken="wrong"),
+                await other.hello(sessionId=welcome["sessionId"]),
+                await other.hello(sessionId="no-such-session", resumeToken="wrong"),
+            ]
+            assert {r["code"] for r in refusals} == {"RESUME_REFUSED"}
+            assert len({r["message"] for r in refusals}) == 1  # says nothing about why
+            # the refused connection may still start a session of its own
+            fresh = await other.hello()
+            assert fresh["type"] == "welcome" and fresh["sessionId"] != welcome["sessionId"]
+            await alive(first)
+
+    run(main())
+
+
+def test_results_for_unknown_foreign_and_duplicate_ids() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            owner = await RawClient.open(core.ws_url)
+            sid = (await owner.hello([tool_meta("t")]))["sessionId"]
+            thief = await RawClient.open(core.ws_url)
+            await thief.hello()
+            call = asyncio.create_task(core.tool_call(sid, "t", {"n": 1}))
+            request = await owner.recv()
+            assert request["type"] == "tool.request"
+            rid = request["toolRequestId"]
+            # another session answering this id is refused; the request stays pending
+            await thief.send({"type": "tool.result", "toolRequestId": rid,
+                              "result": "stolen", "handledBy": "named"})
+            refused = await thief.recv()
+            assert refused["code"] == "UNKNOWN_TOOL_REQUEST" and refused["toolRequestId"] == rid
+            await owner.send({"type": "tool.result", "toolRequestId": "made-up",
+                              "result": 1, "handledBy": "named"})
+            assert (await owner.recv())["code"] == "UNKNOWN_TOOL_REQUEST"
+            assert (await core.session_info(sid))["state"] == "waiting_tool_result"
+            for result in ("mine", "again"):
+                await owner.send({"type": "tool.result", "toolRequestId": rid,
+                                  "result": result, "handledBy": "named"})
+            assert (await owner.recv())["code"] == "DUPLICATE_RESULT"
+            body = (await asyncio.wait_for(call, 10)).json()
+            assert body == {"toolRequestId": rid, "result": "mine", "handledBy": "named"}
+            await alive(owner)
+            await alive(thief)
+
+    run(main())
+
+
+def test_frame_size_limit() -> None:
+    async def main() -> None:
+        async with running_core(config(max_frame_bytes=2000)) as core:
+            client = await RawClient.open(core.ws_url, max_size=None)
+            await client.hello()
+            await client.send({"type": "turn.start", "turnId": "t", "text": "x" * 3000})
+            error = await client.recv()
+            assert error["code"] == "FRAME_TOO_LARGE" and "2000" in error["message"]
+            await alive(client)
+            await client.send("x" * 9000)  # over 4x the limit: not even read
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await client.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+    run(main())
+
+
+def test_rate_limit_refuses_then_cuts_off_a_flood() -> None:
+    async def main() -> None:
+        async with running_core(config(rate_limit=5, rate_burst=10)) as core:
+            client = await RawClient.open(core.ws_url)
+            await client.hello()
+            codes: list[str] = []
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                for _ in range(200):
+                    await client.send({"type": "turn.cancel", "turnId": "x"})
+                while True:
+                    codes.append((await client.recv())["code"])
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+            assert "RATE_LIMITED" in codes and "UNKNOWN_TURN" in codes
+            # other connections are not affected
+            other = await RawClient.open(core.ws_url)
+            assert (await other.hello())["type"] == "welcome"
+
+    run(main())
+
+
+def test_deadline_timeout_cancel_and_late_result() -> None:
+    async def main() -> None:
+        cfg = config(tool_timeouts_ms={"slow": 100})
+        async with running_core(cfg) as core:
+            client = await RawClient.open(core.ws_url)
+            sid = (await client.hello([tool_meta("slow"), tool_meta("t")]))["sessionId"]
+            # per call (timeoutMs) and per tool (config) deadlines
+            for tool, extra in (("t", {"timeoutMs": 100}), ("slow", {})):
+                started = asyncio.get_running_loop().time()
+                response = await core.tool_call(sid, tool, {}, **extra)
+                waited = asyncio.get_running_loop().time() - started
+                body = response.json()
+                assert body["result"]["error"]["code"] == "TOOL_TIMEOUT"
+                assert body["handledBy"] == "none" and 0.09 < waited < 5
+                request = await client.recv()
+                cancel = await client.recv()
+                assert cancel == {"type": "tool.cancel",
+                                  "toolRequestId": request["toolRequestId"],
+                                  "reason": "timeout"}
+                await client.send({"type": "tool.result",
+                                   "toolRequestId": request["toolRequestId"],
+                                   "result": "too late", "handledBy": "named"})
+                late = await client.recv()
+                assert late["code"] == "LATE_RESULT"
+            assert (await core.session_info(sid))["state"] == "idle"
+
+    run(main())

@@ -1,0 +1,166 @@
+"""Turns: parallel tool calls, deltas, the step limit, cancel, one turn at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+from corekit import PlanAgent, RawClient, config, run, running_core, tool_meta, until
+from corekit import Page as PageAdapter
+
+from pedelec_pyodide import Session, TurnError, define_tool
+from pedelec_pyodide.core.agent import ToolCallRequest, Turn
+
+
+class GatedTools:
+    """Tools whose handlers wait for the test to open their gate; counts every run."""
+
+    def __init__(self, *names: str) -> None:
+        self.gates = {name: asyncio.Event() for name in names}
+        self.started = {name: asyncio.Event() for name in names}
+        self.runs: Counter[str] = Counter()
+
+    def tools(self) -> list[Any]:
+        return [self._tool(name) for name in self.gates]
+
+    def _tool(self, name: str) -> Any:
+        async def handler(args: Any) -> Any:
+            self.runs[name] += 1
+            self.started[name].set()
+            await self.gates[name].wait()
+            return {"tool": name, "args": args}
+
+        return define_tool(name=name, description=f"gated {name}",
+                           args_schema={"type": "object"}, handler=handler)
+
+
+def test_parallel_calls_go_out_together_and_come_back_in_order() -> None:
+    async def main() -> None:
+        plan = [[("a", {"n": 1}), ("b", {"n": 2}), ("c", {"n": 3})], [("a", {"n": 4})]]
+        async with running_core(config(agent_factory=lambda: PlanAgent(plan))) as core:
+            gated = GatedTools("a", "b", "c")
+            page = await PageAdapter(Session(gated.tools())).connect(core.ws_url)
+            sid = page.session.session_id
+            reply = asyncio.create_task(page.session.send_text("go"))
+            # all three requests of the step are out before any result
+            await page.wait_frame("tool.request", 3)
+            for name in "abc":
+                await asyncio.wait_for(gated.started[name].wait(), 10)
+            assert (await core.session_info(sid))["state"] == "waiting_tool_result"
+            for name in "cba":  # finish in reverse order
+                gated.gates[name].set()
+            text = await asyncio.wait_for(reply, 10)
+            results = json.loads(text)
+            assert [r["args"]["n"] for r in results] == [1, 2, 3, 4]
+            assert gated.runs == Counter(a=2, b=1, c=1)
+            end = page.frames("turn.end")[0]
+            assert end["status"] == "completed" and end["text"] == text
+            requests = page.frames("tool.request")
+            assert len({r["toolRequestId"] for r in requests}) == 4
+            assert {r["turnId"] for r in requests} == {end["turnId"]}
+            assert (await core.session_info(sid))["state"] == "idle"
+
+    run(main())
+
+
+def test_turn_through_the_control_api_lists_its_tool_calls() -> None:
+    async def main() -> None:
+        plan = [[("add", {"a": 1}), ("missing", {})]]
+        async with running_core(config(agent_factory=lambda: PlanAgent(plan))) as core:
+            add = define_tool(name="add", description="adds one",
+                              args_schema={"type": "object"},
+                              handler=lambda args: {"value": args["a"] + 1})
+            page = await PageAdapter(Session([add])).connect(core.ws_url)
+            response = await core.turn(page.session.session_id, "hi")
+            body = response.json()
+            assert body["status"] == "completed"
+            calls = body["toolCalls"]
+            assert [(c["tool"], c["handledBy"]) for c in calls] == [
+                ("add", "inline"), ("missing", "none")]
+            assert calls[0]["result"] == {"value": 2}
+            assert calls[1]["result"]["error"]["code"] == "TOOL_HANDLER_NOT_FOUND"
+            # the page saw the turn too
+            await page.wait_frame("turn.end")
+
+    run(main())
+
+
+class Looping:
+    async def run(self, turn: Turn) -> str:
+        while True:
+            await turn.call_tools([ToolCallRequest("t", {})])
+
+
+class Failing:
+    async def run(self, turn: Turn) -> str:
+        raise RuntimeError("the model said no")
+
+
+class Talking:
+    async def run(self, turn: Turn) -> str:
+        for word in ("one ", "two ", "three"):
+            await turn.say(word)
+        return "one two three"
+
+
+@pytest.mark.parametrize(("agent", "status", "code"), [
+    (Looping, "failed", "STEP_LIMIT_EXCEEDED"),
+    (Failing, "failed", "AGENT_ERROR"),
+    (Talking, "completed", None),
+])
+def test_turn_endings(agent: Any, status: str, code: str | None) -> None:
+    async def main() -> None:
+        async with running_core(config(agent_factory=agent, max_steps=3)) as core:
+            tool = define_tool(name="t", description="t", args_schema={"type": "object"},
+                               handler=lambda: 1)
+            page = await PageAdapter(Session([tool])).connect(core.ws_url)
+            if status == "completed":
+                assert await page.session.send_text("x") == "one two three"
+                assert [f["text"] for f in page.frames("turn.delta")] == [
+                    "one ", "two ", "three"]
+                return
+            with pytest.raises(TurnError) as failed:
+                await page.session.send_text("x")
+            assert failed.value.status == status and failed.value.code == code
+            if agent is Looping:
+                assert len(page.frames("tool.request")) == 3
+            else:
+                assert "RuntimeError: the model said no" in failed.value.message
+
+    run(main())
+
+
+def test_one_turn_at_a_time_and_cancel() -> None:
+    async def main() -> None:
+        async with running_core(config(agent_factory=lambda: PlanAgent([[("a", {})]]))) as core:
+            client = await RawClient.open(core.ws_url)
+            sid = (await client.hello([tool_meta("a")]))["sessionId"]
+            await client.send({"type": "turn.start", "turnId": "t1", "text": "go"})
+            request = await client.recv()
+            assert request["type"] == "tool.request" and request["turnId"] == "t1"
+            assert (await core.session_info(sid))["turnId"] == "t1"
+            await client.send({"type": "turn.start", "turnId": "t2", "text": "again"})
+            assert (await client.recv())["code"] == "TURN_BUSY"
+            busy = await core.turn(sid, "third")
+            assert busy.status_code == 409 and busy.json()["error"]["code"] == "TURN_BUSY"
+            await client.send({"type": "turn.cancel", "turnId": "t2"})
+            assert (await client.recv())["code"] == "UNKNOWN_TURN"
+            await client.send({"type": "turn.cancel", "turnId": "t1"})
+            cancel = await client.recv()
+            assert cancel == {"type": "tool.cancel", "toolRequestId": request["toolRequestId"],
+                              "reason": "the page cancelled the turn"}
+            end = await client.recv()
+            assert end["type"] == "turn.end" and end["status"] == "cancelled"
+            assert end["error"]["code"] == "TURN_CANCELLED"
+            await client.send({"type": "tool.result", "toolRequestId": request["toolRequestId"],
+                               "result": 1, "handledBy": "named"})
+            assert (await client.recv())["code"] == "LATE_RESULT"
+            # the session takes the next turn
+            await client.send({"type": "turn.start", "turnId": "t3", "text": "go"})
+            assert (await client.recv())["turnId"] == "t3"
+            await until(lambda: core.registry.get(sid).state == "waiting_tool_result")
+
+    run(main())
