@@ -91,7 +91,9 @@ function optionsFrom(el) {
 function resolveConfig(options) {
   const base = typeof location !== "undefined" ? location.href : moduleUrl;
   const core = new URL(options.core ?? new URL(moduleUrl).origin, base).href;
-  const pyodide = new URL(options.pyodide ?? "/pedelec/pyodide/pyodide.mjs", core).href;
+  const pyodide = options.pyodide
+    ? new URL(options.pyodide, base).href
+    : new URL("/pedelec/pyodide/pyodide.mjs", core).href;
   const lock = new URL(options.lock ?? "pyodide-lock.json", pyodide).href;
   return {
     core,
@@ -203,7 +205,20 @@ async function boot(options) {
   }
   session._sendText = page.send_text;
   session._close = page.close;
-  const pedelec = { pyodide, session, core: config.core, page };
+  const pedelec = {
+    pyodide,
+    session,
+    core: config.core,
+    /** Run Python in the namespace of the page's blocks (where `session` is bound). */
+    async runPython(code) {
+      const globals = page.namespace;
+      try {
+        return await pyodide.runPythonAsync(code, { globals });
+      } finally {
+        globals.destroy();
+      }
+    },
+  };
   if (typeof window !== "undefined") window.pedelec = pedelec;
   if (typeof document !== "undefined") {
     document.dispatchEvent(new CustomEvent("pedelec:ready", { detail: pedelec }));

@@ -1,0 +1,47 @@
+// End-to-end tests in real Chromium (Debian's /usr/bin/chromium; never downloaded).
+// Two Cores on loopback, started and stopped by Playwright: one serving the test pages of
+// tests/e2e/app/ (`pedelec serve --app`), one running the demo (`pedelec demo`). Both use
+// the runtime provisioned into .cache/e2e/ (the same code path as `pedelec demo`).
+import { defineConfig } from "@playwright/test";
+
+export const TOKEN = "e2e-admin-token";
+export const APP_PORT = Number(process.env.PEDELEC_E2E_PORT ?? 8777);
+export const DEMO_PORT = APP_PORT + 1;
+const PYODIDE = ".cache/e2e/pyodide";
+const provision = `.venv/bin/python -m pedelec_pyodide.core.provision .cache/e2e`;
+const env = { PEDELEC_ADMIN_TOKEN: TOKEN };
+
+export default defineConfig({
+  testDir: "tests/e2e",
+  timeout: 60_000,
+  expect: { timeout: 15_000 },
+  fullyParallel: true,
+  workers: process.env.CI ? 2 : 4,
+  reporter: [["list"]],
+  use: {
+    browserName: "chromium",
+    launchOptions: {
+      executablePath: "/usr/bin/chromium",
+      args: [
+        "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+      ],
+    },
+  },
+  webServer: [
+    {
+      command: `${provision} && exec .venv/bin/pedelec serve --host 127.0.0.1 --port ${APP_PORT} --app tests/e2e/app --pyodide ${PYODIDE} --tool-timeout 20000 --quiet`,
+      url: `http://127.0.0.1:${APP_PORT}/pedelec/v1/health`,
+      env,
+      reuseExistingServer: false,
+      timeout: 240_000,
+    },
+    {
+      command: `${provision} && exec .venv/bin/pedelec demo --host 127.0.0.1 --port ${DEMO_PORT} --pyodide ${PYODIDE} --quiet`,
+      url: `http://127.0.0.1:${DEMO_PORT}/pedelec/v1/health`,
+      env,
+      reuseExistingServer: false,
+      timeout: 240_000,
+    },
+  ],
+});
