@@ -289,6 +289,8 @@ class Bridge:
         self._detach()
         if socket is not None:
             socket.close(1000, "closed by the page")
+            if not self.session.closed:
+                self.session.connection_lost()
         self._unsubscribe()
         if forget:
             self._forget()

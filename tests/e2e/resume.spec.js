@@ -1,0 +1,75 @@
+// Resume across reload: id + token in sessionStorage, handlers re-registered by the page's
+// Python, pending requests re-sent by Core, the sessionStorage ledger preventing a 2nd run.
+import { expect, test } from "@playwright/test";
+import { app, callTool, getSession, openPage, runPython, waitForReady, waitForState } from "./helpers.js";
+
+const runs = (page, tool) => page.evaluate((t) => Number(localStorage.getItem(`runs:${t}`) ?? 0), tool);
+
+async function reload(page) {
+  await page.reload();
+  return waitForReady(page);
+}
+
+test("a reload keeps the session (id from sessionStorage, resumed by Core)", async ({ page }) => {
+  const { sessionId } = await openPage(page, `${app.url}/resume.html`);
+  const again = await reload(page);
+  expect(again.sessionId).toBe(sessionId);
+  const info = await getSession(app, sessionId);
+  expect(info.connected).toBe(true);
+});
+
+test("finished in the tab, not yet delivered, then reload: result delivered once, handler run once", async ({ page }) => {
+  const { sessionId } = await openPage(page, `${app.url}/resume.html`);
+  const pending = callTool(app, sessionId, "write_once", { gate_name: "w1" });
+  await expect.poll(() => runs(page, "write_once")).toBe(1);
+  // cut the link to Core (no reconnect), then let the handler finish: the result stays in
+  // the ledger (sessionStorage), undelivered
+  await runPython(page, `
+from pedelec_pyodide.browser import bridge_of
+bridge_of(session).stop()
+gate("w1").set()`);
+  await waitForState(page, "connecting");
+  expect(await runs(page, "write_once")).toBe(1);
+
+  const again = await reload(page);
+  expect(again.sessionId).toBe(sessionId);
+  const response = await pending;
+  expect(response).toMatchObject({ result: { written: "w1" }, handledBy: "inline" });
+  await waitForState(page, "idle");
+  expect(await runs(page, "write_once")).toBe(1);
+});
+
+test("reload while a side-effecting call runs: TOOL_OUTCOME_UNKNOWN, never a second run", async ({ page }) => {
+  const { sessionId } = await openPage(page, `${app.url}/resume.html`);
+  const pending = callTool(app, sessionId, "write_once", { gate_name: "w2" });
+  await expect.poll(() => runs(page, "write_once")).toBe(1);
+  await reload(page);
+  const { result } = await pending;
+  expect(result.error.code).toBe("TOOL_OUTCOME_UNKNOWN");
+  expect(result.error.retryable).toBe(false);
+  expect(await runs(page, "write_once")).toBe(1);
+});
+
+test("reload while a read-only call runs: it runs again after the reload and delivers once", async ({ page }) => {
+  const { sessionId } = await openPage(page, `${app.url}/resume.html`);
+  const pending = callTool(app, sessionId, "read_value", { gate_name: "r1" });
+  await expect.poll(() => runs(page, "read_value")).toBe(1);
+  await reload(page);
+  await expect.poll(() => runs(page, "read_value")).toBe(2);
+  await runPython(page, `gate("r1").set()`);
+  expect(await pending).toMatchObject({ result: { read: "r1" }, handledBy: "inline" });
+});
+
+test("a dropped connection reconnects with backoff and resumes", async ({ page }) => {
+  const { sessionId } = await openPage(page, `${app.url}/resume.html`);
+  await runPython(page, `
+from pedelec_pyodide.browser import bridge_of
+bridge_of(session)._socket.close()`);
+  await waitForState(page, "idle");
+  expect(await runPython(page, "bridge_of(session).connections")).toBe(2);
+  expect(await page.evaluate(() => window.pedelec.session.id)).toBe(sessionId);
+  const pending = callTool(app, sessionId, "read_value", { gate_name: "r2" });
+  await waitForState(page, "waiting_tool_result");
+  await runPython(page, `gate("r2").set()`);
+  expect(await pending).toMatchObject({ result: { read: "r2" } });
+});
