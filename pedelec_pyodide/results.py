@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
 from typing import Any
 
@@ -65,23 +66,57 @@ class ResultError(Exception):
         self.result = result
 
 
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# json.dumps builds a C encoder for every call; results are encoded on the hot path, so
+# build one once. Its cycle markers are shared: cleared after a failure, and a re-entrant
+# or concurrent use (markers not empty) takes the ordinary encoder instead.
+_markers: dict[int, Any] = {}
+_make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_c_encoder = (
+    _make_c_encoder(_markers, _refuse, json.encoder.encode_basestring, None,
+                    ":", ",", False, False, False)
+    if _make_c_encoder is not None else None
+)
+
+
+def _encode(value: Any) -> str:
+    if _c_encoder is None or _markers:
+        return _ENCODER.encode(value)
+    try:
+        return "".join(_c_encoder(value, 0))
+    finally:
+        _markers.clear()
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_SMALL = 4096  # below this many characters a Python walk beats a C decode-and-compare
+
+
 def encode_result(value: Any, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> tuple[Any, str]:
     """Check a handler's value and encode it: ``(value as Core will see it, JSON text)``.
 
     Accepts exactly what ``json.dumps(value, allow_nan=False)`` encodes with str keys and no
     cycles; anything else raises :class:`ResultError` naming the JSON path and the type.
-    The C encoder does the work; a decode-and-compare catches what it converts silently
-    (non-str keys), and only then does a Python walk find the offending path.
+    The C encoder refuses most of that; what it converts silently (non-str keys, tuples)
+    is found by a walk of small values or a decode-and-compare of large ones, and only
+    then does a full walk find the offending path.
     """
     try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        text = _encode(value)
     except (TypeError, ValueError, RecursionError):
         raise ResultError(_invalid(value)) from None
-    wire = json.loads(text)
-    if wire != value:
-        problem = find_invalid(value)
-        if problem is not None:  # else the difference is only tuples becoming arrays
-            raise ResultError(_describe(*problem))
+    if len(text) <= _SMALL and _is_plain(value):
+        wire = value
+    else:
+        wire = json.loads(text)
+        if wire != value:
+            problem = find_invalid(value)
+            if problem is not None:  # else the difference is only tuples becoming arrays
+                raise ResultError(_describe(*problem))
     size = len(text) if text.isascii() else _utf8_size(text)
     if size > max_bytes:
         raise ResultError(
@@ -92,6 +127,16 @@ def encode_result(value: Any, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> tupl
             )
         )
     return wire, text
+
+
+def _is_plain(value: Any) -> bool:
+    """Only exact JSON types and str keys: what decoding the text would give back."""
+    kind = type(value)
+    if kind is dict:
+        return all(type(key) is str and _is_plain(item) for key, item in value.items())
+    if kind is list:
+        return all(_is_plain(item) for item in value)
+    return kind in _SCALARS
 
 
 def _utf8_size(text: str) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import inspect
+import itertools
 import json
 import logging
 import time
@@ -33,7 +34,7 @@ from .results import (
     encode_result,
     tool_error,
 )
-from .signatures import Invoker, leading_args_invoker
+from .signatures import Invoker, leading_arity
 from .tools import Tool
 
 logger = logging.getLogger("pedelec_pyodide")
@@ -74,7 +75,7 @@ class TurnError(Exception):
         self.text = text
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ToolCall:
     """One finished tool request: what ran, who handled it, what it returned, how long."""
 
@@ -93,19 +94,22 @@ class ToolCall:
 
 
 class _Registration:
-    __slots__ = ("current", "invoker", "tier")
+    """One registered handler, and how many leading arguments it takes."""
 
-    def __init__(self, invoker: Invoker, tier: HandledBy) -> None:
-        self.invoker = invoker
+    __slots__ = ("current", "handler", "takes", "tier")
+
+    def __init__(self, handler: Invoker, tier: HandledBy) -> None:
+        self.handler = handler
         self.tier: HandledBy = tier
+        self.takes = leading_arity(handler, 3 if tier == "fallback" else 2)
         self.current = True
 
 
 class ToolContext:
     """What a handler knows about the request it is running."""
 
-    __slots__ = ("_args", "_cancelled", "_registration", "_started", "_tier", "_waiters",
-                 "session", "tool", "tool_request_id", "turn_id")
+    __slots__ = ("_args", "_finished", "_record", "_registration", "_result", "_result_json",
+                 "_started", "session", "tool", "tool_request_id", "turn_id")
 
     def __init__(
         self,
@@ -114,17 +118,22 @@ class ToolContext:
         tool_request_id: str,
         turn_id: str | None,
         registration: _Registration | None,
+        args: Any,
+        record: bool,
+        timed: bool,
     ) -> None:
         self.session = session
         self.tool = tool
         self.tool_request_id = tool_request_id
         self.turn_id = turn_id
         self._registration = registration
-        self._cancelled = False
-        self._waiters: list[asyncio.Future[ToolCall]] | None = None
-        self._tier: HandledBy = registration.tier if registration is not None else "none"
-        self._args: Any = None
-        self._started = 0.0
+        self._args = args
+        self._record = record
+        # perf_counter is not free in the page: time only when someone will see the figure
+        self._started = time.perf_counter() if timed else 0.0
+        self._result: Any = None
+        self._result_json = ""
+        self._finished = 0.0
 
     @property
     def active(self) -> bool:
@@ -139,7 +148,17 @@ class ToolContext:
     @property
     def cancelled(self) -> bool:
         """Core cancelled this request (deadline, cancelled turn) or the session closed."""
-        return self._cancelled or self.session.closed
+        return self.tool_request_id in self.session._cancelled or self.session.closed
+
+    @property
+    def _tier(self) -> HandledBy:
+        return self._registration.tier if self._registration is not None else "none"
+
+    def _call(self) -> ToolCall:
+        """The finished request's record."""
+        duration = (self._finished - self._started) * 1000 if self._started else 0.0
+        return ToolCall(self.tool_request_id, self.tool, self._args, self.turn_id, self._result,
+                        self._result_json, self._tier, duration)
 
     def __repr__(self) -> str:
         return f"<ToolContext {self.tool} {self.tool_request_id}>"
@@ -174,6 +193,8 @@ class Session:
         self._fallback: _Registration | None = None
         self._ledger = ledger if ledger is not None else MemoryLedger()
         self._inflight: dict[str, ToolContext] = {}
+        self._waiters: dict[str, list[asyncio.Future[ToolCall]]] = {}
+        self._cancelled: set[str] = set()
         self._pending = 0
         self._turns: dict[str, asyncio.Future[str]] = {}
         self._transport: Transport | None = None
@@ -181,6 +202,7 @@ class Session:
         self._closed = False
         self._listeners: list[Listener] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._local_ids = itertools.count(1)
         self._last_state = self.state
         for tool in tools:
             self._define(tool)
@@ -214,6 +236,8 @@ class Session:
     def subscribe(self, listener: Listener) -> Disposer:
         """Call ``listener(event)`` for every session event; returns its disposer."""
         token = _Subscription(listener)  # distinct, so one function may subscribe twice
+        if not self._listeners:
+            self._last_state = self.state
         self._listeners.append(token)
 
         def dispose() -> None:
@@ -230,11 +254,12 @@ class Session:
                 logger.exception("session listener failed on %r", event)
 
     def _update_state(self) -> None:
+        if not self._listeners:  # nobody to tell; subscribe() re-reads the state
+            return
         state = self.state
         if state is not self._last_state:
             self._last_state = state
-            if self._listeners:
-                self._emit(state)
+            self._emit(state)
 
     # --- definitions and handlers ------------------------------------------------------
 
@@ -281,7 +306,7 @@ class Session:
             name = name_or_handler
             if handler is None:
                 raise TypeError(f"on_tool({name!r}, handler): the handler is missing")
-            registration = _Registration(leading_args_invoker(handler, 2), "named")
+            registration = _Registration(handler, "named")
             previous = self._named.get(name)
             if previous is not None:
                 previous.current = False
@@ -295,7 +320,7 @@ class Session:
             return dispose_named
         if handler is not None:
             raise TypeError("on_tool(handler) takes one function; on_tool(name, handler) two")
-        registration = _Registration(leading_args_invoker(name_or_handler, 3), "fallback")
+        registration = _Registration(name_or_handler, "fallback")
         if self._fallback is not None:
             self._fallback.current = False
         self._fallback = registration
@@ -322,9 +347,10 @@ class Session:
         turn_id: str | None = None,
     ) -> Any:
         """Run one tool request exactly as a request from Core would run; return its result."""
-        call = await self.run_request(tool, args, tool_request_id=tool_request_id,
-                                      turn_id=turn_id)
-        return call.result
+        done, later = self._begin(tool, args, tool_request_id, turn_id, bool(self._listeners))
+        if later is not None:
+            done = await later
+        return done.result if isinstance(done, ToolCall) else done._result  # type: ignore[union-attr]
 
     async def run_request(
         self,
@@ -335,44 +361,64 @@ class Session:
         turn_id: str | None = None,
     ) -> ToolCall:
         """Like :meth:`dispatch`, returning the whole :class:`ToolCall` (tier, timing)."""
-        request_id = tool_request_id or uuid.uuid4().hex
-        running = self._inflight.get(request_id)
-        if running is not None:
-            return await self._wait_for(running)
-        started, outcome = self._start(tool, args, request_id, turn_id)
+        done, later = self._begin(tool, args, tool_request_id, turn_id, True)
+        if later is not None:
+            done = await later
+        return done if isinstance(done, ToolCall) else done._call()  # type: ignore[union-attr]
+
+    def _begin(
+        self, tool: str, args: Any, tool_request_id: str | None, turn_id: str | None,
+        timed: bool,
+    ) -> tuple[ToolContext | ToolCall | None, Awaitable[ToolContext | ToolCall] | None]:
+        """Start a request: ``(finished, None)`` when it is done at once (a sync handler,
+        a stored result), else ``(None, awaitable of the finished request)``."""
+        if tool_request_id is None:
+            # A local id can never be re-sent, so the delivery ledger need not record it.
+            request_id, record = f"local-{next(self._local_ids)}", False
+        else:
+            request_id, record = tool_request_id, True
+            running = self._inflight.get(request_id)
+            if running is not None:
+                return None, self._wait_for(running)
+        started, outcome = self._start(tool, args, request_id, turn_id, record, timed)
         if isinstance(started, ToolCall):
-            return started
-        if inspect.isawaitable(outcome):
-            outcome = await self._settle(outcome, tool)
-        return self._finish(started, outcome)
+            return started, None
+        if type(outcome) not in _PLAIN_TYPES and inspect.isawaitable(outcome):
+            return None, self._finish_later(started, outcome)
+        return self._finish(started, outcome), None
+
+    async def _finish_later(self, ctx: ToolContext, awaitable: Awaitable[Any]) -> ToolContext:
+        try:
+            outcome = await awaitable
+        except (Exception, SystemExit) as exc:
+            outcome = _handler_failure(ctx.tool, exc)
+        return self._finish(ctx, outcome)
 
     def _wait_for(self, running: ToolContext) -> asyncio.Future[ToolCall]:
         waiter: asyncio.Future[ToolCall] = asyncio.get_running_loop().create_future()
-        if running._waiters is None:
-            running._waiters = []
-        running._waiters.append(waiter)
+        self._waiters.setdefault(running.tool_request_id, []).append(waiter)
         return waiter
 
-    def _route(self, name: str) -> _Registration | None:
-        return self._named.get(name) or self._inline.get(name) or self._fallback
-
     def _start(
-        self, name: str, args: Any, request_id: str, turn_id: str | None
+        self, name: str, args: Any, request_id: str, turn_id: str | None, record: bool,
+        timed: bool,
     ) -> tuple[ToolContext | ToolCall, Any]:
         """Find the handler, validate, call it. Returns a finished call, or the context and
         the handler's raw outcome (a value, an awaitable or a :class:`_Failure`)."""
-        self._check_open()
-        stored = self._ledger.get(request_id)
-        if stored is not None:
-            return self._replay(name, args, request_id, turn_id, stored), None
-        registration = self._route(name)
-        ctx = ToolContext(self, name, request_id, turn_id, registration)
-        ctx._args = args
-        ctx._started = time.perf_counter()
-        self._inflight[request_id] = ctx
-        self._ledger.start(request_id, name)
+        if self._closed:
+            raise SessionClosedError("the session is closed")
+        if record:
+            stored = self._ledger.get(request_id)
+            if stored is not None:
+                return self._replay(name, args, request_id, turn_id, stored), None
+            self._ledger.start(request_id, name)
+        registration = self._named.get(name) or self._inline.get(name) or self._fallback
+        ctx = ToolContext(self, name, request_id, turn_id, registration, args, record, timed)
+        if record:  # only a caller-given id can arrive twice or be cancelled by Core
+            self._inflight[request_id] = ctx
         self._pending += 1
-        self._update_state()
+        if self._pending == 1 and self._listeners:
+            self._update_state()
         if registration is None:
             return ctx, _Failure(tool_error(
                 TOOL_HANDLER_NOT_FOUND,
@@ -391,46 +437,42 @@ class Session:
                     retryable=True,
                 ))
         try:
+            handler, takes = registration.handler, registration.takes
             if registration.tier == "fallback":
-                return ctx, registration.invoker(name, args, ctx)
-            return ctx, registration.invoker(args, ctx)
+                return ctx, handler(*(name, args, ctx)[:takes])
+            if takes == 2:
+                return ctx, handler(args, ctx)
+            return ctx, handler(args) if takes else handler()
         except (Exception, SystemExit) as exc:  # a handler must never end the session
             return ctx, _handler_failure(name, exc)
 
-    async def _settle(self, awaitable: Awaitable[Any], tool: str) -> Any:
-        try:
-            return await awaitable
-        except (Exception, SystemExit) as exc:
-            return _handler_failure(tool, exc)
-
-    def _finish(self, ctx: ToolContext, outcome: Any) -> ToolCall:
-        tier = ctx._tier
+    def _finish(self, ctx: ToolContext, outcome: Any) -> ToolContext:
+        """Check and encode the outcome into ``ctx``; record, notify, and return it."""
+        if ctx._started:
+            ctx._finished = time.perf_counter()
         result = outcome.result if isinstance(outcome, _Failure) else outcome
         try:
-            wire, text = encode_result(result, self.max_result_bytes)
+            ctx._result, ctx._result_json = encode_result(result, self.max_result_bytes)
         except ResultError as exc:  # the runtime's own error result, small and always sent
-            wire, text = exc.result, json.dumps(exc.result, separators=(",", ":"))
-        call = ToolCall(
-            tool_request_id=ctx.tool_request_id,
-            tool=ctx.tool,
-            args=ctx._args,
-            turn_id=ctx.turn_id,
-            result=wire,
-            result_json=text,
-            handled_by=tier,
-            duration_ms=(time.perf_counter() - ctx._started) * 1000,
-        )
-        self._ledger.finish(ctx.tool_request_id, text, tier)
-        del self._inflight[ctx.tool_request_id]
+            ctx._result = exc.result
+            ctx._result_json = json.dumps(exc.result, separators=(",", ":"))
+        if ctx._record:
+            request_id = ctx.tool_request_id
+            self._ledger.finish(request_id, ctx._result_json, ctx._tier)
+            del self._inflight[request_id]
+            self._cancelled.discard(request_id)
+            waiters = self._waiters.pop(request_id, None)
+            if waiters:
+                call = ctx._call()
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(call)
         self._pending -= 1
-        if ctx._waiters:
-            for waiter in ctx._waiters:
-                if not waiter.done():
-                    waiter.set_result(call)
         if self._listeners:
-            self._emit(call)
-        self._update_state()
-        return call
+            self._emit(ctx._call())
+            if not self._pending:
+                self._update_state()
+        return ctx
 
     def _replay(
         self, name: str, args: Any, request_id: str, turn_id: str | None,
@@ -480,9 +522,8 @@ class Session:
             self._update_state()
             self._emit(message)
         elif isinstance(message, protocol.ToolCancel):
-            running = self._inflight.get(message.tool_request_id)
-            if running is not None:
-                running._cancelled = True
+            if message.tool_request_id in self._inflight:
+                self._cancelled.add(message.tool_request_id)
         elif isinstance(message, protocol.TurnEnd):
             self._end_turn(message)
         else:  # TurnDelta, Error
@@ -502,19 +543,17 @@ class Session:
                 return
         if self._closed:
             return
-        started, outcome = self._start(request.tool, request.args, request_id, request.turn_id)
-        if isinstance(started, ToolCall):
-            self._send_result(started)
-        elif inspect.isawaitable(outcome):
-            task = asyncio.ensure_future(self._complete(started, outcome))
+        done, later = self._begin(request.tool, request.args, request_id, request.turn_id,
+                                  bool(self._listeners))
+        if later is None:
+            self._send_result(done)  # type: ignore[arg-type]
+        else:
+            task = asyncio.ensure_future(self._send_when_done(later))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        else:
-            self._send_result(self._finish(started, outcome))
 
-    async def _complete(self, ctx: ToolContext, awaitable: Awaitable[Any]) -> None:
-        outcome = await self._settle(awaitable, ctx.tool)
-        self._send_result(self._finish(ctx, outcome))
+    async def _send_when_done(self, later: Awaitable[ToolContext | ToolCall]) -> None:
+        self._send_result(await later)
 
     def _interrupted(self, request: protocol.ToolRequest) -> None:
         """A side-effecting request that was running when this tab went away."""
@@ -528,9 +567,14 @@ class Session:
         self._ledger.finish(request.tool_request_id, text, "none")
         self._send(protocol.encode_tool_result(request.tool_request_id, text, "none"))
 
-    def _send_result(self, call: ToolCall) -> None:
-        self._send(protocol.encode_tool_result(call.tool_request_id, call.result_json,
-                                               call.handled_by))
+    def _send_result(self, done: ToolContext | ToolCall) -> None:
+        if isinstance(done, ToolCall):
+            frame = protocol.encode_tool_result(done.tool_request_id, done.result_json,
+                                                done.handled_by)
+        else:
+            frame = protocol.encode_tool_result(done.tool_request_id, done._result_json,
+                                                done._tier)
+        self._send(frame)
 
     def _send(self, frame: str) -> None:
         transport = self._transport
@@ -591,6 +635,10 @@ class Session:
             if not done.done():
                 done.set_exception(SessionClosedError("the session was closed"))
         self._update_state()
+
+
+# Handler outcomes that are certainly not awaitable: checked before inspect.isawaitable.
+_PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, type(None), tuple})
 
 
 class _Subscription:

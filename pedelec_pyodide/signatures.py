@@ -37,18 +37,12 @@ def positional_arity(fn: Callable[..., Any]) -> int | None:
     return count
 
 
-def leading_args_invoker(fn: Callable[..., Any], available: int) -> Invoker:
-    """A callable taking all ``available`` arguments and passing ``fn`` the leading ones."""
+def leading_arity(fn: Callable[..., Any], available: int) -> int:
+    """How many of the ``available`` leading arguments to pass ``fn``."""
     if not callable(fn):
         raise TypeError(f"a handler must be callable, got {type(fn).__name__}")
     arity = positional_arity(fn)
-    if arity is None or arity >= available:
-        return fn
-    if arity == 0:
-        return lambda *_: fn()
-    if arity == 1:
-        return lambda first, *_: fn(first)
-    return lambda *args: fn(*args[:arity])
+    return available if arity is None else min(arity, available)
 
 
 # --- the typed form ------------------------------------------------------------------------

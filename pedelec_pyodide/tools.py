@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any, overload
 
 from .schemas import ArgsValidator, SchemaError, check_schema, compile_validator
-from .signatures import Invoker, derive_signature, leading_args_invoker
+from .signatures import Invoker, derive_signature
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ANNOTATION_HINTS: dict[str, type] = {
@@ -112,9 +112,8 @@ class Tool:
         self.handler = handler
         self.annotations = dict(annotations) if annotations else None
         self._function = handler
-        self._invoker: Invoker | None = invoker
-        if invoker is None and handler is not None:
-            self._invoker = leading_args_invoker(handler, 2)
+        # What the session calls with (args, ctx), or the leading ones it declares.
+        self._invoker: Invoker | None = invoker if invoker is not None else handler
         self._validator: ArgsValidator | None = None
 
     def metadata(self) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def test_bad_annotations_are_rejected(annotations: dict[str, Any], message: str)
 
 @pytest.mark.parametrize("name", ["", "has space", "dot.name", "x" * 65, "émoji", 5, "a\n"])
 def test_invalid_names_are_rejected(name: Any) -> None:
-    with pytest.raises(ValueError, match="tool name .* is invalid"):
+    with pytest.raises(ValueError, match=r"tool name .* is invalid"):
         define_tool(name=name, description="d", args_schema={"type": "object"})
 
 

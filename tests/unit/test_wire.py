@@ -39,13 +39,13 @@ class DictStorage:
     def __init__(self) -> None:
         self.items: dict[str, str] = {}
 
-    def getItem(self, key: str) -> str | None:  # noqa: N802
+    def getItem(self, key: str) -> str | None:
         return self.items.get(key)
 
-    def setItem(self, key: str, value: str) -> None:  # noqa: N802
+    def setItem(self, key: str, value: str) -> None:
         self.items[key] = value
 
-    def removeItem(self, key: str) -> None:  # noqa: N802
+    def removeItem(self, key: str) -> None:
         self.items.pop(key, None)
 
 
