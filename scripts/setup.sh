@@ -1,0 +1,39 @@
+# Installs what the demo and the tests need, idempotently (sourced by scripts/test, scripts/demo).
+# Python venv with the package and its extras; npm packages; Debian's chromium for e2e tests.
+step() { printf '\n== %s\n' "$*" >&2; }
+
+setup_python() {
+  step "Python environment (.venv)"
+  if [[ ! -x .venv/bin/python ]]; then
+    python3 -m venv .venv
+  fi
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[core,test]'
+}
+
+setup_node() {
+  step "npm packages"
+  if ! command -v npm >/dev/null; then
+    echo "npm is missing: install Node.js 20+ (Debian: apt-get install nodejs npm)" >&2
+    exit 1
+  fi
+  # Never let Playwright download a browser: we use Debian's chromium.
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+}
+
+setup_chromium() {
+  if [[ -x /usr/bin/chromium ]]; then
+    return
+  fi
+  step "Debian's chromium"
+  if [[ $(id -u) == 0 ]]; then
+    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+  else
+    sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null
+  fi
+}
+
+setup_python
+setup_node
+if [[ -f playwright.config.js ]]; then
+  setup_chromium
+fi
