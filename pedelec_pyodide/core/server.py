@@ -198,6 +198,7 @@ def run(config: CoreConfig, announce: Callable[[str], None] = print) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((config.host, config.port))
+        sock.listen(2048)  # connections made once the URL is out wait for the server
     except OSError:
         sock.close()
         raise

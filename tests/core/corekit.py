@@ -113,6 +113,7 @@ class Page:
         self.session = session
         self.events: list[Any] = []
         self.frames_in: list[dict[str, Any]] = []
+        self.frames_out: list[dict[str, Any]] = []
         self.ws: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -122,6 +123,7 @@ class Page:
         session.subscribe(self.events.append)
 
     def send(self, frame: str) -> None:  # the Transport the Session uses
+        self.frames_out.append(json.loads(frame))
         self._outbox.put_nowait(frame)
 
     async def connect(self, url: str) -> Page:
