@@ -160,6 +160,19 @@ async function loadRuntime(config) {
   return pyodide;
 }
 
+/**
+ * After ready, when the page is idle: import jsonschema (~450 ms), which the first
+ * argument validation would otherwise pay for. Kept off the path to ready.
+ */
+function warmUp(pyodide) {
+  const idle = globalThis.requestIdleCallback ?? ((fn) => setTimeout(fn, 50));
+  idle(() => {
+    pyodide.runPythonAsync("import jsonschema.validators").catch((err) => {
+      console.warn(`pedelec: jsonschema is not importable: ${err.message.trim().split("\n").pop()}`);
+    });
+  });
+}
+
 async function boot(options) {
   const config = resolveConfig(options);
   const sources = blockSources();
@@ -223,6 +236,7 @@ async function boot(options) {
   if (typeof document !== "undefined") {
     document.dispatchEvent(new CustomEvent("pedelec:ready", { detail: pedelec }));
   }
+  warmUp(pyodide);
   return pedelec;
 }
 

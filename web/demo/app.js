@@ -55,7 +55,7 @@ function logCall(call) {
   ];
   for (const [text, cls] of cells) {
     const td = document.createElement("td");
-    td.className = cls;
+    td.className = cls === "tier" ? "tier-cell" : cls;
     if (cls === "tier") {
       const badge = document.createElement("span");
       badge.className = `tier ${call.handledBy}`;
@@ -138,7 +138,18 @@ $("chat-form").addEventListener("submit", (e) => {
   e.preventDefault();
   const text = input.value;
   input.value = "";
+  input.style.height = "auto";
   ask(text);
+});
+input.addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && !e.shiftKey) {
+    e.preventDefault();
+    $("chat-form").requestSubmit();
+  }
+});
+input.addEventListener("input", () => {
+  input.style.height = "auto";
+  input.style.height = `${input.scrollHeight}px`;
 });
 for (const button of document.querySelectorAll("#suggestions button")) {
   button.addEventListener("mousedown", (e) => e.preventDefault()); // keep the editor's selection
