@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -116,6 +117,10 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
     return cfg, generated
 
 
+def _interrupt(number: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg, generated = config_from_args(args)
@@ -136,8 +141,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"generated; set {ADMIN_TOKEN_ENV} to choose it")
         print(f"admin token ({origin}): {cfg.admin_token}", flush=True)
 
+    # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again for the
+    # handler it found: ours turns it into KeyboardInterrupt, so a clean stop exits 0.
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, _interrupt)
     try:
         run(cfg, announce)
+    except KeyboardInterrupt:
+        return 0
     except OSError as exc:
         print(f"pedelec: error: cannot listen on {cfg.host}:{cfg.port}: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,66 @@
+"""``pedelec serve`` / ``pedelec demo`` as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from pedelec_pyodide.core.cli import build_parser
+
+
+def start(*args: str, token: str | None = None) -> tuple[subprocess.Popen[str], str, str]:
+    env = dict(os.environ)
+    env.pop("PEDELEC_ADMIN_TOKEN", None)
+    if token is not None:
+        env["PEDELEC_ADMIN_TOKEN"] = token
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pedelec_pyodide.core.cli", *args, "--port", "0",
+         "--no-provision", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert process.stdout is not None
+    url_line = process.stdout.readline()
+    token_line = process.stdout.readline()
+    assert url_line.startswith(f"pedelec {args[0]}: http://127.0.0.1:"), url_line
+    return process, url_line.split(": ", 1)[1].strip(), token_line.rsplit(" ", 1)[1].strip()
+
+
+@pytest.mark.parametrize("command", ["serve", "demo"])
+def test_cli_prints_url_and_token_answers_and_stops_on_sigterm(command: str) -> None:
+    process, url, token = start(command, token="from-the-env")
+    try:
+        assert token == "from-the-env"
+        health = httpx.get(url + "pedelec/v1/health", timeout=10)
+        assert health.status_code == 200
+        sessions = httpx.get(url + "pedelec/v1/sessions", timeout=10,
+                             headers={"Authorization": f"Bearer {token}"})
+        assert sessions.status_code == 200
+        assert httpx.get(url, timeout=10).status_code in (200, 503)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    assert process.stderr is not None
+    assert "from-the-env" not in process.stderr.read()  # tokens never reach the log
+
+
+def test_cli_generates_a_token_and_refuses_unknown_agents() -> None:
+    process, _url, token = start("serve")
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=15) == 0
+    assert len(token) >= 32
+    failed = subprocess.run(
+        [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--agent", "openai:x"],
+        capture_output=True, text=True, timeout=30)
+    assert failed.returncode == 2 and "not built yet" in failed.stderr
+
+
+def test_help_explains_every_option() -> None:
+    parser = build_parser()
+    for command in ("serve", "demo"):
+        sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+        for action in sub._actions:
+            assert action.help, (command, action.dest)
