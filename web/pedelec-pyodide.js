@@ -105,7 +105,7 @@ function resolveConfig(options) {
   };
 }
 
-class PedelecError extends Error {
+export class PedelecError extends Error {
   constructor(step, message, cause) {
     super(`pedelec: ${step}: ${message}`, cause ? { cause } : undefined);
     this.name = "PedelecError";

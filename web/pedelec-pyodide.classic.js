@@ -1,0 +1,21 @@
+/**
+ * pedelec-pyodide for pages that load scripts without type="module":
+ *
+ *   <script src="http://127.0.0.1:8765/pedelec/pedelec-pyodide.classic.js"></script>
+ *
+ * Takes the same data- attributes as the module's script tag, sets window.pedelecReady at
+ * once (so later scripts can await it), and starts the ES module next to this file.
+ */
+(function () {
+  var script = document.currentScript;
+  var options = {};
+  var d = script.dataset;
+  if (d.core) options.core = d.core;
+  if (d.pyodide) options.pyodide = d.pyodide;
+  if (d.lock) options.lock = d.lock;
+  if (d.packages) options.packages = d.packages.split(",").map(function (p) { return p.trim(); }).filter(Boolean);
+  var url = new URL("pedelec-pyodide.js", script.src).href;
+  var ready = import(url).then(function (module) { return module.start(options); });
+  ready.catch(function () {}); // logged by the module; callers still see the rejection
+  window.pedelecReady = ready;
+})();

@@ -1,0 +1,102 @@
+// Types for web/pedelec-pyodide.js (the page loader and JS bridge).
+import type { PyodideAPI } from "pyodide";
+
+export type SessionState = "connecting" | "idle" | "running" | "waiting_tool_result" | "closed";
+export type HandledBy = "named" | "inline" | "fallback" | "none";
+
+export interface ToolErrorResult {
+  error: { code: string; message: string; details?: unknown; retryable?: boolean };
+}
+
+export interface StateChangeDetail { state: SessionState; id: string | null }
+export interface ToolCallDetail {
+  toolRequestId: string;
+  turnId: string | null;
+  tool: string;
+  args: unknown;
+  /** The JSON result sent to Core (error results included). */
+  result: unknown;
+  handledBy: HandledBy;
+  durationMs: number;
+}
+export interface DeltaDetail { turnId: string; text: string }
+export interface TurnEndDetail {
+  turnId: string;
+  status: "completed" | "failed" | "cancelled";
+  text: string;
+  error: { code: string; message: string } | null;
+}
+export interface WelcomeDetail { id: string; resumed: boolean; state: SessionState }
+export interface ErrorDetail { code: string; message: string }
+
+export interface PedelecSessionEventMap {
+  statechange: CustomEvent<StateChangeDetail>;
+  toolcall: CustomEvent<ToolCallDetail>;
+  delta: CustomEvent<DeltaDetail>;
+  turnend: CustomEvent<TurnEndDetail>;
+  welcome: CustomEvent<WelcomeDetail>;
+  error: CustomEvent<ErrorDetail>;
+}
+
+export declare class PedelecSession extends EventTarget {
+  /** Core's session id (kept across reloads of this tab). */
+  readonly id: string | null;
+  readonly state: SessionState;
+  /** Start a turn of the agent; resolves to its final reply. Rejects if the turn failed. */
+  sendText(text: string): Promise<string>;
+  /** Close the session for good (no reconnect). */
+  close(): void;
+  addEventListener<K extends keyof PedelecSessionEventMap>(
+    type: K, listener: (event: PedelecSessionEventMap[K]) => void,
+    options?: boolean | AddEventListenerOptions): void;
+  addEventListener(type: string, listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | AddEventListenerOptions): void;
+  removeEventListener<K extends keyof PedelecSessionEventMap>(
+    type: K, listener: (event: PedelecSessionEventMap[K]) => void,
+    options?: boolean | EventListenerOptions): void;
+  removeEventListener(type: string, listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | EventListenerOptions): void;
+}
+
+export interface Pedelec {
+  pyodide: PyodideAPI;
+  session: PedelecSession;
+  /** Core's URL. */
+  core: string;
+  /** Run Python in the namespace of the page's blocks (where `session` is bound). */
+  runPython(code: string): Promise<unknown>;
+}
+
+export interface StartOptions {
+  /** Core's URL (default: the origin that served pedelec-pyodide.js). */
+  core?: string;
+  /** URL of pyodide.mjs (default: Core's /pedelec/pyodide/pyodide.mjs). */
+  pyodide?: string;
+  /** URL of pyodide-lock.json (default: next to pyodide.mjs). */
+  lock?: string;
+  /** Extra packages from the lock to load at start. */
+  packages?: string[];
+  /** Keep the session id, token and delivery ledger in sessionStorage (default true). */
+  storage?: boolean;
+}
+
+/** Error of a failed start; `step` says which: loading Pyodide, loading packages, page code, connecting to Core. */
+export declare class PedelecError extends Error {
+  readonly step: string;
+}
+
+export declare const SCRIPT_TYPE: "pedelec/python";
+export declare const PACKAGE: "pedelec-pyodide";
+/** Start (once): load Pyodide, run the page's Python blocks, connect. */
+export declare function start(options?: StartOptions): Promise<Pedelec>;
+
+declare global {
+  interface Window {
+    pedelec?: Pedelec;
+    pedelecReady?: Promise<Pedelec>;
+  }
+  interface DocumentEventMap {
+    "pedelec:ready": CustomEvent<Pedelec>;
+    "pedelec:error": CustomEvent<Error>;
+  }
+}
