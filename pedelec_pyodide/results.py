@@ -155,6 +155,8 @@ def _invalid(value: Any) -> dict[str, Any]:
 
 def _describe(path: str, value: Any, why: str) -> dict[str, Any]:
     kind = describe_type(value)
+    if _is_js_proxy(value):
+        why += "; convert it explicitly (value.to_py(), str(value), list(value))"
     return tool_error(
         TOOL_RESULT_INVALID,
         f"the result is not JSON-compatible: {path} is {kind}, which {why}",
@@ -207,7 +209,7 @@ def find_invalid(value: Any) -> tuple[str, Any, str] | None:
 def describe_type(value: Any) -> str:
     """The Python type of ``value`` for an error message; a JsProxy names its JS class."""
     cls = type(value)
-    if cls.__module__.startswith(("pyodide", "_pyodide")):
+    if _is_js_proxy(value):
         try:
             js_name = str(value.constructor.name)
         except Exception:
@@ -216,3 +218,7 @@ def describe_type(value: Any) -> str:
     if cls.__module__ == "builtins":
         return f"a {cls.__qualname__}"
     return f"a {cls.__module__}.{cls.__qualname__}"
+
+
+def _is_js_proxy(value: Any) -> bool:
+    return type(value).__module__.startswith(("pyodide", "_pyodide"))
