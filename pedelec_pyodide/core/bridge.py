@@ -116,9 +116,8 @@ class BridgeConnection:
                 data = message.get("text")
                 if data is None:
                     data = message.get("bytes") or b""
-                if not self._admit():
+                if not self.handle(data):
                     break
-                self.handle(data)
         finally:
             flusher = self._flusher
             if flusher is not None:  # let the last frames (and a close) go out
@@ -129,31 +128,45 @@ class BridgeConnection:
                 self.session.detach(self)
                 log_event("bridge.disconnected", session=self.session.id)
 
-    def _admit(self) -> bool:
-        """The rate limit: False when this connection must be cut off."""
+    def _charge(self) -> str:
+        """The rate limit: ``ok``, ``refused`` (an error frame went out) or ``cut``."""
         now = time.monotonic()
         self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
         self.refilled = now
         self.tokens -= 1.0
         if self.tokens >= 0:
-            return True
+            return "ok"
         if self.tokens < -self.burst:
             log_event("bridge.flood", session=None if self.session is None else self.session.id)
             self.close(CLOSE_POLICY, "rate limit exceeded")
-            return False
+            return "cut"
         self.send(protocol.error_frame(
             RATE_LIMITED,
             f"more than {self.rate:g} frames per second (burst {self.burst:g}); frame dropped",
         ))
-        return True
+        return "refused"
 
-    def handle(self, data: str | bytes) -> None:
-        """One frame from the page. Never raises."""
+    def handle(self, data: str | bytes) -> bool:
+        """One frame from the page; False when the connection is cut off. Never raises.
+
+        A result Core is waiting for is not charged to the rate limit (Core sets that
+        pace itself); every other frame is, bad ones included."""
         try:
             message = protocol.parse_client_frame(data, max_bytes=self.max_bytes)
         except ProtocolError as exc:
-            self.send(protocol.error_frame(exc.code, exc.message))
-            return
+            charge = self._charge()
+            if charge == "ok":
+                self.send(protocol.error_frame(exc.code, exc.message))
+            return charge != "cut"
+        session = self.session
+        awaited = (isinstance(message, protocol.ToolResult) and session is not None
+                   and message.tool_request_id in session.pending)
+        charge = "ok" if awaited else self._charge()
+        if charge == "ok":
+            self._dispatch(message)
+        return charge != "cut"
+
+    def _dispatch(self, message: protocol.ClientMessage) -> None:
         session = self.session
         if isinstance(message, protocol.Hello):
             self._hello(message)

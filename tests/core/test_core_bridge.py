@@ -171,3 +171,19 @@ def test_deadline_timeout_cancel_and_late_result() -> None:
             assert (await core.session_info(sid))["state"] == "idle"
 
     run(main())
+
+
+def test_awaited_results_are_not_charged_to_the_rate_limit() -> None:
+    async def main() -> None:
+        async with running_core(config(rate_limit=5, rate_burst=5)) as core:
+            client = await RawClient.open(core.ws_url)
+            sid = (await client.hello([tool_meta("t")]))["sessionId"]
+            for n in range(30):
+                call = asyncio.create_task(core.tool_call(sid, "t", {"n": n}))
+                request = await client.recv()
+                await client.send({"type": "tool.result",
+                                   "toolRequestId": request["toolRequestId"],
+                                   "result": n, "handledBy": "named"})
+                assert (await asyncio.wait_for(call, 10)).json()["result"] == n
+
+    run(main())
