@@ -12,6 +12,7 @@ wrong with the frame; the receiver answers it with an ``error`` frame and carrie
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
@@ -331,18 +332,23 @@ def _parse(text: str | bytes, direction: str, max_bytes: int) -> Message:
     size = len(text) if isinstance(text, bytes) else frame_size(text)
     if size > max_bytes:
         raise ProtocolError(FRAME_TOO_LARGE, f"frame is {size} bytes; the limit is {max_bytes}")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(FRAME_NOT_JSON, f"frame is not UTF-8 text: {exc}") from None
+    if _nests_too_deep(text):
+        raise ProtocolError(FRAME_TOO_DEEP, f"frame nests deeper than {MAX_DEPTH}")
     try:
         data = json.loads(text)
-    except RecursionError:
+    except RecursionError:  # pragma: no cover - the scan above comes first
         raise ProtocolError(FRAME_TOO_DEEP, f"frame nests deeper than {MAX_DEPTH}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:
         raise ProtocolError(FRAME_NOT_JSON, f"frame is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ProtocolError(
             FRAME_NOT_OBJECT, f"frame must be a JSON object, got {_json_type(data)}"
         )
-    if not isinstance(text, bytes) and (text.count("[") + text.count("{")) > MAX_DEPTH:
-        _check_depth(data)
     kind = data.get("type")
     if kind is None:
         raise ProtocolError(MISSING_TYPE, "frame has no 'type'")
@@ -428,16 +434,30 @@ def _check_tools(where: str, value: Any) -> list[dict[str, Any]]:
     return value
 
 
-def _check_depth(data: Any) -> None:
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise ProtocolError(FRAME_TOO_DEEP, f"frame nests deeper than {MAX_DEPTH}")
-        children = node.values() if isinstance(node, dict) else node
-        for child in children:
-            if isinstance(child, (dict, list)):
-                stack.append((child, depth + 1))
+# A JSON string, or an unterminated one running to the end of the text: possessive, and
+# never failing once it starts, so removing strings stays linear on any input.
+_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
+_INNERMOST_PAIR = re.compile(r"\[\]|\{\}")
+
+
+def _nests_too_deep(text: str) -> bool:
+    """Whether the JSON text nests deeper than MAX_DEPTH, checked *before* decoding it.
+
+    Decoding first is not safe everywhere: in Pyodide, json's C decoder on a deeply nested
+    frame overflows the JS stack (a fatal error) instead of raising RecursionError. Each
+    pass strips the innermost bracket pairs in C, so the work is bounded by MAX_DEPTH.
+    """
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    for _ in range(MAX_DEPTH):
+        stripped = _INNERMOST_PAIR.sub("", brackets)
+        if stripped == brackets:
+            # Unbalanced: not JSON. Decoding it is still only safe when it is short.
+            return len(brackets) > MAX_DEPTH
+        brackets = stripped
+    return bool(brackets)
 
 
 _KIND_NAMES = {

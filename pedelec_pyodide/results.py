@@ -93,30 +93,36 @@ def _encode(value: Any) -> str:
     finally:
         _markers.clear()
 _SCALARS = frozenset({str, int, float, bool, type(None)})
-_SMALL = 4096  # below this many characters a Python walk beats a C decode-and-compare
+
+
+MAX_RESULT_DEPTH = 99  # a result sits one level inside its tool.result frame (100 deep)
 
 
 def encode_result(value: Any, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> tuple[Any, str]:
     """Check a handler's value and encode it: ``(value as Core will see it, JSON text)``.
 
-    Accepts exactly what ``json.dumps(value, allow_nan=False)`` encodes with str keys and no
-    cycles; anything else raises :class:`ResultError` naming the JSON path and the type.
-    The C encoder refuses most of that; what it converts silently (non-str keys, tuples)
-    is found by a walk of small values or a decode-and-compare of large ones, and only
-    then does a full walk find the offending path.
+    Accepts exactly what ``json.dumps(value, allow_nan=False)`` encodes with str keys, no
+    cycles and at most ``MAX_RESULT_DEPTH`` levels of nesting; anything else raises
+    :class:`ResultError` naming the JSON path and the type. The depth is checked before
+    json's C encoder runs: in the page, its recursion ends in a fatal JS stack overflow
+    rather than a RecursionError.
     """
-    try:
-        text = _encode(value)
-    except (TypeError, ValueError, RecursionError):
-        raise ResultError(_invalid(value)) from None
-    if len(text) <= _SMALL and _is_plain(value):
+    if _is_plain(value, MAX_RESULT_DEPTH):
+        try:
+            text = _encode(value)
+        except ValueError:  # NaN or Infinity
+            raise ResultError(_invalid(value)) from None
         wire = value
     else:
+        problem = find_invalid(value)
+        if problem is not None:
+            raise ResultError(_describe(*problem))
+        # Only tuples and subclasses of JSON types remain: encode, and decode what Core sees.
+        try:
+            text = _encode(value)
+        except (TypeError, ValueError):
+            raise ResultError(_invalid(value)) from None
         wire = json.loads(text)
-        if wire != value:
-            problem = find_invalid(value)
-            if problem is not None:  # else the difference is only tuples becoming arrays
-                raise ResultError(_describe(*problem))
     size = len(text) if text.isascii() else _utf8_size(text)
     if size > max_bytes:
         raise ResultError(
@@ -129,13 +135,15 @@ def encode_result(value: Any, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> tupl
     return wire, text
 
 
-def _is_plain(value: Any) -> bool:
-    """Only exact JSON types and str keys: what decoding the text would give back."""
+def _is_plain(value: Any, depth: int) -> bool:
+    """Only exact JSON types, str keys and bounded nesting: what decoding gives back."""
     kind = type(value)
     if kind is dict:
-        return all(type(key) is str and _is_plain(item) for key, item in value.items())
+        return depth > 0 and all(
+            type(key) is str and _is_plain(item, depth - 1) for key, item in value.items()
+        )
     if kind is list:
-        return all(_is_plain(item) for item in value)
+        return depth > 0 and all(_is_plain(item, depth - 1) for item in value)
     return kind in _SCALARS
 
 
@@ -189,6 +197,8 @@ def find_invalid(value: Any) -> tuple[str, Any, str] | None:
             return json_path(path), node, "is not a JSON type"
         if id(node) in open_containers:
             return json_path(path), node, "contains itself (a cycle)"
+        if len(path) >= MAX_RESULT_DEPTH:
+            return json_path(path), node, f"nests deeper than {MAX_RESULT_DEPTH} levels"
         open_containers.add(id(node))
         stack.append((_EXIT, [id(node)]))
         if isinstance(node, dict):

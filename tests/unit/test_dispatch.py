@@ -368,3 +368,21 @@ async def test_a_failing_listener_breaks_nothing() -> None:
     session.subscribe(lambda event: 1 / 0)
     session.on_tool("t", lambda: "ok")
     assert await session.dispatch("t", {}) == "ok"
+
+
+def nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+async def test_results_nest_at_most_99_levels() -> None:
+    assert await session_returning(nested(99)).dispatch("t", {}) == nested(99)
+    # (Deeper than a few thousand levels, Pyodide cannot even free such a value; json's C
+    # encoder overflows the JS stack a little deeper still: the depth rule runs first.)
+    for depth in (100, 5000):
+        result = await session_returning(nested(depth)).dispatch("t", {})
+        assert result["error"]["code"] == "TOOL_RESULT_INVALID"
+        assert "nests deeper than 99 levels" in result["error"]["message"]
+        assert result["error"]["details"]["path"] == "$" + "[0]" * 99
