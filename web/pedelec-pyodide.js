@@ -173,11 +173,18 @@ function warmUp(pyodide) {
   });
 }
 
+/** Performance marks `pedelec:<step>` (see the page-start benchmark). */
+function mark(step) {
+  globalThis.performance?.mark?.(`pedelec:${step}`);
+}
+
 async function boot(options) {
+  mark("start");
   const config = resolveConfig(options);
   const sources = blockSources();
   sources.catch(() => {});
   const pyodide = await loadRuntime(config);
+  mark("runtime");
   const session = new PedelecSession();
   let page;
   try {
@@ -189,6 +196,7 @@ async function boot(options) {
     const reason = err.message.trim().split("\n").pop();
     throw new PedelecError("loading packages", `cannot import pedelec_pyodide: ${reason}`, err);
   }
+  mark("imported");
   const namespace = page.namespace;
   try {
     for (const block of await sources) {
@@ -205,6 +213,7 @@ async function boot(options) {
   } finally {
     namespace.destroy();
   }
+  mark("blocks");
   const connect = page.connect;
   try {
     const connected = JSON.parse(await connect());
@@ -216,6 +225,7 @@ async function boot(options) {
   } finally {
     connect.destroy();
   }
+  mark("connected");
   session._sendText = page.send_text;
   session._close = page.close;
   const pedelec = {
