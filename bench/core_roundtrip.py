@@ -112,15 +112,20 @@ class PageClient:
                            handler=lambda args: {"value": args["delta"] + 1})
         self.session = Session([tool])
         self.ws: Any = None
+        self.tasks: set[asyncio.Future[Any]] = set()
 
     def send(self, frame: str) -> None:
-        asyncio.ensure_future(self.ws.send(frame))
+        task = asyncio.ensure_future(self.ws.send(frame))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     async def connect(self, url: str) -> None:
         self.ws = await websockets.connect(url)
         self.session.connection_made(self)
         self.session.receive(await self.ws.recv())  # welcome
-        asyncio.ensure_future(self._read())
+        reader = asyncio.ensure_future(self._read())
+        self.tasks.add(reader)
+        reader.add_done_callback(self.tasks.discard)
 
     async def _read(self) -> None:
         with contextlib.suppress(websockets.ConnectionClosed):
@@ -142,7 +147,8 @@ async def main(rounds: int, calls: int) -> None:
         raw_core = RawHTTP(core_port, f"Authorization: Bearer {TOKEN}\r\n")
         raw_bare = RawHTTP(bare_port)
         call_path = f"/pedelec/v1/sessions/{sid}/tool-calls"
-        frame = '{"type":"tool.result","toolRequestId":"x","result":{"value":3},"handledBy":"named"}'
+        frame = ('{"type":"tool.result","toolRequestId":"x","result":{"value":3},'
+                 '"handledBy":"named"}')
         body = {"tool": "update_counter", "args": {"delta": 2}}
         raw_body = json.dumps(body).encode()
 
