@@ -85,6 +85,21 @@ def page_url() -> str | None:
     return str(location.href) if location is not None else None
 
 
+def in_worker() -> bool:
+    """True in a Web Worker (e.g. a JupyterLite Pyodide kernel): no ``document`` there."""
+    scope = _js()
+    return (getattr(scope, "WorkerGlobalScope", None) is not None
+            and getattr(scope, "document", None) is None)
+
+
+def explain_worker_error(exc: BaseException) -> str | None:
+    """The hint for a handler that reached for the DOM in a Web Worker, else None."""
+    if isinstance(exc, AttributeError) and exc.name in ("document", "window"):
+        return ("the notebook kernel has no DOM: this Python runs in a Web Worker, where "
+                "js.document and js.window do not exist")
+    return None
+
+
 def create_session(
     core_url: str,
     tools: Iterable[Tool] = (),
@@ -102,6 +117,8 @@ def create_session(
     prefix = storage_prefix(url)
     if store is not None:
         session_options.setdefault("ledger", StorageLedger(store, prefix + "ledger:"))
+    if in_worker():
+        session_options.setdefault("explain_error", explain_worker_error)
     session = Session(tools, **session_options)
     session.client.setdefault("runtime", "pyodide")
     if store is not None:

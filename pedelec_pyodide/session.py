@@ -182,8 +182,12 @@ class Session:
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         ledger: Ledger | None = None,
         client: Mapping[str, Any] | None = None,
+        explain_error: Callable[[BaseException], str | None] | None = None,
     ) -> None:
         self.max_result_bytes = max_result_bytes
+        #: adds a sentence to a ``TOOL_HANDLER_ERROR`` message for exceptions the runtime
+        #: can explain (the browser edge: no DOM in a Web Worker, e.g. a notebook kernel)
+        self.explain_error = explain_error
         self.session_id: str | None = None
         self.resume_token: str | None = None
         self.client = dict(client or {"name": "pedelec-pyodide"})
@@ -391,7 +395,7 @@ class Session:
         try:
             outcome = await awaitable
         except (Exception, SystemExit) as exc:
-            outcome = _handler_failure(ctx.tool, exc)
+            outcome = _handler_failure(ctx.tool, exc, self.explain_error)
         return self._finish(ctx, outcome)
 
     def _wait_for(self, running: ToolContext) -> asyncio.Future[ToolCall]:
@@ -444,7 +448,7 @@ class Session:
                 return ctx, handler(args, ctx)
             return ctx, handler(args) if takes else handler()
         except (Exception, SystemExit) as exc:  # a handler must never end the session
-            return ctx, _handler_failure(name, exc)
+            return ctx, _handler_failure(name, exc, self.explain_error)
 
     def _finish(self, ctx: ToolContext, outcome: Any) -> ToolContext:
         """Check and encode the outcome into ``ctx``; record, notify, and return it."""
@@ -660,11 +664,16 @@ class _Failure:
         self.result = result
 
 
-def _handler_failure(tool: str, exc: BaseException) -> _Failure:
+def _handler_failure(
+    tool: str, exc: BaseException, explain: Callable[[BaseException], str | None] | None,
+) -> _Failure:
     if isinstance(exc, ToolError):
         return _Failure(exc.result)
     logger.error("tool handler %s raised", tool, exc_info=exc)
     text = str(exc)
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    hint = explain(exc) if explain is not None else None
+    if hint:
+        message = f"{message} ({hint})"
     return _Failure(tool_error(TOOL_HANDLER_ERROR, message))
 
