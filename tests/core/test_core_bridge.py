@@ -34,7 +34,7 @@ def test_malformed_frames_get_error_frames_and_the_connection_stays() -> None:
                 ({"type": "tool.result", "toolRequestId": "x", "result": 1,
                   "handledBy": "magic"}, "INVALID_FIELD"),
                 ({"type": "hello", "protocol": 1, "tools": []}, "DUPLICATE_HELLO"),
-                ("[" * 500 + "]" * 500, "FRAME_NOT_OBJECT"),
+                ("[" * 500 + "]" * 500, "FRAME_TOO_DEEP"),
                 ('{"type":"x","a":' + "[" * 200 + "]" * 200 + "}", "FRAME_TOO_DEEP"),
             ]
             for frame, code in cases:

@@ -47,15 +47,15 @@ def test_cli_prints_url_and_token_answers_and_stops_on_sigterm(command: str) -> 
     assert "from-the-env" not in process.stderr.read()  # tokens never reach the log
 
 
-def test_cli_generates_a_token_and_refuses_unknown_agents() -> None:
+def test_cli_generates_a_token_and_refuses_bad_agents() -> None:
     process, _url, token = start("serve")
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=15) == 0
     assert len(token) >= 32
     failed = subprocess.run(
-        [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--agent", "openai:x"],
+        [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--agent", "nonsense"],
         capture_output=True, text=True, timeout=30)
-    assert failed.returncode == 2 and "not built yet" in failed.stderr
+    assert failed.returncode == 2 and "unknown agent 'nonsense'" in failed.stderr
 
 
 def test_help_explains_every_option() -> None:
