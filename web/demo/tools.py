@@ -2,9 +2,10 @@
 
 import asyncio
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import js
+
 from pedelec_pyodide import ToolError, define_tool
 
 
@@ -45,7 +46,7 @@ async def save_document() -> dict:
     state = element("save-state")
     state.textContent = "Saving…"
     await asyncio.sleep(0.4)  # stands in for the round trip to a storage API
-    saved_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    saved_at = datetime.now(UTC).isoformat(timespec="seconds")
     doc_id = "doc-" + uuid.uuid5(uuid.NAMESPACE_URL, element("doc-title").value).hex[:8]
     state.textContent = f"Saved {saved_at[11:19]} UTC as {doc_id}"
     return {"id": doc_id, "savedAt": saved_at}

@@ -3,6 +3,7 @@
 import asyncio
 
 import js
+
 from pedelec_pyodide import define_tool
 
 block_order = ["tools.py"]
