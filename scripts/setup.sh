@@ -7,7 +7,7 @@ setup_python() {
   if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
   fi
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[core,test]'
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[core,test,lite]'
 }
 
 setup_node() {
