@@ -98,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run Core with the bundled demo app at /",
                                description="Run Core with the demo app at /.")
     _add_common(demo, default_port=DEFAULT_PORT)
+    lite = commands.add_parser("lite", help="build an offline JupyterLite site with "
+                               "pedelec-pyodide in its Pyodide kernel",
+                               description="Build a JupyterLite site into DIR, clean (DIR is "
+                               "replaced), offline once the runtime and wheels are cached; "
+                               "serve it with pedelec serve --app DIR. Needs the lite extra.")
+    lite.add_argument("dir", type=Path, metavar="DIR", help="the site's directory")
+    lite.add_argument("--pyodide", type=_directory, metavar="DIR",
+                      help="an npm pyodide package directory to use instead of npm")
     return parser
 
 
@@ -123,6 +131,10 @@ def _interrupt(number: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "lite":
+        from .lite import main as lite_main
+
+        return lite_main(args.dir, args.pyodide)
     cfg, generated = config_from_args(args)
     try:
         cfg.agent_factory = agent_factory_for(cfg.agent)
