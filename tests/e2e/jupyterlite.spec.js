@@ -1,0 +1,131 @@
+// JupyterLite: `pedelec lite` builds the site (clean; the runtime and wheels come from the
+// provisioning cache), `pedelec serve --app` serves it next to Core on a free loopback
+// port, and headless Chromium runs the example notebook in the Pyodide kernel (a Web
+// Worker). The control API then calls a tool the notebook defined. Every request the
+// browser makes is logged: none may leave 127.0.0.1.
+import { spawn } from "node:child_process";
+import { expect, test } from "@playwright/test";
+import { TOKEN } from "../../playwright.config.js";
+
+const SITE = ".cache/e2e-lite/site";
+const NOTEBOOK = "pedelec-example.ipynb";
+
+test.describe.configure({ mode: "serial" });
+
+/** Run a command to its end; rejects with its output when it fails. */
+function run(command, args) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"] });
+    let output = "";
+    child.stdout.on("data", (d) => { output += d; });
+    child.stderr.on("data", (d) => { output += d; });
+    child.on("error", reject);
+    child.on("exit", (code) => (code === 0 ? resolve(output) : reject(new Error(`${command} ${args.join(" ")} exited ${code}:\n${output}`))));
+  });
+}
+
+/** Start Core serving the site; resolves to { url, stop } once it printed its URL. */
+function serve() {
+  const child = spawn(".venv/bin/pedelec", [
+    "serve", "--host", "127.0.0.1", "--port", "0", "--app", SITE,
+    "--pyodide", `${SITE}/static/pyodide`, "--tool-timeout", "20000", "--quiet",
+  ], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, PEDELEC_ADMIN_TOKEN: TOKEN } });
+  const exited = new Promise((resolve) => child.on("exit", resolve));
+  let output = "";
+  const started = new Promise((resolve, reject) => {
+    child.stdout.on("data", (d) => {
+      output += d;
+      const found = /pedelec serve: (http:\/\/127\.0\.0\.1:\d+)\//.exec(output);
+      if (found) resolve(found[1]);
+    });
+    child.stderr.on("data", (d) => { output += d; });
+    child.on("exit", (code) => reject(new Error(`pedelec serve exited ${code}:\n${output}`)));
+  });
+  const stop = async () => {
+    if (child.exitCode === null) child.kill("SIGTERM");
+    await exited;
+  };
+  return started.then((url) => ({ url, stop }), async (error) => { await stop(); throw error; });
+}
+
+let core;
+
+test.beforeAll(async () => {
+  test.setTimeout(300_000);
+  await run(".venv/bin/pedelec", ["lite", SITE]);
+  core = await serve();
+});
+
+test.afterAll(async () => {
+  await core?.stop();
+});
+
+async function control(path, body) {
+  const response = await fetch(`${core.url}/pedelec/v1${path}`, {
+    method: body === undefined ? "GET" : "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  expect(response.status, `${path}: ${response.status}`).toBe(200);
+  return response.json();
+}
+
+/** The text outputs of the notebook's code cells, in order. */
+async function cellOutputs(page) {
+  return page.locator(".jp-CodeCell").evaluateAll((cells) =>
+    cells.map((cell) => Array.from(cell.querySelectorAll(".jp-OutputArea-output"))
+      .map((o) => o.textContent).join("")));
+}
+
+test("the example notebook runs offline and serves tool calls from Core", async ({ page, context }) => {
+  test.setTimeout(180_000);
+  const requests = [];
+  context.on("request", (r) => requests.push(r.url()));
+  page.on("websocket", (ws) => requests.push(ws.url()));
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+
+  await page.goto(`${core.url}/notebooks/index.html?path=${NOTEBOOK}`);
+  await expect(page.locator(".jp-Notebook .jp-Cell").first()).toBeVisible({ timeout: 60_000 });
+  // Run > Run All Cells, then wait for the last cell's output
+  await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click();
+  await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click();
+  const last = page.locator(".jp-CodeCell").last();
+  await expect(last.locator(".jp-OutputArea-output")).toContainText("tool call(s)", { timeout: 120_000 });
+
+  const [install, , connected, agent, dom, shown] = await cellOutputs(page);
+  expect(install).not.toContain("Error");
+  const sessionId = /session: (\S+) idle/.exec(connected)?.[1];
+  expect(sessionId, connected).toBeTruthy();
+  expect(agent).toContain("agent:");
+  expect(agent).toContain("apples");
+  expect(dom).toContain("page_title: TOOL_HANDLER_ERROR");
+  expect(dom).toContain("AttributeError: document");
+  expect(dom).toContain("the notebook kernel has no DOM");
+  expect(shown).toContain("shopping: [{'name': 'apples', 'quantity': 3}]");
+  expect(shown).toContain("2 tool call(s)");
+
+  // Core knows the notebook's tools; a tool call through the control API runs in the kernel
+  const session = await control(`/sessions/${sessionId}`);
+  expect(session.tools.map((t) => t.name).sort()).toEqual(["add_item", "list_items", "page_title"]);
+  const call = await control(`/sessions/${sessionId}/tool-calls`, { tool: "add_item", args: { name: "pears", quantity: 2 } });
+  expect(call.result).toEqual([{ name: "apples", quantity: 3 }, { name: "pears", quantity: 2 }]);
+  expect(call.handledBy).toBe("inline");
+  const listed = await control(`/sessions/${sessionId}/tool-calls`, { tool: "list_items", args: {} });
+  expect(listed.result).toEqual(call.result);
+
+  // the notebook saw it: run the last cell again (in place)
+  await last.locator(".jp-InputArea-editor").click();
+  await page.keyboard.press("Control+Enter");
+  await expect(last.locator(".jp-OutputArea-output")).toContainText("4 tool call(s)");
+  await expect(last.locator(".jp-OutputArea-output")).toContainText("add_item {'name': 'pears', 'quantity': 2}");
+
+  // offline: every request (page, kernel worker, service worker, WebSocket) stayed on Core
+  expect(requests.length).toBeGreaterThan(20);
+  const origin = new URL(core.url);
+  const away = requests.filter((u) => !/^(data|blob):/.test(u) && new URL(u).host !== origin.host);
+  expect(away).toEqual([]);
+  expect(requests.some((u) => u.endsWith("/static/pyodide/pyodide.asm.wasm"))).toBe(true);
+  expect(requests.some((u) => /\/static\/pyodide\/pedelec_pyodide-.*\.whl$/.test(u))).toBe(true);
+  expect(errors).toEqual([]);
+});
