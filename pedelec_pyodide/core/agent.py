@@ -50,6 +50,7 @@ class Turn(Protocol):
     tools: list[dict[str, Any]]  # the session's tool metadata, as the page sent it
     history: list[dict[str, Any]]  # the agent's own record of earlier turns; it may append
     max_steps: int
+    usage: dict[str, int]  # token counts the agent adds to; Core logs them in turn.end
 
     async def call_tools(self, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
         """Run one step's calls in parallel; raises StepLimitExceeded past ``max_steps``."""

@@ -49,6 +49,7 @@ class TurnRunner:
         self.history: list[dict[str, Any]] = session.record.history
         self.max_steps = session.registry.config.max_steps
         self.steps = 0
+        self.usage: dict[str, int] = {}
         self.task: asyncio.Task[TurnRecord] | None = None
         self._journal: list[list[RequestRecord]] = _steps(journal or [])
         record.tool_calls = []  # rebuilt by the replay when the turn is resumed
@@ -148,7 +149,9 @@ class TurnRunner:
         log_event("turn.end", session=session.id, turn=record.id, status=record.status,
                   steps=self.steps, calls=len(record.tool_calls),
                   code=None if record.error is None else record.error["code"],
-                  ms=(time.perf_counter() - self._started) * 1000)
+                  ms=(time.perf_counter() - self._started) * 1000,
+                  **{f"usage_{key.removesuffix('_tokens')}": value
+                     for key, value in self.usage.items()})
         if not session.closed:
             session.send_turn_end(record)
 
