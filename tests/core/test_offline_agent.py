@@ -689,14 +689,17 @@ def test_make_agent_offline() -> None:
     assert isinstance(make_agent("  offline "), OfflineAgent)
 
 
-@pytest.mark.parametrize(("spec", "provider"),
-                         [("openai:gpt-4o-mini", "openai"), ("anthropic:claude-x", "anthropic")])
-def test_make_agent_model_adapters_are_not_built_yet(spec: str, provider: str) -> None:
+@pytest.mark.parametrize(("spec", "key"),
+                         [("openai:gpt-4o-mini", "OPENAI_API_KEY"),
+                          ("anthropic:claude-x", "ANTHROPIC_API_KEY")])
+def test_make_agent_model_adapters_need_their_key(
+        spec: str, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
     with pytest.raises(AgentUnavailable) as caught:
         make_agent(spec)
     message = str(caught.value)
-    assert f"the {provider} adapter is not built yet (issue 5 adds it)" in message
-    assert spec in message and "--agent offline" in message
+    assert f"agent {spec} needs {key}" in message
     assert isinstance(caught.value, ValueError)
 
 

@@ -30,9 +30,13 @@ def make_agent(spec: str) -> Agent:
 
 
 def model_adapter(provider: str, model: str) -> Agent:
-    """The seam for the model adapters: issue 5 ("Real agents and real clients") builds
-    them as ``core/agents/{openai,anthropic}.py`` and returns them from here."""
-    raise AgentUnavailable(
-        f"the {provider} adapter is not built yet (issue 5 adds it), so agent "
-        f"{provider}:{model} cannot run in this version; use --agent offline"
-    )
+    """The model adapter for ``provider`` (``openai`` or ``anthropic``), configured from the
+    environment (keys, base URLs, ``PEDELEC_*`` limits: ``docs/agents.md``). Raises
+    :class:`AgentUnavailable` when its API key is missing, ``ValueError`` for a bad limit."""
+    if provider == "openai":
+        from .openai_agent import OpenAIAgent
+
+        return OpenAIAgent.from_env(model)
+    from .anthropic_agent import AnthropicAgent
+
+    return AnthropicAgent.from_env(model)

@@ -1,0 +1,469 @@
+"""The model adapters (``--agent openai:MODEL``, ``--agent anthropic:MODEL``) against each
+provider's real wire format.
+
+No test here reaches a paid API or any network: a local HTTP server on 127.0.0.1 (an
+ephemeral port, started and stopped by each test) STANDS IN FOR THE PAID API. It replays
+the recorded transcripts in ``transcripts/`` — OpenAI's Chat Completions stream (SSE
+``data:`` lines of ``chat.completion.chunk``, ``data: [DONE]``) and Anthropic's Messages
+stream (``event:``/``data:`` pairs: message_start, content_block_start/delta/stop with
+text_delta and input_json_delta, message_delta, message_stop, ping), error answers and a
+server that does not answer — and checks what the official SDK sends against each
+transcript's recorded request (a subset match), so the tools' translation, the tool
+results fed back (ids, ``is_error``) and the history carried between turns are the real
+requests the SDKs build.
+
+The agents run against a fake Turn (as in ``test_offline_agent.py``); one test runs a
+turn through real Core, with a page answering the tool requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corekit import Page as PageAdapter
+from corekit import config, running_core
+from test_offline_agent import DEMO_TOOLS, FakeTurn
+
+from pedelec_pyodide import Session, define_tool
+from pedelec_pyodide.core.agent import StepLimitExceeded, ToolCallRequest
+from pedelec_pyodide.core.agents import AgentUnavailable, make_agent
+from pedelec_pyodide.core.agents.anthropic_agent import AnthropicAgent
+from pedelec_pyodide.core.agents.model import ModelAgent, ModelError, ModelSettings, capped
+from pedelec_pyodide.core.agents.openai_agent import OpenAIAgent
+
+TRANSCRIPTS = Path(__file__).parent / "transcripts"
+KEY = "sk-test-SECRET-42"
+PROVIDERS = ["openai", "anthropic"]
+FAST = ModelSettings(request_timeout=5.0, retry_budget=5.0)
+
+
+# --- the stand-in for the paid API ---------------------------------------------------------
+
+
+def subset(expected: Any, actual: Any, where: str = "$") -> list[str]:
+    """Where ``actual`` differs from ``expected`` (dicts: only the keys expected)."""
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return [f"{where}: expected an object, got {actual!r}"]
+        return [problem for key, value in expected.items()
+                for problem in (subset(value, actual[key], f"{where}.{key}") if key in actual
+                                else [f"{where}.{key}: missing"])]
+    if isinstance(expected, list):
+        if not isinstance(actual, list) or len(actual) != len(expected):
+            return [f"{where}: expected {len(expected)} items, got {actual!r}"]
+        return [problem for index, (e, a) in enumerate(zip(expected, actual, strict=True))
+                for problem in subset(e, a, f"{where}[{index}]")]
+    return [] if expected == actual else [f"{where}: expected {expected!r}, got {actual!r}"]
+
+
+class StandIn:
+    """A loopback HTTP server replaying one transcript, one exchange per request."""
+
+    def __init__(self, transcript: dict[str, Any]) -> None:
+        self.provider: str = transcript["provider"]
+        self.exchanges: list[dict[str, Any]] = list(transcript["exchanges"])
+        self.requests: list[dict[str, Any]] = []  # {"path", "headers", "body", "at"}
+        self.problems: list[str] = []
+        self.stopping = threading.Event()
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                stand_in.answer(self)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        port = self.server.server_address[1]
+        return f"http://127.0.0.1:{port}" + ("/v1" if self.provider == "openai" else "")
+
+    def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        length = int(handler.headers.get("Content-Length", "0"))
+        body = json.loads(handler.rfile.read(length) or b"null")
+        index = len(self.requests)
+        headers = {name.lower(): value for name, value in handler.headers.items()}
+        self.requests.append({"path": handler.path, "headers": headers, "body": body,
+                              "at": time.monotonic()})
+        if index >= len(self.exchanges):
+            self.problems.append(f"request {index + 1}: the transcript has no more exchanges")
+            return self._json(handler, 500, {"error": {"message": "transcript exhausted"}})
+        exchange = self.exchanges[index]
+        expected = exchange["request"]
+        if handler.path != expected["path"]:
+            self.problems.append(f"request {index + 1}: path {handler.path}")
+        self.problems.extend(f"request {index + 1}: {p}" for p in subset(expected["body"], body))
+        response = exchange["response"]
+        if "delay" in response and self.stopping.wait(response["delay"]):
+            return None
+        if "body" in response:
+            return self._json(handler, response["status"], response["body"],
+                              response.get("headers", {}))
+        handler.send_response(response["status"])
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Cache-Control", "no-cache")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        for event in response["events"]:
+            if self.provider == "openai":
+                frame = "data: " + (event if isinstance(event, str) else json.dumps(event))
+            else:
+                frame = f"event: {event['event']}\ndata: {json.dumps(event['data'])}"
+            handler.wfile.write((frame + "\n\n").encode())
+            handler.wfile.flush()
+        handler.close_connection = True
+        return None
+
+    @staticmethod
+    def _json(handler: BaseHTTPRequestHandler, status: int, body: Any,
+              headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def messages(self, index: int) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = self.requests[index]["body"]["messages"]
+        return messages
+
+
+@contextlib.contextmanager
+def stand_in(provider: str, name: str) -> Iterator[StandIn]:
+    transcript = json.loads((TRANSCRIPTS / f"{provider}_{name}.json").read_text())
+    server = StandIn(transcript)
+    server.thread.start()
+    try:
+        yield server
+    finally:
+        server.stopping.set()
+        server.server.shutdown()
+        server.server.server_close()
+        server.thread.join(5)
+    assert not server.problems, server.problems
+
+
+def agent_for(server: StandIn, settings: ModelSettings = FAST) -> ModelAgent:
+    if server.provider == "openai":
+        return OpenAIAgent("test-model", settings, KEY, server.base_url)
+    return AnthropicAgent("test-model", settings, KEY, server.base_url)
+
+
+class Turn(FakeTurn):
+    """The fake Turn of the offline agent's tests, with the usage Core collects."""
+
+    def __init__(self, text: str, **options: Any) -> None:
+        super().__init__(text, **options)
+        self.usage: dict[str, int] = {}
+
+
+def turn_with(text: str, history: list[dict[str, Any]] | None = None, **options: Any) -> Turn:
+    turn = Turn(text, **options)
+    if history is not None:
+        turn.history = history
+    return turn
+
+
+def run(agent: ModelAgent, turn: Turn) -> str:
+    return asyncio.run(asyncio.wait_for(agent.run(turn), 30))
+
+
+def results_sent(server: StandIn, request: int) -> list[tuple[str, Any, bool]]:
+    """(call id, result, is_error) of the tool results in a request's last messages."""
+    messages = server.messages(request)
+    if server.provider == "openai":
+        return [(m["tool_call_id"], json.loads(m["content"]), False)
+                for m in messages if m["role"] == "tool"]
+    last = messages[-1]["content"]
+    return [(b["tool_use_id"], json.loads(b["content"]), b.get("is_error", False))
+            for b in last if b["type"] == "tool_result"]
+
+
+# --- transcripts ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_plain_text_reply_is_streamed_with_tools_translated(provider: str) -> None:
+    tools = [*DEMO_TOOLS, {"name": "clear", "description": "Clear the editor.",
+                           "argsSchema": {"properties": {}},
+                           "annotations": {"title": "Clear all", "destructiveHint": True}}]
+    with stand_in(provider, "text_reply") as server:
+        turn = turn_with("Hello there", tools=tools)
+        reply = run(agent_for(server), turn)
+    assert reply == "Hello! How can I help?"
+    assert turn.said == ["Hello", "! How can I", " help?"]
+    assert turn.batches == []
+    assert turn.usage == {"input_tokens": 20, "output_tokens": 8, "requests": 1}
+    request = server.requests[0]
+    sent = request["body"]["tools"]
+    if provider == "openai":
+        assert request["headers"]["authorization"] == f"Bearer {KEY}"
+        assert sent[1] == {"type": "function", "function": {
+            "name": "update_counter", "description": DEMO_TOOLS[1]["description"],
+            "parameters": DEMO_TOOLS[1]["argsSchema"]}}
+        clear = sent[-1]["function"]
+        assert request["body"]["stream_options"] == {"include_usage": True}
+    else:
+        assert KEY in (request["headers"].get("x-api-key", "")
+                       + request["headers"].get("authorization", ""))
+        assert sent[1] == {"name": "update_counter",
+                           "description": DEMO_TOOLS[1]["description"],
+                           "input_schema": DEMO_TOOLS[1]["argsSchema"]}
+        assert request["body"]["max_tokens"] == FAST.max_tokens
+        clear = {**sent[-1], "parameters": sent[-1]["input_schema"]}
+    assert clear["description"] == "Clear all: Clear the editor."
+    assert clear["parameters"] == {"type": "object", "properties": {}}
+    assert [entry["agent"] for entry in turn.history] == [provider, provider]
+    assert json.loads(json.dumps(turn.history)) == turn.history
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_one_tool_call_then_a_reply(provider: str) -> None:
+    with stand_in(provider, "one_tool_call") as server:
+        turn = turn_with("Add 3 to the counter")
+        reply = run(agent_for(server), turn)
+    call_id = "call_A1" if provider == "openai" else "toolu_A1"
+    assert turn.batches == [[ToolCallRequest("update_counter", {"delta": 3}, call_id)]]
+    assert reply == "The counter is now 3."
+    assert results_sent(server, 1) == [(call_id, {"value": 3}, False)]
+    assert turn.usage == {"input_tokens": 30 + 45, "output_tokens": 12 + 9, "requests": 2}
+    assert len(turn.history) == 4  # user, assistant (call), result, assistant (reply)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_two_tool_calls_in_one_step_are_one_batch(provider: str) -> None:
+    with stand_in(provider, "two_tool_calls") as server:
+        turn = turn_with("Where am I, and add 3")
+        reply = run(agent_for(server), turn)
+    assert [[call.tool for call in batch] for batch in turn.batches] == [
+        ["get_current_page", "update_counter"]]
+    ids = ("call_A1", "call_B2") if provider == "openai" else ("toolu_A1", "toolu_B2")
+    assert [result[0] for result in results_sent(server, 1)] == list(ids)
+    if provider == "anthropic":  # its text before the calls is part of the reply
+        assert reply == "Doing both.\n\nYou are on Demo; the counter is 3."
+    else:
+        assert reply == "You are on Demo; the counter is 3."
+    assert "".join(turn.said) == reply
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_handler_error_is_fed_back_and_the_model_recovers(provider: str) -> None:
+    with stand_in(provider, "handler_error_recovery") as server:
+        turn = turn_with("Save my notes")
+        reply = run(agent_for(server), turn)
+    ((_, result, is_error),) = results_sent(server, 1)
+    assert result["error"]["code"] == "TOOL_HANDLER_ERROR"
+    assert is_error == (provider == "anthropic")  # OpenAI has no flag: the JSON says it
+    assert reply == "Saving failed (a division by zero in the page). Nothing was saved."
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_malformed_json_and_unknown_tool_are_answered_as_errors(provider: str) -> None:
+    with stand_in(provider, "malformed_arguments") as server:
+        turn = turn_with("Add 2")
+        reply = run(agent_for(server), turn)
+    # neither bad call reached the page; the model's good call did
+    assert [[(c.tool, c.args) for c in batch] for batch in turn.batches] == [
+        [("update_counter", {"delta": 2})]]
+    (_, bad_json, bad_flag), (_, unknown, unknown_flag) = results_sent(server, 1)
+    assert bad_json["error"]["code"] == "INVALID_ARGS"
+    assert bad_json["error"]["message"].startswith(
+        "the arguments for update_counter are not valid JSON")
+    assert '{"delta": 2' in bad_json["error"]["message"]
+    assert unknown["error"]["code"] == "TOOL_HANDLER_NOT_FOUND"
+    assert "'delete_everything'" in unknown["error"]["message"]
+    assert "update_counter" in unknown["error"]["message"]  # the tools there are
+    assert bad_flag == unknown_flag == (provider == "anthropic")
+    assert reply == "Done: the counter is 2."
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_unauthorized_fails_the_turn_clearly_without_the_key(
+        provider: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+    with stand_in(provider, "unauthorized") as server:
+        turn = turn_with("Hello there")
+        with pytest.raises(ModelError) as caught:
+            run(agent_for(server), turn)
+    env = "OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY"
+    message = str(caught.value)
+    assert message.startswith(f"authentication failed for {provider} (HTTP 401): check {env}")
+    assert len(server.requests) == 1  # never retried
+    assert KEY not in message and KEY not in caplog.text
+    assert turn.history == []  # nothing answered: nothing remembered
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_rate_limit_is_retried_after_the_wait_asked(provider: str) -> None:
+    with stand_in(provider, "rate_limited") as server:
+        reply = run(agent_for(server), turn_with("Hello there"))
+    assert reply == "Hi!"
+    waited = server.requests[1]["at"] - server.requests[0]["at"]
+    # OpenAI sends retry-after-ms (400) beside retry-after (1): the finer one wins
+    assert waited >= (0.4 if provider == "openai" else 1.0)
+    assert waited < 3.0
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_rate_limit_wait_beyond_the_budget_fails_at_once(provider: str) -> None:
+    with stand_in(provider, "rate_limited") as server:
+        server.exchanges = server.exchanges[:1]
+        settings = ModelSettings(retry_budget=0.2)
+        with pytest.raises(ModelError, match=r"beyond the retry budget of 0\.2 s"):
+            run(agent_for(server, settings), turn_with("Hello there"))
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_server_errors_are_retried_then_the_turn_fails(provider: str) -> None:
+    with stand_in(provider, "server_errors") as server:
+        started = time.monotonic()
+        with pytest.raises(ModelError) as caught:
+            run(agent_for(server), turn_with("Hello there"))
+    assert len(server.requests) == 3
+    assert 1.5 <= time.monotonic() - started < 5  # backoff 0.5 s, then 1 s
+    assert str(caught.value).startswith(f"{provider} failed (HTTP ")
+    assert str(caught.value).endswith("(gave up after 3 attempts)")
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_server_that_does_not_answer_times_out(provider: str) -> None:
+    with stand_in(provider, "timeout") as server:
+        started = time.monotonic()
+        with pytest.raises(ModelError, match=rf"{provider} did not answer within 0\.3 s"):
+            run(agent_for(server, ModelSettings(request_timeout=0.3)), turn_with("Hi"))
+    assert time.monotonic() - started < 2.5
+    assert len(server.requests) == 1
+
+
+# --- step limit, history -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_step_limit_ends_the_turn_and_keeps_the_history_whole(provider: str) -> None:
+    with stand_in(provider, "one_tool_call") as server:
+        server.exchanges = server.exchanges[:1]
+        turn = turn_with("Add 3 to the counter", max_steps=0)
+        with pytest.raises(StepLimitExceeded, match="limit of 0 tool-calling steps"):
+            run(agent_for(server), turn)
+    assert turn.batches == []
+    # the answer whose calls never ran is left out: no call without its result
+    assert [entry["message"]["role"] for entry in turn.history] == ["user"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_history_is_carried_to_the_next_turn_and_tagged(provider: str) -> None:
+    other = "anthropic" if provider == "openai" else "openai"
+    history: list[dict[str, Any]] = [
+        {"agent": "offline", "turn_id": "t0", "user": "x", "calls": [], "reply": "y"},
+        {"agent": other, "turn": "t0", "message": {"role": "user", "content": "elsewhere"}},
+    ]
+    with stand_in(provider, "text_reply") as server:
+        run(agent_for(server), turn_with("Hello there", history))
+    with stand_in(provider, "one_tool_call") as server:
+        for exchange in server.exchanges:  # same answers; the requests now lead with turn 1
+            exchange["request"]["body"] = {}
+        turn = turn_with("Add 3 to the counter", history)
+        turn.turn_id = "turn-2"
+        run(agent_for(server), turn)
+    first = server.messages(0)
+    assert [m["role"] for m in first] == ["user", "assistant", "user"]
+    assert first[0]["content"] == "Hello there" and "elsewhere" not in json.dumps(first)
+    assert history[:2][0]["agent"] == "offline" and history[1]["agent"] == other
+    assert [e["turn"] for e in history[2:]] == ["turn-1"] * 2 + ["turn-2"] * 4
+
+
+def test_history_cap_drops_whole_turns_oldest_first() -> None:
+    def entries(turn: str, count: int) -> list[dict[str, Any]]:
+        return [{"agent": "openai", "turn": turn, "message": {"n": i}} for i in range(count)]
+
+    history = entries("a", 2) + entries("b", 4) + entries("c", 2)
+    assert [e["turn"] for e in capped(history, 6)] == ["b"] * 4 + ["c"] * 2
+    assert [e["turn"] for e in capped(history, 5)] == ["c"] * 2
+    assert [e["turn"] for e in capped(entries("big", 9), 3)] == ["big"] * 9  # newest stays
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_history_cap_applies_to_the_stored_history(provider: str) -> None:
+    history: list[dict[str, Any]] = []
+    settings = ModelSettings(history_messages=3)
+    for number in (1, 2):
+        with stand_in(provider, "text_reply") as server:
+            server.exchanges[0]["request"]["body"] = {}
+            turn = turn_with("Hello there", history)
+            turn.turn_id = f"turn-{number}"
+            run(agent_for(server, settings), turn)
+    assert [e["turn"] for e in history] == ["turn-2", "turn-2"]
+    assert len(server.messages(0)) == 3  # turn 1 was still within the cap when asked
+
+
+# --- make_agent ----------------------------------------------------------------------------
+
+
+def test_make_agent_builds_the_adapters_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY",
+                 "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(AgentUnavailable, match="needs OPENAI_API_KEY"):
+        make_agent("openai:gpt-4o-mini")
+    with pytest.raises(AgentUnavailable, match="needs ANTHROPIC_API_KEY"):
+        make_agent("anthropic:claude-x")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")  # Ollama: no key
+    local = make_agent("openai:llama3.2")
+    assert isinstance(local, OpenAIAgent) and local.base_url == "http://127.0.0.1:11434/v1"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    monkeypatch.setenv("PEDELEC_HISTORY_MESSAGES", "10")
+    remote = make_agent("anthropic:claude-x")
+    assert isinstance(remote, AnthropicAgent) and remote.settings.history_messages == 10
+    assert KEY not in json.dumps(remote.info.details)
+    monkeypatch.setenv("PEDELEC_MODEL_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="PEDELEC_MODEL_TIMEOUT='soon': expected a positive"):
+        make_agent("anthropic:claude-x")
+
+
+# --- end to end through Core ---------------------------------------------------------------
+
+
+def test_a_turn_through_core_with_the_openai_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
+    @define_tool(name="update_counter", description="Add delta to the counter.")
+    def update_counter(delta: int) -> dict[str, int]:
+        return {"value": delta}
+
+    async def main(server: StandIn) -> None:
+        async with running_core(config(agent="openai:test-model", agent_factory=None)) as core:
+            page = await PageAdapter(Session([update_counter])).connect(core.ws_url)
+            response = await core.turn(page.session.session_id, "Add 3 to the counter")
+            assert response.status_code == 200, response.text
+            turn = response.json()
+            assert turn["status"] == "completed"
+            assert turn["text"] == "The counter is now 3."
+            (call,) = turn["toolCalls"]
+            assert call["tool"] == "update_counter" and call["result"] == {"value": 3}
+            deltas = [f["text"] for f in page.frames("turn.delta")]
+            assert "".join(deltas) == "The counter is now 3."
+
+    with stand_in("openai", "one_tool_call") as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        asyncio.run(asyncio.wait_for(main(server), 30))
+    tools = server.requests[0]["body"]["tools"]
+    assert [tool["function"]["name"] for tool in tools] == ["update_counter"]
