@@ -12,6 +12,7 @@ wrong with the frame; the receiver answers it with an ``error`` frame and carrie
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
@@ -261,17 +262,20 @@ class TurnEnd(Message):
     status: str
     text: str
     error: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
 
     type: ClassVar[str] = "turn.end"
     direction: ClassVar[Literal["client", "server"]] = "server"
     description: ClassVar[str] = (
-        "The turn is over: its status and the agent's final text; `error` when it failed."
+        "The turn is over: its status and the agent's final text; `error` when it failed; "
+        "`usage`, the model's token counts for the turn, when the agent reports them."
     )
     fields: ClassVar[tuple[_Field, ...]] = (
         _f("turnId", "turn_id", "id"),
         _f("status", "status", "str", choices=TURN_STATUSES),
         _f("text", "text", "str"),
         _f("error", "error", "object", required=False),
+        _f("usage", "usage", "object", required=False),
     )
 
 
@@ -340,7 +344,13 @@ def _parse(text: str | bytes, direction: str, max_bytes: int) -> Message:
     if _nests_too_deep(text):
         raise ProtocolError(FRAME_TOO_DEEP, f"frame nests deeper than {MAX_DEPTH}")
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_not_json_constant, parse_float=_finite_float)
+        if "\\ud" in text or "\\uD" in text:  # an escaped surrogate: must be a pair
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProtocolError(
+            FRAME_NOT_JSON, "frame has a lone surrogate escape (not Unicode text)"
+        ) from None
     except RecursionError:  # pragma: no cover - the scan above comes first
         raise ProtocolError(FRAME_TOO_DEEP, f"frame nests deeper than {MAX_DEPTH}") from None
     except ValueError as exc:
@@ -362,6 +372,17 @@ def _parse(text: str | bytes, direction: str, max_bytes: int) -> Message:
         sender = "Core" if cls.direction == "server" else "the page"
         raise ProtocolError(WRONG_DIRECTION, f"{kind!r} is sent by {sender}, not received by it")
     return _build(cls, data)
+
+
+def _not_json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise ValueError(f"number {literal[:40]} is out of range")
+    return value
 
 
 def _build(cls: type[Message], data: dict[str, Any]) -> Message:
