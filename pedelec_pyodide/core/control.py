@@ -14,7 +14,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .. import __version__
+from .. import __version__, protocol
 from ..tools import NAME_PATTERN
 from .log import log_event
 from .sessions import TURN_BUSY, CoreSession, Registry
@@ -23,6 +23,7 @@ from .turns import start_turn
 UNAUTHORIZED = "UNAUTHORIZED"
 BAD_REQUEST = "BAD_REQUEST"
 SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
+PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 
 
 class ApiError(Exception):
@@ -43,7 +44,8 @@ def _registry(request: Request) -> Registry:
     return registry
 
 
-def _authorize(request: Request) -> None:
+def authorize(request: Request) -> None:
+    """Raise a 401 :class:`ApiError` unless the request carries the admin token."""
     expected: str = request.app.state.admin_token
     header = request.headers.get("authorization", "")
     scheme, _, given = header.partition(" ")
@@ -54,7 +56,8 @@ def _authorize(request: Request) -> None:
                        "this API needs the header 'Authorization: Bearer <admin token>'")
 
 
-def _session(request: Request) -> CoreSession:
+def path_session(request: Request) -> CoreSession:
+    """The live session named by the path's ``session_id``; a 404 :class:`ApiError` if none."""
     session_id = request.path_params["session_id"]
     session = _registry(request).get(session_id)
     if session is None or session.closed:
@@ -63,10 +66,21 @@ def _session(request: Request) -> CoreSession:
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
-    body = await request.body()
+    limit = _registry(request).config.max_frame_bytes
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():  # read no more than the limit allows
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, PAYLOAD_TOO_LARGE,
+                           f"the body is over {limit} bytes, the largest frame a page takes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        # what pages cannot take: NaN, Infinity, lone surrogates (their frames refuse them)
+        json.dumps(data, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (ValueError, UnicodeError, RecursionError) as exc:
         raise ApiError(400, BAD_REQUEST, f"the body must be a JSON object: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(400, BAD_REQUEST, "the body must be a JSON object")
@@ -76,7 +90,7 @@ async def _json_object(request: Request) -> dict[str, Any]:
 def _guarded(handler: Any) -> Any:
     async def endpoint(request: Request) -> Response:
         try:
-            _authorize(request)
+            authorize(request)
             response: Response = await handler(request)
             return response
         except ApiError as exc:
@@ -104,12 +118,12 @@ async def list_sessions(request: Request) -> Response:
 
 @_guarded
 async def get_session(request: Request) -> Response:
-    return JSONResponse(_session(request).describe(full=True))
+    return JSONResponse(path_session(request).describe(full=True))
 
 
 @_guarded
 async def tool_call(request: Request) -> Response:
-    session = _session(request)
+    session = path_session(request)
     body = await _json_object(request)
     tool = body.get("tool")
     if not isinstance(tool, str) or not NAME_PATTERN.match(tool):
@@ -121,17 +135,21 @@ async def tool_call(request: Request) -> Response:
         isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0
     ):
         raise ApiError(400, BAD_REQUEST, "'timeoutMs' must be a positive integer")
-    pending = session.open_request(tool, args, timeout_ms=timeout_ms)
-    await session.registry.store.flush()
-    session.send_request(pending)
-    result, handled_by = await pending.future
+    frame = protocol.ToolRequest(tool_request_id="-" * 32, tool=tool, args=args).encode()
+    try:  # a frame the page would refuse would only wait for its deadline
+        protocol.parse_server_frame(frame, max_bytes=session.registry.config.max_frame_bytes)
+    except protocol.ProtocolError as exc:
+        status = 413 if exc.code == protocol.FRAME_TOO_LARGE else 400
+        raise ApiError(status, PAYLOAD_TOO_LARGE if status == 413 else BAD_REQUEST,
+                       f"the page would refuse this tool.request: {exc.message}") from None
+    request_id, result, handled_by = await session.call_tool(tool, args, timeout_ms=timeout_ms)
     return JSONResponse(
-        {"toolRequestId": pending.id, "result": result, "handledBy": handled_by})
+        {"toolRequestId": request_id, "result": result, "handledBy": handled_by})
 
 
 @_guarded
 async def turn(request: Request) -> Response:
-    session = _session(request)
+    session = path_session(request)
     body = await _json_object(request)
     text = body.get("text")
     if not isinstance(text, str):
@@ -150,4 +168,6 @@ async def turn(request: Request) -> Response:
     }
     if record.error is not None:
         answer["error"] = record.error
+    if record.usage:
+        answer["usage"] = record.usage
     return JSONResponse(answer)

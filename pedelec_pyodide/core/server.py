@@ -1,6 +1,6 @@
 """The Starlette app (``create_app``) and running it under uvicorn (``run``).
 
-Routes: ``/pedelec/v1/health``, the control API, the WebSocket bridge, then static files:
+Routes: ``/pedelec/v1/health``, the control API, MCP, the WebSocket bridge, then static files:
 the Pyodide runtime at ``/pedelec/pyodide/``, the JS bridge (``web/``) at ``/pedelec/``,
 and the app (``--app DIR``, or the demo) at ``/``.
 """
@@ -29,6 +29,7 @@ from .agent import Agent
 from .bridge import BridgeConnection
 from .config import CoreConfig
 from .log import log_event
+from .mcp import McpEndpoint
 from .sessions import Registry
 from .store import open_store
 
@@ -108,6 +109,7 @@ def create_app(config: CoreConfig) -> Starlette:
     registry = Registry(config, store, agent_factory)
     pyodide = PyodideFiles(config.pyodide_dir)
     allowed = frozenset(origin.rstrip("/").lower() for origin in config.allow_origins)
+    mcp_endpoint = McpEndpoint(registry, allowed)
 
     async def bridge(websocket: WebSocket) -> None:
         await BridgeConnection(websocket, registry).serve(allowed)
@@ -121,7 +123,8 @@ def create_app(config: CoreConfig) -> Starlette:
             provisioning = asyncio.create_task(_provision(pyodide))
         log_event("core.started", host=config.host, port=config.port, store=config.store)
         try:
-            yield
+            async with mcp_endpoint.run():
+                yield
         finally:
             if provisioning is not None:
                 provisioning.cancel()
@@ -136,6 +139,8 @@ def create_app(config: CoreConfig) -> Starlette:
         Route("/pedelec/v1/sessions/{session_id}/tool-calls", control.tool_call,
               methods=["POST"]),
         Route("/pedelec/v1/sessions/{session_id}/turns", control.turn, methods=["POST"]),
+        Route("/pedelec/v1/sessions/{session_id}/mcp", mcp_endpoint,
+              methods=["GET", "POST", "DELETE"]),
         WebSocketRoute("/pedelec/v1/bridge", bridge),
         Mount("/pedelec/pyodide", app=pyodide),
     ]

@@ -94,6 +94,9 @@ class CoreSession:
         self.turn: TurnRunner | None = None
         self.unsent_ends: list[TurnRecord] = []
         self.closed = False
+        # run after the page's tool list changed, by a key their owner chooses
+        # (the MCP endpoint: one per MCP client session)
+        self.tool_listeners: dict[str, Callable[[], None]] = {}
         self._expiry: asyncio.TimerHandle | None = None
 
     @property
@@ -174,7 +177,8 @@ class CoreSession:
 
     def send_turn_end(self, turn: TurnRecord) -> None:
         frame = protocol.TurnEnd(
-            turn_id=turn.id, status=turn.status, text=turn.final_text, error=turn.error
+            turn_id=turn.id, status=turn.status, text=turn.final_text, error=turn.error,
+            usage=turn.usage or None,
         ).encode()
         if self.send(frame):
             turn.end_delivered = True
@@ -183,8 +187,12 @@ class CoreSession:
             self.unsent_ends.append(turn)
 
     def update_tools(self, tools: list[dict[str, Any]]) -> None:
+        changed = tools != self.record.tools
         self.record.tools = tools
         self.registry.store.save_session(self.record)
+        if changed:
+            for listener in list(self.tool_listeners.values()):
+                listener()
 
     # --- requests -----------------------------------------------------------------------
 
@@ -200,6 +208,23 @@ class CoreSession:
         )
         self.registry.store.save_request(record)
         return self._track(record)
+
+    async def call_tool(
+        self, tool: str, args: Any, *, timeout_ms: int | None = None,
+    ) -> tuple[str, Any, str]:
+        """One tool request outside any turn (control API, MCP) → ``(toolRequestId, result,
+        handledBy)``. Stored before it is sent, so deadlines, resume and exactly-once apply
+        as to an agent's request; a timeout is the result ``TOOL_TIMEOUT``. If the caller
+        goes away (its task is cancelled), the request is cancelled and the page told."""
+        pending = self.open_request(tool, args, timeout_ms=timeout_ms)
+        await self.registry.store.flush()
+        self.send_request(pending)
+        try:
+            result, handled_by = await asyncio.shield(pending.future)
+        except asyncio.CancelledError:
+            self.cancel_request(pending, "the caller went away")
+            raise
+        return pending.id, result, handled_by
 
     def _track(self, record: RequestRecord) -> PendingRequest:
         pending = PendingRequest(record)

@@ -1,0 +1,195 @@
+"""MCP for one live page: ``/pedelec/v1/sessions/{session_id}/mcp`` (streamable HTTP).
+
+Built on the official ``mcp`` SDK: one low-level :class:`~mcp.server.lowlevel.Server` and
+one stateful :class:`~mcp.server.streamable_http_manager.StreamableHTTPSessionManager` for
+all of Core; each MCP request is answered for the page session its URL names.
+
+- ``tools/list``: the page's current tool metadata (``argsSchema`` as given, with
+  ``"type": "object"`` added only when absent; annotations as MCP ``ToolAnnotations``).
+- ``tools/call``: :meth:`CoreSession.call_tool`, the control API's path (deadlines,
+  resume, exactly-once). See :func:`call_result` for the content.
+- ``notifications/tools/list_changed``: sent on the client's standalone GET stream when
+  the page's tool list changes, to every MCP session opened with the ``initialize``
+  handshake on that page's URL.
+- Before the SDK sees a request: the admin token (401), the session (404), the Origin
+  (the WebSocket's rule, 403).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+from mcp import types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from .. import __version__
+from ..results import TOOL_HANDLER_NOT_FOUND, tool_error
+from ..tools import NAME_PATTERN
+from .bridge import origin_allowed
+from .control import ApiError, authorize, path_session
+from .log import log_event
+from .sessions import CoreSession, Registry
+
+FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
+
+Context = ServerRequestContext[Any, Any]
+
+
+def mcp_tool(metadata: dict[str, Any]) -> types.Tool:
+    """A page's tool metadata as an MCP tool."""
+    schema = dict(metadata["argsSchema"])
+    schema.setdefault("type", "object")
+    data: dict[str, Any] = {
+        "name": metadata["name"], "description": metadata["description"],
+        "inputSchema": schema,
+    }
+    if "annotations" in metadata:
+        data["annotations"] = metadata["annotations"]
+    return types.Tool.model_validate(data)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def call_result(result: Any) -> types.CallToolResult:
+    """A tool result as MCP content.
+
+    ``structuredContent`` is the result when it is a JSON object, else ``{"result":
+    value}`` (MCP wants an object there); ``content`` is one text block, the result as
+    compact JSON. An error result (``{"error": {...}}``) is ``isError: true``, its text
+    ``"CODE: message"``, its ``structuredContent`` the whole error result (``details``,
+    ``retryable`` included).
+    """
+    error = result.get("error") if isinstance(result, dict) and len(result) == 1 else None
+    if isinstance(error, dict):
+        text = f"{error.get('code')}: {error.get('message')}"
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)],
+            structured_content=result, is_error=True)
+    structured = result if isinstance(result, dict) else {"result": result}
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=_compact(result))],
+        structured_content=structured)
+
+
+def _http_request(ctx: Context) -> Request:
+    """The HTTP request an MCP message came in (streamable HTTP always has one)."""
+    request = ctx.request
+    assert isinstance(request, Request)
+    return request
+
+
+class _PageServer(Server[Any]):
+    """Says ``tools.listChanged`` in the ``initialize`` answer."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities, extensions)
+
+
+class McpEndpoint:
+    """The ASGI app behind the MCP route; :meth:`run` it for the app's lifetime."""
+
+    def __init__(self, registry: Registry, allowed_origins: frozenset[str]) -> None:
+        self.registry = registry
+        self.allowed_origins = allowed_origins
+        self.server = _PageServer(
+            "pedelec", version=__version__,
+            on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        self.server.add_notification_handler(
+            "notifications/initialized", types.NotificationParams, self._initialized)
+        self.manager = StreamableHTTPSessionManager(self.server)
+        self._notifying: set[asyncio.Task[None]] = set()
+
+    @contextlib.asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        async with self.manager.run():
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        try:
+            authorize(request)
+            session = path_session(request)
+            if not origin_allowed(request.headers, self.allowed_origins):
+                raise ApiError(403, FORBIDDEN_ORIGIN,
+                               f"Origin {request.headers.get('origin')!r} is not allowed")
+        except ApiError as exc:
+            await exc.response()(scope, receive, send)
+            return
+        key = request.headers.get(MCP_SESSION_ID_HEADER)
+        if request.method == "DELETE" and key is not None:
+            session.tool_listeners.pop(key, None)
+        await self.manager.handle_request(scope, receive, send)
+
+    # --- MCP handlers -------------------------------------------------------------------
+
+    def _session(self, ctx: Context) -> CoreSession:
+        session_id = _http_request(ctx).path_params["session_id"]
+        session = self.registry.get(session_id)
+        if session is None or session.closed:
+            raise MCPError(types.INVALID_REQUEST, f"no session {session_id!r}")
+        return session
+
+    async def _list_tools(
+        self, ctx: Context, params: types.PaginatedRequestParams | None,
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[mcp_tool(t) for t in self._session(ctx).tools])
+
+    async def _call_tool(
+        self, ctx: Context, params: types.CallToolRequestParams,
+    ) -> types.CallToolResult:
+        session = self._session(ctx)
+        if not NAME_PATTERN.match(params.name):
+            return call_result(tool_error(
+                TOOL_HANDLER_NOT_FOUND, f"{params.name!r} is not a tool name", retryable=False))
+        log_event("mcp.tool_call", session=session.id, tool=params.name)
+        _, result, _ = await session.call_tool(params.name, params.arguments or {})
+        return call_result(result)
+
+    async def _initialized(self, ctx: Context, params: types.NotificationParams) -> None:
+        session = self._session(ctx)
+        key = _http_request(ctx).headers.get(MCP_SESSION_ID_HEADER)
+        if key is None:
+            return
+        session.tool_listeners[key] = self._listener(session, key, ctx.session)
+        log_event("mcp.session", session=session.id, clients=len(session.tool_listeners))
+
+    # --- notifications ------------------------------------------------------------------
+
+    def _listener(self, session: CoreSession, key: str,
+                  peer: ServerSession) -> Callable[[], None]:
+        def tools_changed() -> None:
+            task = asyncio.create_task(self._notify(session, key, peer))
+            self._notifying.add(task)
+            task.add_done_callback(self._notifying.discard)
+
+        return tools_changed
+
+    async def _notify(self, session: CoreSession, key: str, peer: ServerSession) -> None:
+        try:
+            await peer.send_tool_list_changed()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            # the client's session ended without a DELETE (idle timeout): stop telling it
+            session.tool_listeners.pop(key, None)

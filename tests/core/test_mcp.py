@@ -1,0 +1,264 @@
+"""MCP: a real Core, a page (a real Session over a WebSocket), the official ``mcp`` client.
+
+Every client here is the SDK's own (``streamable_http_client`` + ``ClientSession``), with
+the admin token as a bearer header, on loopback; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from corekit import TOKEN, WAIT, Core, Page, config, run, running_core
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from pedelec_pyodide import Session, ToolError, define_tool
+
+COUNTER_SCHEMA = {
+    "type": "object", "properties": {"delta": {"type": "integer"}},
+    "required": ["delta"], "additionalProperties": False,
+}
+
+
+def page_session(stall: asyncio.Event | None = None) -> Session:
+    """A page with a counter, a read-only tool, a tool with no "type" in its schema,
+    one that fails, one that never answers (until ``stall`` is set)."""
+    state = {"value": 0}
+
+    def update(args: dict[str, Any]) -> dict[str, Any]:
+        state["value"] += args["delta"]
+        return {"value": state["value"]}
+
+    def fail(args: dict[str, Any]) -> None:
+        raise ToolError("NOT_TODAY", "the page says no", retryable=False)
+
+    async def hang(args: dict[str, Any]) -> str:
+        assert stall is not None
+        await stall.wait()
+        return "late"
+
+    return Session([
+        define_tool(name="update_counter", description="Adds delta to the counter.",
+                    args_schema=COUNTER_SCHEMA, handler=update,
+                    annotations={"title": "Update the counter", "idempotentHint": False,
+                                 "destructiveHint": False}),
+        define_tool(name="get_items", description="Lists the items.",
+                    args_schema={"properties": {}}, handler=lambda: ["a", "b"],
+                    annotations={"readOnlyHint": True}),
+        define_tool(name="fail", description="Always fails.", args_schema={"type": "object"},
+                    handler=fail),
+        define_tool(name="hang", description="Never answers.", args_schema={"type": "object"},
+                    handler=hang),
+    ])
+
+
+def mcp_url(core: Core, session_id: str) -> str:
+    return f"http://127.0.0.1:{core.port}/pedelec/v1/sessions/{session_id}/mcp"
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(url: str, inbox: list[Any] | None = None,
+                     token: str = TOKEN) -> AsyncIterator[ClientSession]:
+    async def on_message(message: Any) -> None:
+        if inbox is not None:
+            inbox.append(message)
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                              timeout=httpx2.Timeout(WAIT, read=WAIT * 3))
+    async with http, streamable_http_client(url, http_client=http) as (read, write), \
+            ClientSession(read, write, message_handler=on_message,
+                          read_timeout_seconds=WAIT) as client:
+        await asyncio.wait_for(client.initialize(), WAIT)
+        yield client
+
+
+def text_of(result: types.CallToolResult) -> str:
+    [block] = result.content
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+def test_lists_the_pages_tools_as_given() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(page_session()).connect(core.ws_url)
+            async with mcp_client(mcp_url(core, page.session.session_id or "")) as client:
+                init = client.initialize_result
+                assert init is not None
+                assert init.capabilities.tools is not None
+                assert init.capabilities.tools.list_changed is True
+                listed = await client.list_tools()
+                tools = {t.name: t for t in listed.tools}
+                assert list(tools) == ["update_counter", "get_items", "fail", "hang"]
+                counter = tools["update_counter"]
+                assert counter.description == "Adds delta to the counter."
+                assert counter.input_schema == COUNTER_SCHEMA
+                assert counter.annotations == types.ToolAnnotations(
+                    title="Update the counter", idempotent_hint=False, destructive_hint=False)
+                # "type": "object" is added only where the schema has none
+                assert tools["get_items"].input_schema == {"type": "object", "properties": {}}
+                assert tools["get_items"].annotations == types.ToolAnnotations(
+                    read_only_hint=True)
+                assert tools["fail"].annotations is None
+
+    run(main())
+
+
+def test_calls_reach_the_page_and_come_back_as_content() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(page_session()).connect(core.ws_url)
+            async with mcp_client(mcp_url(core, page.session.session_id or "")) as client:
+                first = await client.call_tool("update_counter", {"delta": 2})
+                second = await client.call_tool("update_counter", {"delta": 3})
+                assert second.is_error is False
+                assert second.structured_content == {"value": 5}
+                assert json.loads(text_of(second)) == {"value": 5}
+                assert first.structured_content == {"value": 2}
+                # a result that is not an object is wrapped for structuredContent only
+                items = await client.call_tool("get_items", {})
+                assert items.structured_content == {"result": ["a", "b"]}
+                assert text_of(items) == '["a","b"]'
+            # the same path as every tool request: sent to the page, one each
+            assert [f["tool"] for f in page.frames("tool.request")] == [
+                "update_counter", "update_counter", "get_items"]
+            assert all(f["turnId"] is None for f in page.frames("tool.request"))
+
+    run(main())
+
+
+def test_error_results_are_is_error_with_code_and_message() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(page_session()).connect(core.ws_url)
+            async with mcp_client(mcp_url(core, page.session.session_id or "")) as client:
+                failed = await client.call_tool("fail", {})
+                assert failed.is_error is True
+                assert text_of(failed) == "NOT_TODAY: the page says no"
+                assert failed.structured_content == {"error": {
+                    "code": "NOT_TODAY", "message": "the page says no", "retryable": False}}
+                bad = await client.call_tool("update_counter", {"delta": "x"})
+                assert bad.is_error is True
+                assert text_of(bad).startswith("INVALID_ARGS: ")
+                assert bad.structured_content is not None
+                assert bad.structured_content["error"]["details"]["errors"][0]["path"] == (
+                    "$.delta")
+                missing = await client.call_tool("no_such_tool", {})
+                assert missing.is_error is True
+                assert text_of(missing).startswith("TOOL_HANDLER_NOT_FOUND: ")
+                odd = await client.call_tool("not a name", {})
+                assert odd.is_error is True
+                assert text_of(odd).startswith("TOOL_HANDLER_NOT_FOUND: ")
+            assert "not a name" not in [f["tool"] for f in page.frames("tool.request")]
+
+    run(main())
+
+
+def test_a_page_that_does_not_answer_in_time_is_a_tool_timeout() -> None:
+    async def main() -> None:
+        stall = asyncio.Event()
+        async with running_core(config(tool_timeout_ms=300)) as core:
+            page = await Page(page_session(stall)).connect(core.ws_url)
+            async with mcp_client(mcp_url(core, page.session.session_id or "")) as client:
+                result = await client.call_tool("hang", {})
+                assert result.is_error is True
+                assert text_of(result).startswith("TOOL_TIMEOUT: ")
+                assert result.structured_content is not None
+                assert result.structured_content["error"]["retryable"] is True
+                # the page was told, and a late answer changes nothing
+                await page.wait_frame("tool.cancel")
+                stall.set()
+                await page.wait_frame("error", where=lambda f: f["code"] == "LATE_RESULT")
+                after = await client.call_tool("update_counter", {"delta": 1})
+                assert after.structured_content == {"value": 1}
+
+    run(main())
+
+
+def test_tools_added_and_removed_by_the_page_send_list_changed() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(page_session()).connect(core.ws_url)
+            url = mcp_url(core, page.session.session_id or "")
+            inbox: list[Any] = []
+            other: list[Any] = []
+            async with mcp_client(url, inbox) as client, mcp_client(url, other) as bystander:
+                await client.list_tools()
+
+                async def changes(box: list[Any], count: int) -> None:
+                    def seen() -> int:
+                        return sum(isinstance(m, types.ToolListChangedNotification)
+                                   for m in box)
+
+                    while seen() < count:
+                        await asyncio.sleep(0.01)
+
+                extra = define_tool(name="greet", description="Says hello.",
+                                    args_schema={"type": "object"},
+                                    handler=lambda: "hello")
+                dispose = page.session.add_tool(extra)
+                await asyncio.wait_for(changes(inbox, 1), WAIT)
+                await asyncio.wait_for(changes(other, 1), WAIT)
+                names = [t.name for t in (await client.list_tools()).tools]
+                assert names[-1] == "greet"
+                greeting = await client.call_tool("greet", {})
+                assert greeting.structured_content == {"result": "hello"}
+
+                dispose()
+                await asyncio.wait_for(changes(inbox, 2), WAIT)
+                names = [t.name for t in (await client.list_tools()).tools]
+                assert "greet" not in names
+                await bystander.list_tools()
+            session = core.registry.get(page.session.session_id)
+            # both clients ended their MCP sessions (DELETE): nobody is left to tell
+            assert session.tool_listeners == {}
+
+    run(main())
+
+
+def test_the_token_is_required_and_the_session_must_exist() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(page_session()).connect(core.ws_url)
+            url = mcp_url(core, page.session.session_id or "")
+            initialize = {
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                           "clientInfo": {"name": "probe", "version": "0"}},
+            }
+            headers = {"Accept": "application/json, text/event-stream"}
+            async with httpx.AsyncClient(timeout=WAIT) as anonymous:
+                for auth in ({}, {"Authorization": "Bearer wrong"},
+                             {"Authorization": f"Basic {TOKEN}"}):
+                    response = await anonymous.post(url, json=initialize,
+                                                    headers={**headers, **auth})
+                    assert response.status_code == 401
+                    assert response.headers["www-authenticate"] == "Bearer"
+                    assert response.json()["error"]["code"] == "UNAUTHORIZED"
+                    assert "Authorization: Bearer" in response.json()["error"]["message"]
+                unknown = await anonymous.post(
+                    mcp_url(core, "nope"), json=initialize,
+                    headers={**headers, "Authorization": f"Bearer {TOKEN}"})
+                assert unknown.status_code == 404
+                assert unknown.json()["error"]["code"] == "SESSION_NOT_FOUND"
+                foreign = await anonymous.post(
+                    url, json=initialize, headers={
+                        **headers, "Authorization": f"Bearer {TOKEN}",
+                        "Origin": "http://evil.example"})
+                assert foreign.status_code == 403
+            # the official client, without the token, fails to connect (the SDK reports
+            # an HTTP 401 as a bare "Server returned an error response")
+            with pytest.raises(ExceptionGroup) as failure:
+                async with mcp_client(url, token="wrong"):
+                    raise AssertionError("connected without the token")
+            assert failure.group_contains(MCPError, match="error response")
+
+    run(main())
