@@ -59,6 +59,7 @@ class TurnRecord:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     end_delivered: bool = False
     created_at: float = 0.0
+    usage: dict[str, int] = field(default_factory=dict)  # the model's token counts
 
 
 @dataclass
@@ -150,6 +151,7 @@ CREATE TABLE IF NOT EXISTS turns (
     tool_calls TEXT NOT NULL,
     end_delivered INTEGER NOT NULL,
     created_at REAL NOT NULL,
+    usage TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (session_id, id)
 );
 CREATE INDEX IF NOT EXISTS requests_session ON requests (session_id);
@@ -175,6 +177,9 @@ class SQLiteStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(turns)")}
+        if "usage" not in columns:  # a database written before turns kept token usage
+            self._db.execute("ALTER TABLE turns ADD COLUMN usage TEXT NOT NULL DEFAULT '{}'")
         self._thread = threading.Thread(target=self._run, name="pedelec-store", daemon=True)
         self._started = False
         self._error: BaseException | None = None
@@ -198,13 +203,13 @@ class SQLiteStore:
                 None if row[8] is None else json.loads(row[8]), row[9]))
         for row in db.execute(
             "SELECT id, session_id, text, status, final_text, error, tool_calls, end_delivered,"
-            " created_at FROM turns WHERE status = 'running' OR end_delivered = 0"
+            " created_at, usage FROM turns WHERE status = 'running' OR end_delivered = 0"
             " ORDER BY created_at"
         ):
             snapshot.turns.append(TurnRecord(
                 row[0], row[1], row[2], row[3], row[4],
                 None if row[5] is None else json.loads(row[5]), json.loads(row[6]),
-                bool(row[7]), row[8]))
+                bool(row[7]), row[8], json.loads(row[9])))
         return snapshot
 
     # --- writing ------------------------------------------------------------------------
@@ -234,10 +239,10 @@ class SQLiteStore:
 
     def save_turn(self, record: TurnRecord) -> None:
         self._submit(
-            "INSERT OR REPLACE INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (record.id, record.session_id, record.text, record.status, record.final_text,
              None if record.error is None else _dump(record.error), _dump(record.tool_calls),
-             int(record.end_delivered), record.created_at),
+             int(record.end_delivered), record.created_at, _dump(record.usage)),
         )
 
     async def flush(self) -> None:

@@ -145,6 +145,7 @@ class TurnRunner:
         if session.turn is self:
             session.turn = None
         store.save_session(session.record)  # the agent's history
+        record.usage = dict(self.usage)
         store.save_turn(record)
         log_event("turn.end", session=session.id, turn=record.id, status=record.status,
                   steps=self.steps, calls=len(record.tool_calls),

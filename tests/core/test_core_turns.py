@@ -8,8 +8,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from corekit import PlanAgent, RawClient, config, run, running_core, tool_meta, until
 from corekit import Page as PageAdapter
+from corekit import PlanAgent, RawClient, config, run, running_core, tool_meta, until
 
 from pedelec_pyodide import Session, TurnError, define_tool
 from pedelec_pyodide.core.agent import ToolCallRequest, Turn

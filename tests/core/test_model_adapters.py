@@ -460,6 +460,10 @@ def test_a_turn_through_core_with_the_openai_adapter(monkeypatch: pytest.MonkeyP
             assert call["tool"] == "update_counter" and call["result"] == {"value": 3}
             deltas = [f["text"] for f in page.frames("turn.delta")]
             assert "".join(deltas) == "The counter is now 3."
+            usage = {"input_tokens": 30 + 45, "output_tokens": 12 + 9, "requests": 2}
+            assert turn["usage"] == usage  # the control API's answer
+            await page.wait_frame("turn.end")
+            assert page.frames("turn.end")[-1]["usage"] == usage  # the page's turn.end
 
     with stand_in("openai", "one_tool_call") as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
