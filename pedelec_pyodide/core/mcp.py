@@ -119,7 +119,9 @@ class McpEndpoint:
             on_list_tools=self._list_tools, on_call_tool=self._call_tool)
         self.server.add_notification_handler(
             "notifications/initialized", types.NotificationParams, self._initialized)
-        self.manager = StreamableHTTPSessionManager(self.server)
+        # bodies over the frame limit get 413 (the page could not take their args)
+        self.manager = StreamableHTTPSessionManager(
+            self.server, max_request_body_size=registry.config.max_frame_bytes)
         self._notifying: set[asyncio.Task[None]] = set()
 
     @contextlib.asynccontextmanager

@@ -183,6 +183,23 @@ def test_a_page_that_does_not_answer_in_time_is_a_tool_timeout() -> None:
     run(main())
 
 
+def test_a_call_the_client_gives_up_on_is_cancelled_at_the_page() -> None:
+    async def main() -> None:
+        stall = asyncio.Event()
+        async with running_core() as core:
+            page = await Page(page_session(stall)).connect(core.ws_url)
+            async with mcp_client(mcp_url(core, page.session.session_id or "")) as client:
+                with pytest.raises(MCPError):
+                    await client.call_tool("hang", {}, read_timeout_seconds=0.3)
+                await page.wait_frame("tool.cancel")
+                [cancel] = page.frames("tool.cancel")
+                assert cancel["reason"] == "the caller went away"
+                session = core.registry.get(page.session.session_id)
+                assert session.pending == {}
+
+    run(main())
+
+
 def test_tools_added_and_removed_by_the_page_send_list_changed() -> None:
     async def main() -> None:
         async with running_core() as core:
