@@ -241,6 +241,26 @@ def test_tools_added_and_removed_by_the_page_send_list_changed() -> None:
     run(main())
 
 
+def test_clients_of_the_per_request_protocol_list_and_call_too() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(page_session()).connect(core.ws_url)
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
+                                      timeout=WAIT)
+            url = mcp_url(core, page.session.session_id or "")
+            async with http, streamable_http_client(url, http_client=http) as (read, write), \
+                    ClientSession(read, write, read_timeout_seconds=WAIT) as client:
+                discovered = await client.discover()  # no handshake, no Mcp-Session-Id
+                assert client.protocol_version == "2026-07-28"
+                assert discovered.capabilities.tools is not None
+                assert discovered.capabilities.tools.list_changed is False
+                assert len((await client.list_tools()).tools) == 4
+                result = await client.call_tool("update_counter", {"delta": 2})
+                assert result.structured_content == {"value": 2}
+
+    run(main())
+
+
 def test_the_token_is_required_and_the_session_must_exist() -> None:
     async def main() -> None:
         async with running_core() as core:
