@@ -24,9 +24,13 @@ def admin_token_from_env() -> tuple[str, bool]:
 
 
 def default_web_dir() -> Path | None:
-    """The repository's ``web/`` directory (the JS bridge and the demo), when present."""
-    candidate = Path(__file__).resolve().parents[2] / "web"
-    return candidate if candidate.is_dir() else None
+    """The JS bridge and the demo: the repository's ``web/`` in a source checkout, else the
+    copy the wheel carries as ``pedelec_pyodide/web``."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package.parent / "web", package / "web"):
+        if (candidate / "pedelec-pyodide.js").is_file():
+            return candidate
+    return None
 
 
 @dataclass
