@@ -8,6 +8,7 @@ The validator itself (jsonschema) is built on first use and kept for the tool's 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -164,14 +165,26 @@ def compile_validator(schema: dict[str, Any]) -> ArgsValidator:
     validator = validator_for(schema, default=Draft202012Validator)(schema)
 
     def errors(args: Any) -> list[dict[str, str]]:
+        # jsonschema's messages quote the offending value: clipped, so that the error
+        # result of a huge argument stays small (else its frame is over the limit)
         found = [
-            {"path": json_path(error.absolute_path), "message": error.message}
-            for error in validator.iter_errors(args)
+            {"path": _clip(json_path(error.absolute_path)), "message": _clip(error.message)}
+            for error in itertools.islice(validator.iter_errors(args), MAX_ARGS_ERRORS)
         ]
         found.sort(key=lambda error: error["path"])
         return found
 
     return errors
+
+
+MAX_ARGS_ERRORS = 20
+MAX_ERROR_TEXT = 300
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MAX_ERROR_TEXT:
+        return text
+    return text[: MAX_ERROR_TEXT - 1] + "\u2026"
 
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
