@@ -342,7 +342,8 @@ def pageresult(cid: str, expression: str, expect: dict[str, Any], description: s
 
 for cid, expr in (
     ("dom-node", "document.body"), ("dom-element", "document.createElement('div')"),
-    ("dom-text", "document.createTextNode('x')"), ("dom-nodelist", "document.querySelectorAll('*')"),
+    ("dom-text", "document.createTextNode('x')"),
+    ("dom-nodelist", "document.querySelectorAll('*')"),
     ("document", "document"), ("window", "window"), ("function", "(() => 1)"),
     ("class", "(class A {})"), ("async-function", "(async () => 1)"),
     ("uint8array", "new Uint8Array([1, 2])"), ("float64array", "new Float64Array(2)"),
