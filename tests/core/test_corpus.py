@@ -310,6 +310,18 @@ def demo_session() -> tuple[Session, dict[str, asyncio.Event]]:
     return session, gates
 
 
+async def close_page(page: Page) -> None:
+    for task in (page._writer, page._reader):
+        if task is not None:
+            task.cancel()
+    with contextlib.suppress(Exception):
+        await page.ws.close()
+    for task in (page._writer, page._reader):
+        if task is not None:
+            with contextlib.suppress(BaseException):
+                await task
+
+
 def cycle_list() -> list[Any]:
     items: list[Any] = []
     items.append(items)
@@ -379,8 +391,7 @@ async def session_case(core: Core, case: dict[str, Any]) -> None:
         assert live is not None and not live.pending and live.state == "idle"
         assert session.state == "idle"
     finally:
-        with contextlib.suppress(Exception):
-            await page.ws.close()
+        await close_page(page)
 
 
 # --- control API -------------------------------------------------------------------------
@@ -445,8 +456,7 @@ async def control_case(core: Core, case: dict[str, Any]) -> None:
         live = core.registry.get(sid)
         assert live is not None and not live.pending and live.state == "idle"
     finally:
-        with contextlib.suppress(Exception):
-            await page.ws.close()
+        await close_page(page)
 
 
 # --- the tests -----------------------------------------------------------------------------
