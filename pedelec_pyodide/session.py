@@ -64,6 +64,10 @@ class NotConnectedError(RuntimeError):
     """The operation needs Core, and the session has no connection to it."""
 
 
+#: ``TurnError.code`` of a turn whose session could not be resumed (its end is unknown)
+TURN_LOST = "TURN_LOST"
+
+
 class TurnError(Exception):
     """A turn that ended ``failed`` or ``cancelled``; ``status``, ``code`` and ``text`` say how."""
 
@@ -201,6 +205,7 @@ class Session:
         self._cancelled: set[str] = set()
         self._pending = 0
         self._turns: dict[str, asyncio.Future[str]] = {}
+        self._turn_texts: dict[str, str] = {}
         self._transport: Transport | None = None
         self._connecting = False
         self._closed = False
@@ -525,6 +530,7 @@ class Session:
             self._connecting = False
             self._update_state()
             self._emit(message)
+            self._resume_turns(message.resumed)
         elif isinstance(message, protocol.ToolCancel):
             if message.tool_request_id in self._inflight:
                 self._cancelled.add(message.tool_request_id)
@@ -604,13 +610,32 @@ class Session:
         turn_id = uuid.uuid4().hex
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._turns[turn_id] = done
+        self._turn_texts[turn_id] = text
         self._update_state()
         try:
             self._send(protocol.TurnStart(turn_id=turn_id, text=text).encode())
             return await done
         finally:
             self._turns.pop(turn_id, None)
+            self._turn_texts.pop(turn_id, None)
             self._update_state()
+
+    def _resume_turns(self, resumed: bool) -> None:
+        """After a welcome, turns still awaiting their end: their ``turn.start`` (or the
+        ``turn.end``) may have been lost with the old connection or a restart of Core.
+        Re-send the ``turn.start``: Core ignores it for a running turn, answers an ended
+        one with its ``turn.end`` again, and starts one it never got. A new session (the
+        old one could not be resumed) will never end them: they fail ``TURN_LOST``."""
+        for turn_id, done in list(self._turns.items()):
+            if done.done():
+                continue
+            if resumed:
+                self._send(protocol.TurnStart(
+                    turn_id=turn_id, text=self._turn_texts[turn_id]).encode())
+            else:
+                done.set_exception(TurnError(
+                    "failed", TURN_LOST,
+                    "the session could not be resumed, so this turn's end is unknown", ""))
 
     def _end_turn(self, message: protocol.TurnEnd) -> None:
         self._emit(message)

@@ -179,10 +179,15 @@ class BridgeConnection:
                 self.send(protocol.error_frame(
                     refused[0], refused[1], tool_request_id=message.tool_request_id))
         elif isinstance(message, protocol.TurnStart):
-            if session.turn is not None:
+            running = session.turn
+            if running is not None and running.turn_id == message.turn_id:
+                pass  # re-sent by the page after a resume: the turn is running
+            elif message.turn_id in session.ended:  # its turn.end was lost on the way
+                session.send_turn_end(session.ended[message.turn_id])
+            elif running is not None:
                 self.send(protocol.error_frame(
                     TURN_BUSY,
-                    f"turn {session.turn.turn_id!r} is still running; one turn at a time",
+                    f"turn {running.turn_id!r} is still running; one turn at a time",
                 ))
             else:
                 start_turn(session, message.turn_id, message.text)

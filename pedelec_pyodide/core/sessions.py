@@ -22,7 +22,7 @@ from ..results import TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
 from .agent import Agent
 from .config import CoreConfig
 from .log import log_event
-from .store import RequestRecord, SessionRecord, Snapshot, Store, TurnRecord
+from .store import RECENT_TURNS, RequestRecord, SessionRecord, Snapshot, Store, TurnRecord
 
 if TYPE_CHECKING:
     from .turns import TurnRunner
@@ -93,6 +93,8 @@ class CoreSession:
         self.finished: OrderedDict[str, str] = OrderedDict()
         self.turn: TurnRunner | None = None
         self.unsent_ends: list[TurnRecord] = []
+        # turns that ended lately, by id (see RECENT_TURNS)
+        self.ended: OrderedDict[str, TurnRecord] = OrderedDict()
         self.closed = False
         # run after the page's tool list changed, by a key their owner chooses
         # (the MCP endpoint: one per MCP client session)
@@ -175,7 +177,13 @@ class CoreSession:
         connection.send(frame)
         return True
 
+    def remember_end(self, turn: TurnRecord) -> None:
+        self.ended[turn.id] = turn
+        while len(self.ended) > RECENT_TURNS:
+            self.ended.popitem(last=False)
+
     def send_turn_end(self, turn: TurnRecord) -> None:
+        self.remember_end(turn)
         frame = protocol.TurnEnd(
             turn_id=turn.id, status=turn.status, text=turn.final_text, error=turn.error,
             usage=turn.usage or None,
@@ -405,8 +413,10 @@ class Registry:
                 runner.start()
                 log_event("turn.resumed", session=owner.id, turn=turn.id,
                           journal=len(journal))
-            elif not turn.end_delivered:
-                owner.unsent_ends.append(turn)
+            else:
+                owner.remember_end(turn)
+                if not turn.end_delivered:
+                    owner.unsent_ends.append(turn)
         log_event("store.restored", sessions=len(self.sessions),
                   pending=sum(len(s.pending) for s in self.sessions.values()))
 

@@ -62,9 +62,16 @@ class TurnRecord:
     usage: dict[str, int] = field(default_factory=dict)  # the model's token counts
 
 
+# Ended turns remembered per session (in memory, and loaded again after a restart), so a
+# page that re-sends the ``turn.start`` of a turn whose ``turn.end`` it never got (lost
+# with a dropped connection or a killed Core) gets that end again, not a second run.
+RECENT_TURNS = 8
+
+
 @dataclass
 class Snapshot:
-    """What a store holds at start: sessions, their open requests, unfinished turns."""
+    """What a store holds at start: sessions, their open requests, unfinished turns and
+    each session's latest ended ones."""
 
     sessions: list[SessionRecord] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
@@ -204,7 +211,8 @@ class SQLiteStore:
         for row in db.execute(
             "SELECT id, session_id, text, status, final_text, error, tool_calls, end_delivered,"
             " created_at, usage FROM turns WHERE status = 'running' OR end_delivered = 0"
-            " ORDER BY created_at"
+            " OR id IN (SELECT t.id FROM turns t WHERE t.session_id = turns.session_id"
+            f" ORDER BY t.created_at DESC LIMIT {RECENT_TURNS}) ORDER BY created_at"
         ):
             snapshot.turns.append(TurnRecord(
                 row[0], row[1], row[2], row[3], row[4],
