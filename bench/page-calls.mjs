@@ -1,0 +1,67 @@
+#!/usr/bin/env node
+// Tool calls Core -> page -> Core in headless Chromium, timed on the client (this process,
+// the control API POST /pedelec/v1/sessions/{id}/tool-calls), side by side in one page:
+//   python: the page's Python tools (pedelec-pyodide: bridge, Session.dispatch, handler)
+//   js:     the same tools answered by plain JS over a second WebSocket to the same Core
+// 1. one `echo` call at a time: rounds of calls alternating python/js; ratio of the p50s.
+// 2. 100 concurrent `wait` calls (each handler awaits 50 ms): time to all 100 results,
+//    python vs js vs the ideal 50 ms.
+// Usage: node bench/page-calls.mjs [rounds]   (starts and stops its own Core on loopback)
+import { chromium } from "playwright";
+import { callTool, openPage, startCore } from "../web/testing.js";
+import { execFileSync } from "node:child_process";
+
+const rounds = Number(process.argv[2] ?? 15);
+const perRound = 40;
+const port = 8796;
+execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.core.provision", ".cache/bench"], { stdio: "ignore" });
+const core = await startCore({ app: "bench/page", port, pedelec: ".venv/bin/pedelec", pyodide: ".cache/bench/pyodide", args: ["--quiet"] });
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+try {
+  const page = await browser.newPage();
+  const { sessionId } = await openPage(page, `${core.url}/calls.html`);
+  const jsSessionId = await page.waitForFunction(() => window.jsSessionId).then((h) => h.jsonValue());
+  const sessions = { python: sessionId, js: jsSessionId };
+  async function timed(name, tool, value) {
+    const t0 = performance.now();
+    const { result } = await callTool(core, sessions[name], tool, { value });
+    const ms = performance.now() - t0;
+    if (result?.value !== value) throw new Error(`${name} ${tool}: unexpected result ${JSON.stringify(result)}`);
+    return ms;
+  }
+  // Warm up: jsonschema (imported after ready), the validators, HTTP keep-alive.
+  for (let i = 0; i < 30; i += 1) for (const name of ["python", "js"]) await timed(name, "echo", i);
+  await page.evaluate(() => { window.pyDurations.length = 0; });
+
+  const single = { python: [], js: [] };
+  for (let r = 0; r < rounds; r += 1) {
+    for (let i = 0; i < perRound; i += 1) {
+      for (const name of (r + i) % 2 ? ["js", "python"] : ["python", "js"]) single[name].push(await timed(name, "echo", i));
+    }
+  }
+  const handlerMs = median(await page.evaluate(() => window.pyDurations));
+  const py = median(single.python);
+  const js = median(single.js);
+  console.log(`one call: python ${py.toFixed(2)} ms, js ${js.toFixed(2)} ms (p50 of ${single.js.length}), ratio ${(py / js).toFixed(2)}x`);
+  console.log(`  python extra ${(py - js).toFixed(2)} ms per call, of which validation + handler (session's durationMs, p50) ${handlerMs.toFixed(3)} ms`);
+
+  const concurrent = { python: [], js: [] };
+  for (let r = 0; r < Math.max(3, Math.round(rounds / 3)); r += 1) {
+    for (const name of r % 2 ? ["js", "python"] : ["python", "js"]) {
+      const t0 = performance.now();
+      await Promise.all(Array.from({ length: 100 }, (_, i) => timed(name, "wait", i)));
+      concurrent[name].push(performance.now() - t0);
+    }
+  }
+  const cpy = median(concurrent.python);
+  const cjs = median(concurrent.js);
+  console.log(`100 concurrent 50 ms handlers, all results: python ${cpy.toFixed(0)} ms, js ${cjs.toFixed(0)} ms (median of ${concurrent.js.length}), `
+    + `ratio ${(cpy / cjs).toFixed(2)}x; ideal 50 ms: python ${(cpy / 50).toFixed(1)}x, js ${(cjs / 50).toFixed(1)}x`);
+} finally {
+  await browser.close();
+  await core.stop();
+}
