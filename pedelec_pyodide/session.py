@@ -14,8 +14,8 @@ import inspect
 import itertools
 import json
 import logging
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -607,7 +607,9 @@ class Session:
         self._check_open()
         if not self.connected:
             raise NotConnectedError("send_text needs a connection to Core (see connect())")
-        turn_id = uuid.uuid4().hex
+        # 128 random bits as hex, like uuid4().hex, without importing uuid (~15-20 ms
+        # of the page's start in Pyodide)
+        turn_id = os.urandom(16).hex()
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._turns[turn_id] = done
         self._turn_texts[turn_id] = text
