@@ -284,18 +284,21 @@ class Error(Message):
     code: str
     message: str
     tool_request_id: str | None = None
+    turn_id: str | None = None
     details: Any = field(default=None)
 
     type: ClassVar[str] = "error"
     direction: ClassVar[Literal["client", "server"]] = "server"
     description: ClassVar[str] = (
         "A protocol error: the frame it answers was refused. The connection stays open "
-        "unless the code says otherwise."
+        "unless the code says otherwise. `toolRequestId` or `turnId` name the request or "
+        "turn the refused frame was about; a refused `turn.start` ends that turn."
     )
     fields: ClassVar[tuple[_Field, ...]] = (
         _f("code", "code", "str"),
         _f("message", "message", "str"),
         _f("toolRequestId", "tool_request_id", "id", required=False),
+        _f("turnId", "turn_id", "id", required=False),
         _f("details", "details", "any", required=False),
     )
 
@@ -525,8 +528,10 @@ def encode_tool_result(tool_request_id: str, result_json: str, handled_by: str) 
     )
 
 
-def error_frame(code: str, message: str, *, tool_request_id: str | None = None) -> str:
-    return Error(code=code, message=message, tool_request_id=tool_request_id).encode()
+def error_frame(code: str, message: str, *, tool_request_id: str | None = None,
+                turn_id: str | None = None) -> str:
+    return Error(code=code, message=message, tool_request_id=tool_request_id,
+                 turn_id=turn_id).encode()
 
 
 # --- JSON Schemas (published in docs/protocol.md; a test keeps them in sync) --------------

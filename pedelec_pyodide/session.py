@@ -539,6 +539,8 @@ class Session:
         else:  # TurnDelta, Error
             if isinstance(message, protocol.Error):
                 logger.warning("Core reported %s: %s", message.code, message.message)
+                if message.turn_id is not None:  # Core refused a frame about that turn
+                    self._fail_turn(message.turn_id, message.code, message.message)
             self._emit(message)
 
     def _receive_request(self, request: protocol.ToolRequest) -> None:
@@ -635,9 +637,8 @@ class Session:
                 self._send(protocol.TurnStart(
                     turn_id=turn_id, text=self._turn_texts[turn_id]).encode())
             else:
-                done.set_exception(TurnError(
-                    "failed", TURN_LOST,
-                    "the session could not be resumed, so this turn's end is unknown", ""))
+                self._fail_turn(turn_id, TURN_LOST,
+                                "the session could not be resumed, so this turn's end is unknown")
 
     def _end_turn(self, message: protocol.TurnEnd) -> None:
         self._emit(message)
@@ -654,6 +655,11 @@ class Session:
                 str(error.get("message", "")),
                 message.text,
             ))
+
+    def _fail_turn(self, turn_id: str, code: str, message: str) -> None:
+        done = self._turns.get(turn_id)
+        if done is not None and not done.done():
+            done.set_exception(TurnError("failed", code, message, ""))
 
     def close(self) -> None:
         """Close the session: running handlers see ``ctx.active`` False; turns fail."""

@@ -188,6 +188,7 @@ class BridgeConnection:
                 self.send(protocol.error_frame(
                     TURN_BUSY,
                     f"turn {running.turn_id!r} is still running; one turn at a time",
+                    turn_id=message.turn_id,
                 ))
             else:
                 start_turn(session, message.turn_id, message.text)
@@ -196,7 +197,8 @@ class BridgeConnection:
                 session.turn.cancel("the page cancelled the turn")
             else:
                 self.send(protocol.error_frame(
-                    UNKNOWN_TURN, f"turn {message.turn_id!r} is not running"))
+                    UNKNOWN_TURN, f"turn {message.turn_id!r} is not running",
+                    turn_id=message.turn_id))
         else:  # ToolsUpdate
             session.update_tools(message.tools)
             log_event("session.tools", session=session.id, tools=len(message.tools))

@@ -143,11 +143,13 @@ def test_one_turn_at_a_time_and_cancel() -> None:
             assert request["type"] == "tool.request" and request["turnId"] == "t1"
             assert (await core.session_info(sid))["turnId"] == "t1"
             await client.send({"type": "turn.start", "turnId": "t2", "text": "again"})
-            assert (await client.recv())["code"] == "TURN_BUSY"
+            busy_frame = await client.recv()  # names the refused turn, so the page can end it
+            assert (busy_frame["code"], busy_frame["turnId"]) == ("TURN_BUSY", "t2")
             busy = await core.turn(sid, "third")
             assert busy.status_code == 409 and busy.json()["error"]["code"] == "TURN_BUSY"
             await client.send({"type": "turn.cancel", "turnId": "t2"})
-            assert (await client.recv())["code"] == "UNKNOWN_TURN"
+            unknown = await client.recv()
+            assert (unknown["code"], unknown["turnId"]) == ("UNKNOWN_TURN", "t2")
             await client.send({"type": "turn.cancel", "turnId": "t1"})
             cancel = await client.recv()
             assert cancel == {"type": "tool.cancel", "toolRequestId": request["toolRequestId"],
@@ -162,5 +164,28 @@ def test_one_turn_at_a_time_and_cancel() -> None:
             await client.send({"type": "turn.start", "turnId": "t3", "text": "go"})
             assert (await client.recv())["turnId"] == "t3"
             await until(lambda: core.registry.get(sid).state == "waiting_tool_result")
+
+    run(main())
+
+
+def test_a_second_send_text_on_a_busy_session_fails_instead_of_hanging() -> None:
+    release = asyncio.Event()
+
+    async def wait(args: Any) -> str:
+        await release.wait()
+        return "released"
+
+    async def main() -> None:
+        async with running_core(config(agent_factory=lambda: PlanAgent([[("wait", {})]]))) as core:
+            session = Session()
+            session.on_tool("wait", wait)
+            page = await PageAdapter(session).connect(core.ws_url)
+            first = asyncio.ensure_future(page.session.send_text("first"))
+            await until(lambda: page.session.state == "waiting_tool_result", "the first turn")
+            with pytest.raises(TurnError) as info:
+                await asyncio.wait_for(page.session.send_text("second"), 10)
+            assert info.value.code == "TURN_BUSY"
+            release.set()
+            assert await asyncio.wait_for(first, 10) == '["released"]'
 
     run(main())

@@ -310,3 +310,21 @@ def test_a_failing_transport_loses_nothing() -> None:
     session.connection_made(core)
     session.receive(request("q1"))
     assert core.of_type("tool.result")[0]["result"] == "kept"
+
+
+async def test_a_refused_turn_start_ends_that_turn_instead_of_hanging() -> None:
+    session = Session()
+    core = connected(session)
+    first = asyncio.ensure_future(session.send_text("one"))
+    second = asyncio.ensure_future(session.send_text("two"))
+    await asyncio.sleep(0)
+    first_id, second_id = (frame["turnId"] for frame in core.of_type("turn.start"))
+    session.receive(json.dumps({"type": "error", "code": "TURN_BUSY", "turnId": second_id,
+                                "message": f"turn {first_id!r} is still running"}))
+    with pytest.raises(TurnError) as info:
+        await second
+    assert (info.value.status, info.value.code) == ("failed", "TURN_BUSY")
+    assert not first.done()
+    session.receive(json.dumps({"type": "turn.end", "turnId": first_id, "status": "completed",
+                                "text": "done"}))
+    assert await first == "done"
