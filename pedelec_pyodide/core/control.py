@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from .. import __version__, protocol
 from ..tools import NAME_PATTERN
 from .log import log_event
-from .sessions import TURN_BUSY, CoreSession, Registry
+from .sessions import TURN_BUSY, CoreSession, Registry, checked_request_frame
 from .turns import start_turn
 
 UNAUTHORIZED = "UNAUTHORIZED"
@@ -135,9 +135,9 @@ async def tool_call(request: Request) -> Response:
         isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0
     ):
         raise ApiError(400, BAD_REQUEST, "'timeoutMs' must be a positive integer")
-    frame = protocol.ToolRequest(tool_request_id="-" * 32, tool=tool, args=args).encode()
-    try:  # a frame the page would refuse would only wait for its deadline
-        protocol.parse_server_frame(frame, max_bytes=session.registry.config.max_frame_bytes)
+    tool_request = protocol.ToolRequest(tool_request_id="-" * 32, tool=tool, args=args)
+    try:  # the same check as every request's, answered here as the caller's HTTP error
+        checked_request_frame(tool_request, session.registry.config.max_frame_bytes)
     except protocol.ProtocolError as exc:
         status = 413 if exc.code == protocol.FRAME_TOO_LARGE else 400
         raise ApiError(status, PAYLOAD_TOO_LARGE if status == 413 else BAD_REQUEST,

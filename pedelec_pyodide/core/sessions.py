@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import protocol
-from ..results import TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
+from ..results import INVALID_ARGS, TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
 from .agent import Agent
 from .config import CoreConfig
 from .log import log_event
@@ -72,12 +72,26 @@ class PendingRequest:
     def id(self) -> str:
         return self.record.id
 
-    def frame(self) -> str:
+    def message(self) -> protocol.ToolRequest:
         record = self.record
         return protocol.ToolRequest(
             tool_request_id=record.id, tool=record.tool, args=record.args,
             turn_id=record.turn_id,
-        ).encode()
+        )
+
+
+def checked_request_frame(request: protocol.ToolRequest, max_frame_bytes: int) -> str:
+    """The ``tool.request`` frame, or the :class:`protocol.ProtocolError` the page would
+    answer it with (too large, too deep, NaN or a lone surrogate in the args): such a
+    request could only wait for its deadline, so it is refused before it is sent."""
+    try:
+        frame = request.encode()
+    except RecursionError:
+        raise protocol.ProtocolError(
+            protocol.FRAME_TOO_DEEP, f"the args nest deeper than {protocol.MAX_DEPTH}"
+        ) from None
+    protocol.parse_server_frame(frame, max_bytes=max_frame_bytes)
+    return frame
 
 
 class CoreSession:
@@ -156,7 +170,7 @@ class CoreSession:
             return
         for pending in list(self.pending.values()):
             if not pending.record.answered:
-                connection.send(pending.frame())
+                connection.send(pending.message().encode())
         ends, self.unsent_ends = self.unsent_ends, []
         for turn in ends:
             self.send_turn_end(turn)
@@ -247,10 +261,18 @@ class CoreSession:
                 SESSION_CLOSED, "the session is closed", retryable=False), "none", "closed")
             return
         record = pending.record
+        try:
+            frame = checked_request_frame(pending.message(),
+                                          self.registry.config.max_frame_bytes)
+        except protocol.ProtocolError as exc:
+            self._resolve(pending, tool_error(
+                INVALID_ARGS, f"the page would refuse this tool.request: {exc.message}",
+                retryable=True), "none", "refused")
+            return
         log_event("tool.request", session=self.id, turn=record.turn_id,
                   toolRequestId=record.id, tool=record.tool,
                   connected=self.connection is not None)
-        self.send(pending.frame())
+        self.send(frame)
 
     def accept_result(self, message: protocol.ToolResult) -> tuple[str, str] | None:
         """Feed the page's result to its request; an ``(error code, message)`` if refused."""

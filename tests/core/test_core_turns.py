@@ -189,3 +189,21 @@ def test_a_second_send_text_on_a_busy_session_fails_instead_of_hanging() -> None
             assert await asyncio.wait_for(first, 10) == '["released"]'
 
     run(main())
+
+
+def test_an_agent_request_the_page_would_refuse_fails_at_once() -> None:
+    plan = [[("a", {"x": float("nan")}), ("a", {"y": 1})]]
+
+    async def main() -> None:
+        async with running_core(config(agent_factory=lambda: PlanAgent(plan))) as core:
+            session = Session()
+            session.on_tool("a", lambda args: args)
+            page = await PageAdapter(session).connect(core.ws_url)
+            reply = await asyncio.wait_for(page.session.send_text("go"), 10)
+            refused, fine = json.loads(reply)
+            assert refused["error"]["code"] == "INVALID_ARGS"
+            assert "would refuse this tool.request" in refused["error"]["message"]
+            assert fine == {"y": 1}
+            assert [f["args"] for f in page.frames("tool.request")] == [{"y": 1}]
+
+    run(main())

@@ -162,6 +162,24 @@ def test_error_results_are_is_error_with_code_and_message() -> None:
     run(main())
 
 
+def test_args_the_page_would_refuse_fail_at_once_and_never_reach_it() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(page_session()).connect(core.ws_url)
+            async with mcp_client(mcp_url(core, page.session.session_id or "")) as client:
+                deep: Any = 1
+                for _ in range(150):
+                    deep = [deep]
+                refused = await asyncio.wait_for(
+                    client.call_tool("update_counter", {"delta": deep}), 5)
+                assert refused.is_error is True
+                assert text_of(refused).startswith(
+                    "INVALID_ARGS: the page would refuse this tool.request: frame nests deeper")
+            assert page.frames("tool.request") == []
+
+    run(main())
+
+
 def test_a_page_that_does_not_answer_in_time_is_a_tool_timeout() -> None:
     async def main() -> None:
         stall = asyncio.Event()
