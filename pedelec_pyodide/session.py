@@ -64,6 +64,9 @@ class NotConnectedError(RuntimeError):
     """The operation needs Core, and the session has no connection to it."""
 
 
+#: how much of an exception's text a ``TOOL_HANDLER_ERROR`` message carries
+MAX_ERROR_TEXT = 1000
+
 #: ``TurnError.code`` of a turn whose session could not be resumed (its end is unknown)
 TURN_LOST = "TURN_LOST"
 
@@ -704,6 +707,8 @@ def _handler_failure(
         return _Failure(exc.result)
     logger.error("tool handler %s raised", tool, exc_info=exc)
     text = str(exc)
+    if len(text) > MAX_ERROR_TEXT:  # the whole text is in the log; the agent gets its start
+        text = f"{text[:MAX_ERROR_TEXT]}... ({len(text) - MAX_ERROR_TEXT} more characters)"
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     hint = explain(exc) if explain is not None else None
     if hint:

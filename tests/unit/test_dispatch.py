@@ -386,3 +386,14 @@ async def test_results_nest_at_most_99_levels() -> None:
         assert result["error"]["code"] == "TOOL_RESULT_INVALID"
         assert "nests deeper than 99 levels" in result["error"]["message"]
         assert result["error"]["details"]["path"] == "$" + "[0]" * 99
+
+
+async def test_a_huge_exception_text_is_clipped_in_the_error_result() -> None:
+    session = Session()
+
+    def verbose() -> None:
+        raise ValueError("x" * 5000)
+
+    session.on_tool("t", verbose)
+    message = (await session.dispatch("t", {}))["error"]["message"]
+    assert message == "ValueError: " + "x" * 1000 + "... (4000 more characters)"
