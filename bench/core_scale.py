@@ -15,64 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
-import os
 import random
 import resource
 import statistics
-import subprocess
-import sys
 import time
-from typing import Any
 
-import websockets
+from simpages import core_process, open_pages, post_tool_call, rss_kib
 
 TOKEN = "bench-scale"
-TOOLS = [
-    {"name": "get_current_page", "description": "title and URL",
-     "argsSchema": {"type": "object", "properties": {}}},
-    {"name": "update_counter", "description": "adds delta to the counter",
-     "argsSchema": {"type": "object", "properties": {"delta": {"type": "integer"}},
-                    "required": ["delta"]}},
-]
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-class SimPage:
-    """A page that answers every tool request at once with a tiny result."""
-
-    def __init__(self) -> None:
-        self.ws: Any = None
-        self.session_id = ""
-        self.task: asyncio.Task[None] | None = None
-
-    async def open(self, url: str) -> None:
-        self.ws = await websockets.connect(url, max_queue=4)
-        await self.ws.send(json.dumps({"type": "hello", "protocol": 1, "tools": TOOLS}))
-        self.session_id = json.loads(await self.ws.recv())["sessionId"]
-        self.task = asyncio.create_task(self._answer())
-
-    async def _answer(self) -> None:
-        with contextlib.suppress(websockets.ConnectionClosed):
-            async for frame in self.ws:
-                request = json.loads(frame)
-                if request["type"] == "tool.request":
-                    await self.ws.send(json.dumps({
-                        "type": "tool.result", "toolRequestId": request["toolRequestId"],
-                        "result": {"value": 1}, "handledBy": "named"}))
 
 
 async def http_worker(port: int, jobs: asyncio.Queue[str], latencies: list[float]) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    body = json.dumps({"tool": "update_counter", "args": {"delta": 1}}).encode()
     try:
         while True:
             try:
@@ -80,41 +34,22 @@ async def http_worker(port: int, jobs: asyncio.Queue[str], latencies: list[float
             except asyncio.QueueEmpty:
                 return
             started = time.perf_counter()
-            writer.write(
-                f"POST /pedelec/v1/sessions/{session_id}/tool-calls HTTP/1.1\r\n"
-                f"Host: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                .encode() + body)
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:"))
-            answer = json.loads(await reader.readexactly(length))
-            assert answer["result"] == {"value": 1}, answer
+            status, answer = await post_tool_call(reader, writer, TOKEN, session_id,
+                                                  "update_counter", {"delta": 1})
+            assert status == 200 and answer["result"] == {"echo": {"delta": 1}}, answer
             latencies.append(time.perf_counter() - started)
     finally:
         writer.close()
 
 
 async def main(pages: int, calls: int, concurrency: int) -> None:
-    env = dict(os.environ, PEDELEC_ADMIN_TOKEN=TOKEN)
-    core = subprocess.Popen(
-        [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port", "0",
-         "--no-provision", "--quiet"], stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert core.stdout is not None
-        url = core.stdout.readline().split(": ", 1)[1].strip()
-        port = int(url.rstrip("/").rsplit(":", 1)[1])
+    with core_process(TOKEN) as (core, port):
         ws_url = f"ws://127.0.0.1:{port}/pedelec/v1/bridge"
-        first = SimPage()
-        await first.open(ws_url)
+        sims = await open_pages(ws_url, 1)
         await asyncio.sleep(0.5)  # let Core settle before the baseline reading
         base_rss = rss_kib(core.pid)
-        sims = [first]
         started = time.perf_counter()
-        for batch in range(0, pages - 1, 100):
-            group = [SimPage() for _ in range(min(100, pages - 1 - batch))]
-            await asyncio.gather(*(page.open(ws_url) for page in group))
-            sims.extend(group)
+        sims += await open_pages(ws_url, pages - 1)
         connect_s = time.perf_counter() - started
         await asyncio.sleep(0.5)
         full_rss = rss_kib(core.pid)
@@ -137,10 +72,7 @@ async def main(pages: int, calls: int, concurrency: int) -> None:
               f"{calls / elapsed:.0f} calls/s; p50 {p50 * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms "
               f"(p99/p50 {p99 / p50:.1f}x)")
         for page in sims:
-            await page.ws.close()
-    finally:
-        core.terminate()
-        core.wait(timeout=30)
+            await page.close()
 
 
 if __name__ == "__main__":

@@ -18,64 +18,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
 import random
 import resource
-import subprocess
 import sys
 import time
-from typing import Any
 
-import websockets
+from simpages import SimPage, core_process, open_pages, post_tool_call, rss_kib
 
 TOKEN = "bench-load"
-TOOLS = [
-    {"name": "get_current_page", "description": "title and URL",
-     "argsSchema": {"type": "object", "properties": {}}},
-    {"name": "update_counter", "description": "adds delta to the counter",
-     "argsSchema": {"type": "object", "properties": {"delta": {"type": "integer"}},
-                    "required": ["delta"]}},
-]
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-class SimPage:
-    """A page that answers every tool request at once, echoing its args."""
-
-    def __init__(self) -> None:
-        self.ws: Any = None
-        self.session_id = ""
-        self.task: asyncio.Task[None] | None = None
-        self.answered = 0
-
-    async def open(self, url: str) -> None:
-        self.ws = await websockets.connect(url, max_queue=16, open_timeout=30)
-        await self.ws.send(json.dumps({"type": "hello", "protocol": 1, "tools": TOOLS}))
-        self.session_id = json.loads(await asyncio.wait_for(self.ws.recv(), 30))["sessionId"]
-        self.task = asyncio.create_task(self._answer())
-
-    async def _answer(self) -> None:
-        with contextlib.suppress(websockets.ConnectionClosed):
-            async for frame in self.ws:
-                request = json.loads(frame)
-                if request["type"] == "tool.request":
-                    self.answered += 1
-                    await self.ws.send(json.dumps({
-                        "type": "tool.result", "toolRequestId": request["toolRequestId"],
-                        "result": {"echo": request["args"]}, "handledBy": "named"}))
-
-    async def close(self) -> None:
-        await self.ws.close()
-        if self.task is not None:
-            await asyncio.wait_for(self.task, 10)
 
 
 class Figures:
@@ -91,24 +41,15 @@ async def caller(port: int, pages: list[SimPage], deadline: float, figures: Figu
         while time.perf_counter() < deadline:
             page = rng.choice(pages)
             delta = rng.randrange(1_000_000)
-            body = json.dumps({"tool": "update_counter", "args": {"delta": delta}}).encode()
             started = time.perf_counter()
             try:
-                writer.write(
-                    f"POST /pedelec/v1/sessions/{page.session_id}/tool-calls HTTP/1.1\r\n"
-                    f"Host: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                    .encode() + body)
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length:"))
-                answer = json.loads(await asyncio.wait_for(reader.readexactly(length), 30))
+                status, answer = await post_tool_call(reader, writer, TOKEN, page.session_id,
+                                                      "update_counter", {"delta": delta})
             except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
                 figures.errors.append(f"{type(exc).__name__}: {exc}")
                 return
-            if not head.startswith(b"HTTP/1.1 200") or answer.get("result") != {
-                    "echo": {"delta": delta}}:
-                figures.errors.append(f"{head.split(b' ', 2)[1]!r}: {answer}")
+            if status != 200 or answer.get("result") != {"echo": {"delta": delta}}:
+                figures.errors.append(f"{status}: {answer}")
                 continue
             figures.latencies.append(time.perf_counter() - started)
     finally:
@@ -128,68 +69,58 @@ def pct(sorted_values: list[float], q: float) -> float:
 
 
 async def main(pages_n: int, seconds: float, concurrency: int, every: float, seed: int) -> int:
-    env = dict(os.environ, PEDELEC_ADMIN_TOKEN=TOKEN)
-    core = subprocess.Popen(
-        [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port", "0",
-         "--no-provision", "--quiet", "--rate-limit", "100000", "--rate-burst", "200000"],
-        stdout=subprocess.PIPE, text=True, env=env)
+    options = ("--rate-limit", "100000", "--rate-burst", "200000")
     pages: list[SimPage] = []
-    try:
-        assert core.stdout is not None
-        url = core.stdout.readline().split(": ", 1)[1].strip()
-        port = int(url.rstrip("/").rsplit(":", 1)[1])
-        ws_url = f"ws://127.0.0.1:{port}/pedelec/v1/bridge"
-        opened = time.perf_counter()
-        for batch in range(0, pages_n, 100):
-            group = [SimPage() for _ in range(min(100, pages_n - batch))]
-            await asyncio.gather(*(page.open(ws_url) for page in group))
-            pages.extend(group)
-        print(f"{pages_n} pages connected in {time.perf_counter() - opened:.1f} s; "
-              f"Core RSS {rss_kib(core.pid) / 1024:.1f} MiB", flush=True)
-
-        figures = Figures()
-        samples: list[tuple[float, int]] = []
-        stop = asyncio.Event()
-        started = time.perf_counter()
-        sampler = asyncio.create_task(sample_rss(core.pid, every, started, samples, stop))
-        rng = random.Random(seed)
-        await asyncio.gather(*(
-            caller(port, pages, started + seconds, figures, random.Random(rng.random()))
-            for _ in range(concurrency)))
-        elapsed = time.perf_counter() - started
-        stop.set()
-        await sampler
-        samples.append((elapsed, rss_kib(core.pid)))
-
-        lat = sorted(figures.latencies)
-        calls = len(lat)
-        answered = sum(page.answered for page in pages)
-        busy = sum(1 for page in pages if page.answered)
-        print(f"{calls} tool calls in {elapsed:.1f} s by {concurrency} concurrent callers "
-              f"over {pages_n} pages ({busy} of them called): {calls / elapsed:.0f} calls/s")
-        if lat:
-            print(f"latency p50 {pct(lat, 0.50) * 1000:.2f} ms, p99 {pct(lat, 0.99) * 1000:.2f} ms,"
-                  f" max {lat[-1] * 1000:.2f} ms")
-        print(f"errors: {len(figures.errors)}; requests answered by pages: {answered}")
-        for error in figures.errors[:10]:
-            print(f"  ERROR {error}")
-        warm = next((kib for t, kib in samples if t >= seconds / 4), samples[0][1])
-        peak_after = max(kib for t, kib in samples if t >= seconds / 4)
-        print("Core RSS (s: MiB): " + ", ".join(f"{t:.0f}: {kib / 1024:.1f}" for t, kib in samples))
-        print(f"Core RSS after warm-up ({seconds / 4:.0f} s): {warm / 1024:.1f} MiB -> "
-              f"end {samples[-1][1] / 1024:.1f} MiB (peak {peak_after / 1024:.1f} MiB; "
-              f"growth {(samples[-1][1] - warm) / 1024:+.1f} MiB)")
-        return 0 if not figures.errors and calls > 0 else 1
-    finally:
-        for page in pages:
-            with contextlib.suppress(Exception):
-                await page.close()
-        core.terminate()
+    with core_process(TOKEN, *options) as (core, port):
         try:
-            core.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            core.kill()
-            core.wait(timeout=10)
+            return await drive(core.pid, port, pages, pages_n, seconds, concurrency, every, seed)
+        finally:
+            for page in pages:
+                with contextlib.suppress(Exception):
+                    await page.close()
+
+
+async def drive(pid: int, port: int, pages: list[SimPage], pages_n: int, seconds: float,
+                concurrency: int, every: float, seed: int) -> int:
+    ws_url = f"ws://127.0.0.1:{port}/pedelec/v1/bridge"
+    opened = time.perf_counter()
+    pages += await open_pages(ws_url, pages_n)
+    print(f"{pages_n} pages connected in {time.perf_counter() - opened:.1f} s; "
+          f"Core RSS {rss_kib(pid) / 1024:.1f} MiB", flush=True)
+
+    figures = Figures()
+    samples: list[tuple[float, int]] = []
+    stop = asyncio.Event()
+    started = time.perf_counter()
+    sampler = asyncio.create_task(sample_rss(pid, every, started, samples, stop))
+    rng = random.Random(seed)
+    await asyncio.gather(*(
+        caller(port, pages, started + seconds, figures, random.Random(rng.random()))
+        for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    stop.set()
+    await sampler
+    samples.append((elapsed, rss_kib(pid)))
+
+    lat = sorted(figures.latencies)
+    calls = len(lat)
+    answered = sum(page.answered for page in pages)
+    busy = sum(1 for page in pages if page.answered)
+    print(f"{calls} tool calls in {elapsed:.1f} s by {concurrency} concurrent callers "
+          f"over {pages_n} pages ({busy} of them called): {calls / elapsed:.0f} calls/s")
+    if lat:
+        print(f"latency p50 {pct(lat, 0.50) * 1000:.2f} ms, p99 {pct(lat, 0.99) * 1000:.2f} ms,"
+              f" max {lat[-1] * 1000:.2f} ms")
+    print(f"errors: {len(figures.errors)}; requests answered by pages: {answered}")
+    for error in figures.errors[:10]:
+        print(f"  ERROR {error}")
+    warm = next((kib for t, kib in samples if t >= seconds / 4), samples[0][1])
+    peak_after = max(kib for t, kib in samples if t >= seconds / 4)
+    print("Core RSS (s: MiB): " + ", ".join(f"{t:.0f}: {kib / 1024:.1f}" for t, kib in samples))
+    print(f"Core RSS after warm-up ({seconds / 4:.0f} s): {warm / 1024:.1f} MiB -> "
+          f"end {samples[-1][1] / 1024:.1f} MiB (peak {peak_after / 1024:.1f} MiB; "
+          f"growth {(samples[-1][1] - warm) / 1024:+.1f} MiB)")
+    return 0 if not figures.errors and calls > 0 else 1
 
 
 if __name__ == "__main__":
