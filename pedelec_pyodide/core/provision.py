@@ -6,7 +6,9 @@ Lays out ``<out>/pyodide/`` with
   the user's own ``npm`` into a cache directory),
 * pure-Python wheels from PyPI (downloaded with the user's own ``pip`` for CPython 3.14,
   platform ``any``; exact versions pinned below),
-* our own wheel, built from the repository with ``pip wheel``,
+* our own wheel, built from the repository with ``pip wheel``, in the form pages load
+  it: without ``core/`` and ``web/`` (Core's, never imported in a page) and with ``.pyc``
+  compiled by the Pyodide runtime under Node (``compile_pyc.mjs``; without Node, none),
 * a ``pyodide-lock.json`` written here: the npm package's ``info`` plus one entry per
   wheel we really have (sha256 computed from the file), so ``loadPyodide({lockFileURL,
   packages})`` never falls back to the (unreachable) CDN.
@@ -677,6 +679,87 @@ def _urlsafe_digest(data: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
+# -------------------------------------------------------------- the page's copy of our wheel
+
+#: What only Core uses (CPython, never imported in a page; ~70 % of the wheel): the
+#: page's copy leaves it out, and the ``pedelec`` command (entry_points.txt) with it.
+_CORE_ONLY = ("pedelec_pyodide/core/", "pedelec_pyodide/web/")
+_CORE_ONLY_META = ("entry_points.txt",)
+_COMPILER = Path(__file__).with_name("compile_pyc.mjs")
+
+
+def _compile_for_pyodide(runtime: Path, sources: Mapping[str, str]) -> dict[str, bytes]:
+    """Bytecode of ``sources`` (wheel path -> text) compiled by the Pyodide in ``runtime``
+    (its CPython is 3.14; the host's cannot write 3.14 .pyc): .pyc wheel path -> bytes."""
+    node = shutil.which("node")
+    if node is None:
+        raise ProvisionError("`node` was not found on PATH")
+    command = [node, str(_COMPILER), str(runtime)]
+    done = subprocess.run(
+        command, input=json.dumps(sources), capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise ProvisionError(f"{' '.join(command)} failed (exit {done.returncode})\n"
+                             f"{_tail(done.stderr or done.stdout)}")  # fmt: skip
+    compiled = json.loads(done.stdout)
+    return {name: base64.b64decode(data) for name, data in compiled.items()}
+
+
+def _page_wheel(wheel: Path, runtime: Path, log: Log) -> Path:
+    """Our wheel as pages load it: the same distribution and version (file name, METADATA),
+    without what only Core uses, plus unchecked-hash ``.pyc`` compiled by ``runtime``'s
+    Python next to every module (the ``.py`` stay, for tracebacks), and a RECORD that
+    lists every file with its hash. A page otherwise compiles our sources on its main
+    thread before ``pedelec:ready``. Without Node, it is the same wheel without .pyc.
+
+    Cached next to ``wheel`` (whose directory is keyed by the sources), per runtime."""
+    target = wheel.parent / f"page-{_pyodide_version_of(runtime) or 'unknown'}" / wheel.name
+    if target.is_file():
+        return target
+    with zipfile.ZipFile(wheel) as source:
+        record_name = _dist_info_files(source)["RECORD"]
+        dist_info = record_name.rpartition("/")[0] + "/"
+        dropped = {record_name, *(dist_info + name for name in _CORE_ONLY_META)}
+        members = [
+            (info, source.read(info))
+            for info in source.infolist()
+            if not info.filename.startswith(_CORE_ONLY) and info.filename not in dropped
+        ]
+    try:
+        compiled = _compile_for_pyodide(
+            runtime,
+            {i.filename: data.decode("utf-8") for i, data in members if i.filename.endswith(".py")},
+        )
+    except ProvisionError as exc:
+        log(f"note: our wheel for pages has no bytecode (pages compile it at start): {exc}")
+        target = wheel.parent / "page-without-bytecode" / wheel.name
+        compiled = {}
+    # the same fixed date as the built wheel's files: the bytes (and the lock's sha256)
+    # depend only on the sources and the runtime
+    date = members[0][0].date_time
+    package = [(i, d) for i, d in members if not i.filename.startswith(dist_info)]
+    metadata = [(i, d) for i, d in members if i.filename.startswith(dist_info)]
+    pycs = [(_zip_info(name, date), data) for name, data in sorted(compiled.items())]
+    members = package + pycs + metadata
+    record = [f"{i.filename},sha256={_urlsafe_digest(data)},{len(data)}" for i, data in members]
+    record.append(f"{record_name},,")
+    members.append((_zip_info(record_name, date), ("\n".join(record) + "\n").encode()))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for info, data in members:
+            zf.writestr(info, data)
+    tmp.replace(target)
+    return target
+
+
+def _zip_info(name: str, date: tuple[int, int, int, int, int, int]) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    return info
+
+
 # ------------------------------------------------------------------------ the function
 
 
@@ -725,10 +808,12 @@ def provision(
     downloaded = _download_wheels(pins, cache / "wheels", say)
 
     found_repo = _find_repo(repo)
-    own = (
+    own = _page_wheel(
         _build_own_wheel(found_repo, cache, say)
         if found_repo is not None
-        else _wheel_from_installed(cache, say)
+        else _wheel_from_installed(cache, say),
+        source,
+        say,
     )
 
     wheels: dict[str, Path] = {}

@@ -8,6 +8,7 @@ runtime and the pinned wheels, else it is skipped.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shutil
@@ -318,6 +319,7 @@ def test_provision_offline_and_idempotent(
         own_dir, "pedelec-pyodide", "0.1.0", requires=("lib.top",), files=("pedelec_pyodide/x.py",)
     )
     runtime = fake_runtime(tmp_path / "npm-pyodide")
+    monkeypatch.setattr(prov, "_compile_for_pyodide", fake_compile)
     logs: list[str] = []
     out = tmp_path / "out"
 
@@ -352,6 +354,97 @@ def test_provision_offline_and_idempotent(
     )
     assert "testonly" in json.loads(with_tests.lock_file.read_text())["packages"]
     assert no_subprocess == []
+
+
+def fake_compile(runtime: Path, sources: dict[str, str]) -> dict[str, bytes]:
+    """Stands in for Pyodide's compiler (Node): one fake .pyc per source, where 3.14 puts it."""
+    compiled = {}
+    for name in sources:
+        folder, _, base = name.rpartition("/")
+        compiled[f"{folder}/__pycache__/{base[:-3]}.cpython-314.pyc"] = f"pyc of {name}".encode()
+    return compiled
+
+
+def check_record(wheel: zipfile.ZipFile) -> list[str]:
+    """Assert the wheel's RECORD lists exactly its files with their sha256 and size."""
+    (record_name,) = [n for n in wheel.namelist() if n.endswith(".dist-info/RECORD")]
+    lines = wheel.read(record_name).decode().splitlines()
+    assert {line.rsplit(",", 2)[0] for line in lines} == set(wheel.namelist())
+    for line in lines:
+        name, digest, size = line.rsplit(",", 2)
+        if name == record_name:
+            assert (digest, size) == ("", "")
+            continue
+        data = wheel.read(name)
+        raw = hashlib.sha256(data).digest()
+        assert digest == "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+        assert int(size) == len(data)
+    return wheel.namelist()
+
+
+def test_page_wheel_has_bytecode_and_no_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_subprocess: list[list[str]]
+) -> None:
+    own_dir = tmp_path / "own" / "digest"
+    own_dir.mkdir(parents=True)
+    modules = ("pedelec_pyodide/__init__.py", "pedelec_pyodide/session.py")
+    core_only = ("pedelec_pyodide/core/cli.py", "pedelec_pyodide/web/pedelec-pyodide.js")
+    files = (*modules, "pedelec_pyodide/py.typed", *core_only)
+    built = make_wheel(own_dir, "pedelec-pyodide", "0.1.0", files=files)
+    with zipfile.ZipFile(built, "a") as zf:
+        zf.writestr("pedelec_pyodide-0.1.0.dist-info/entry_points.txt", "[console_scripts]\n")
+    runtime = fake_runtime(tmp_path / "npm-pyodide")
+    compiled: list[dict[str, str]] = []
+
+    def compile_(runtime_dir: Path, sources: dict[str, str]) -> dict[str, bytes]:
+        assert runtime_dir == runtime
+        compiled.append(sources)
+        return fake_compile(runtime_dir, sources)
+
+    monkeypatch.setattr(prov, "_compile_for_pyodide", compile_)
+    page = prov._page_wheel(built, runtime, print)
+
+    assert page.name == built.name and page != built
+    assert compiled == [{m: f"# {m}\n" for m in modules}]
+    with zipfile.ZipFile(page) as zf:
+        names = check_record(zf)
+        for module in modules:
+            folder, _, base = module.rpartition("/")
+            pyc = f"{folder}/__pycache__/{base[:-3]}.cpython-314.pyc"
+            assert zf.read(pyc) == f"pyc of {module}".encode()
+            assert zf.read(module) == f"# {module}\n".encode()
+        assert not [n for n in names if n.startswith(prov._CORE_ONLY)]
+        assert not [n for n in names if n.endswith("entry_points.txt")]
+        assert zf.read("pedelec_pyodide-0.1.0.dist-info/METADATA") == zipfile.ZipFile(built).read(
+            "pedelec_pyodide-0.1.0.dist-info/METADATA"
+        )
+    entry = prov.lock_entry(page, file_name=page.name, available=[])
+    assert (entry["name"], entry["version"]) == ("pedelec-pyodide", "0.1.0")
+    assert entry["imports"] == ["pedelec_pyodide"]
+    assert entry["sha256"] == sha256(page)
+    # cached, and the same bytes when made again (the lock's sha256 depends on the sources)
+    assert prov._page_wheel(built, runtime, print) == page and len(compiled) == 1
+    first = page.read_bytes()
+    page.unlink()
+    assert prov._page_wheel(built, runtime, print).read_bytes() == first
+
+
+def test_page_wheel_without_node_has_no_bytecode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    own_dir = tmp_path / "own" / "digest"
+    own_dir.mkdir(parents=True)
+    built = make_wheel(own_dir, "pedelec-pyodide", "0.1.0", files=("pedelec_pyodide/a.py",))
+    monkeypatch.setattr(prov.shutil, "which", lambda name: None)
+    logs: list[str] = []
+    page = prov._page_wheel(built, fake_runtime(tmp_path / "rt"), logs.append)
+    assert logs == [
+        "note: our wheel for pages has no bytecode (pages compile it at start): "
+        "`node` was not found on PATH"
+    ]
+    with zipfile.ZipFile(page) as zf:
+        assert not [n for n in check_record(zf) if n.endswith(".pyc")]
+        assert "pedelec_pyodide/a.py" in zf.namelist()
 
 
 def test_cli_reports_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -394,6 +487,21 @@ def test_real_provision_from_cache(tmp_path: Path) -> None:
     }
     assert lock["packages"]["attrs"]["imports"] == ["attr", "attrs"]
     assert (result.pyodide_dir / "pyodide.asm.wasm").is_file()
+    own = lock["packages"]["pedelec-pyodide"]
+    assert own["sha256"] == sha256(result.own_wheel)
+    with zipfile.ZipFile(result.own_wheel) as zf:
+        names = check_record(zf)
+        modules = [n for n in names if n.endswith(".py")]
+        assert "pedelec_pyodide/browser.py" in modules
+        assert not [n for n in names if n.startswith(prov._CORE_ONLY)]
+        if shutil.which("node") is None:
+            return
+        for module in modules:
+            folder, _, base = module.rpartition("/")
+            tag = "cpython-" + prov.PYTHON_VERSION.replace(".", "")
+            header = zf.read(f"{folder}/__pycache__/{base[:-3]}.{tag}.pyc")[:16]
+            # PEP 552 flags: hash-based (bit 0), source not checked (bit 1 clear)
+            assert int.from_bytes(header[4:8], "little") == 0b01
 
 
 def test_wheel_from_installed_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
