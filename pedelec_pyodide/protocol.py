@@ -347,7 +347,7 @@ def _parse(text: str | bytes, direction: str, max_bytes: int) -> Message:
     if _nests_too_deep(text):
         raise ProtocolError(FRAME_TOO_DEEP, f"frame nests deeper than {MAX_DEPTH}")
     try:
-        data = json.loads(text, parse_constant=_not_json_constant, parse_float=_finite_float)
+        data = _DECODER.decode(text)
         if "\\ud" in text or "\\uD" in text:  # an escaped surrogate: must be a pair
             json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
@@ -386,6 +386,10 @@ def _finite_float(literal: str) -> float:
     if math.isinf(value):
         raise ValueError(f"number {literal[:40]} is out of range")
     return value
+
+
+# Built once: json.loads with any option builds a new decoder on every call.
+_DECODER = json.JSONDecoder(parse_constant=_not_json_constant, parse_float=_finite_float)
 
 
 def _build(cls: type[Message], data: dict[str, Any]) -> Message:
