@@ -139,11 +139,19 @@ def _is_plain(value: Any, depth: int) -> bool:
     """Only exact JSON types, str keys and bounded nesting: what decoding gives back."""
     kind = type(value)
     if kind is dict:
-        return depth > 0 and all(
-            type(key) is str and _is_plain(item, depth - 1) for key, item in value.items()
-        )
+        if depth <= 0:
+            return False
+        for key, item in value.items():  # loops, not all(...): this is the hot path
+            if type(key) is not str or not _is_plain(item, depth - 1):
+                return False
+        return True
     if kind is list:
-        return depth > 0 and all(_is_plain(item, depth - 1) for item in value)
+        if depth <= 0:
+            return False
+        for item in value:  # noqa: SIM110 - a loop is faster than all(...) here
+            if not _is_plain(item, depth - 1):
+                return False
+        return True
     return kind in _SCALARS
 
 
