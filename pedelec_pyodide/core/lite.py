@@ -197,22 +197,10 @@ def _fetch_newest(names: Sequence[str], directory: Path, log: Log) -> dict[str, 
     """Wheels for names the npm lock does not pin: the cached one, else PyPI's newest."""
     missing = [n for n in names if _cached_any(directory, n) is None]
     if missing:
-        provision._check_pip()
-        directory.mkdir(parents=True, exist_ok=True)
-        command = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--python-version", provision.PYTHON_VERSION, "--implementation", "py",
-            "--platform", "any", "--disable-pip-version-check", "-q",
-            "-d", str(directory), *missing,
-        ]  # fmt: skip
-        log(f"downloading {len(missing)} wheel(s) with pip: {' '.join(missing)}")
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise LiteError(
-                f"`pip download` of {' '.join(missing)} failed (exit {done.returncode}); it "
-                "needs PyPI (or a pip index holding these pure-Python wheels).\n"
-                f"command: {' '.join(command)}\n{provision._tail(done.stderr or done.stdout)}"
-            )
+        try:
+            provision.pip_download(missing, directory, log)
+        except ProvisionError as exc:
+            raise LiteError(str(exc)) from None
     found: dict[str, Path] = {}
     for name in names:
         path = _cached_any(directory, name)

@@ -539,25 +539,30 @@ def _find_cached(directory: Path, pin: str) -> Path | None:
     return None
 
 
+def pip_download(requirements: Sequence[str], directory: Path, log: Log) -> None:
+    """Pure-Python wheels for Pyodide's Python from PyPI, with the user's own pip."""
+    _check_pip()
+    directory.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        "--python-version", PYTHON_VERSION, "--implementation", "py",
+        "--platform", "any", "--disable-pip-version-check", "-q",
+        "-d", str(directory), *requirements,
+    ]  # fmt: skip
+    log(f"downloading {len(requirements)} wheel(s) with pip: {' '.join(requirements)}")
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ProvisionError(
+            f"`pip download` of {' '.join(requirements)} failed (exit {done.returncode}); "
+            "it needs PyPI (or a pip index/--find-links holding these pure-Python "
+            f"wheels).\ncommand: {' '.join(command)}\n{_tail(done.stderr or done.stdout)}"
+        )
+
+
 def _download_wheels(pins: Sequence[str], directory: Path, log: Log) -> list[Path]:
     missing = [pin for pin in pins if _find_cached(directory, pin) is None]
     if missing:
-        _check_pip()
-        directory.mkdir(parents=True, exist_ok=True)
-        command = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--python-version", PYTHON_VERSION, "--implementation", "py",
-            "--platform", "any", "--disable-pip-version-check", "-q",
-            "-d", str(directory), *missing,
-        ]  # fmt: skip
-        log(f"downloading {len(missing)} wheel(s) with pip: {' '.join(missing)}")
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise ProvisionError(
-                f"`pip download` of {' '.join(missing)} failed (exit {done.returncode}); "
-                "it needs PyPI (or a pip index/--find-links holding these pure-Python "
-                f"wheels).\ncommand: {' '.join(command)}\n{_tail(done.stderr or done.stdout)}"
-            )
+        pip_download(missing, directory, log)
     found: list[Path] = []
     for pin in pins:
         path = _find_cached(directory, pin)
