@@ -577,19 +577,22 @@ async def run_faults(cfg: RunConfig, workdir: Path,
         workers = [asyncio.create_task(page.run_turns(stop)) for page in pages]
         kinds = list(cfg.weights)
         weights = [cfg.weights[k] for k in kinds]
+        # every kind at least once (in a seeded order), so a short run tests them all
+        first_round = rng.sample(kinds, len(kinds))
         last_report = 0
-        while (sum(stats.faults.values()) < cfg.faults
+        while ((sum(stats.faults.values()) < cfg.faults or first_round)
                and time.monotonic() - started < cfg.max_seconds):
             await asyncio.sleep(rng.uniform(*cfg.gap))
             for worker in workers:
                 if worker.done():
                     worker.result()  # a crash of the harness itself: fail loudly
-            kind = rng.choices(kinds, weights)[0]
+            kind = first_round.pop() if first_round else rng.choices(kinds, weights)[0]
             page = rng.choice(pages)
             if kind == "drop":
                 if await proxy.drop(page.link):
                     stats.faults["drop"] += 1
-            elif kind == "reload":
+                elif not stats.faults["drop"]:
+                    first_round.append("drop")  # no link to drop yet: try again later
                 await page.reload()
                 stats.faults["reload"] += 1
             else:
