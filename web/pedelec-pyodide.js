@@ -6,10 +6,11 @@
  *   <script type="module" src="http://127.0.0.1:8765/pedelec/pedelec-pyodide.js"></script>
  *   <script type="pedelec/python"> ...your tools... </script>
  *
- * it loads Pyodide from Core (or `data-pyodide`), our packages through our own
- * pyodide-lock.json (downloaded while the runtime boots), runs the page's
- * `<script type="pedelec/python">` blocks in document order (inline or `src=`), connects
- * the session to Core, sets `window.pedelec` and dispatches `pedelec:ready` on `document`.
+ * it loads Pyodide from Core (or `data-pyodide`) and our wheels, listed in our own
+ * pyodide-lock.json (downloaded while the runtime boots, unpacked once it has), runs the
+ * page's `<script type="pedelec/python">` blocks in document order (inline or `src=`),
+ * connects the session to Core, sets `window.pedelec` and dispatches `pedelec:ready` on
+ * `document`.
  * `window.pedelecReady` is a promise of the same `window.pedelec`; any failure rejects it
  * (and is logged to the console and dispatched as `pedelec:error`).
  * Pages that cannot use module scripts load `pedelec-pyodide.classic.js` instead.
@@ -100,7 +101,7 @@ function resolveConfig(options) {
     pyodide,
     indexURL: new URL(".", pyodide).href,
     lock,
-    packages: [PACKAGE, ...(options.packages ?? [])],
+    packages: options.packages ?? [],
     storage: options.storage ?? true,
   };
 }
@@ -130,7 +131,94 @@ async function blockSources() {
   }));
 }
 
-async function loadRuntime(config) {
+/** Our pyodide-lock.json: fetched at once, for loadPyodide and for our wheels. */
+function fetchLock(config) {
+  const lock = (async () => {
+    let response;
+    try {
+      response = await fetch(config.lock);
+    } catch (err) {
+      throw new PedelecError("loading packages", `cannot fetch ${config.lock}: ${err.message}`, err);
+    }
+    if (!response.ok) throw new PedelecError("loading packages", `cannot fetch ${config.lock}: HTTP ${response.status}`);
+    return response.json();
+  })();
+  lock.catch(() => {}); // reported by loadPyodide, which awaits it
+  return lock;
+}
+
+/**
+ * Resolves once the runtime's pyodide.asm.wasm has downloaded. Our wheels are fetched
+ * then, as Pyodide's own package loading would: fetched at once, they competed with the
+ * wasm for Core and delayed the boot (~50 ms cold).
+ */
+function wasmDownloaded(config) {
+  const wasm = new URL("pyodide.asm.wasm", config.indexURL).href;
+  return new Promise((resolve) => {
+    const observer = new PerformanceObserver((entries) => {
+      if (!entries.getEntriesByName(wasm).length) return;
+      observer.disconnect();
+      resolve();
+    });
+    observer.observe({ type: "resource", buffered: true });
+  });
+}
+
+/** The wheels our lock lists for our package and its dependencies, fetched after `after`. */
+async function fetchOurWheels(config, lock, after) {
+  const { packages } = await lock;
+  const names = [];
+  const add = (name) => {
+    if (names.includes(name)) return;
+    if (!packages[name]) throw new PedelecError("loading packages", `${name} is not in ${config.lock}`);
+    names.push(name);
+    packages[name].depends.forEach(add);
+  };
+  add(PACKAGE);
+  await after;
+  return Promise.all(names.map((name) => fetchWheel(config.lock, packages[name])));
+}
+
+/** One wheel of the lock, checked against the lock's sha256 as loadPackage does (SRI). */
+async function fetchWheel(lockUrl, entry) {
+  const url = new URL(entry.file_name, lockUrl).href;
+  const digest = entry.sha256.match(/../g).map((hex) => parseInt(hex, 16));
+  const integrity = `sha256-${btoa(String.fromCharCode(...digest))}`;
+  let response;
+  try {
+    response = await fetch(url, { integrity });
+  } catch (err) {
+    throw new PedelecError("loading packages", `${entry.name}: cannot fetch ${url} (unreachable, or not the file whose sha256 the lock has): ${err.message}`, err);
+  }
+  if (!response.ok) throw new PedelecError("loading packages", `${entry.name}: cannot fetch ${url}: HTTP ${response.status}`);
+  return { name: entry.name, buffer: await response.arrayBuffer() };
+}
+
+/**
+ * Unpack our wheels into site-packages. Pyodide's installer (loadPackage) imports
+ * tarfile, importlib.metadata and email the first time it runs (~80 ms on the page's one
+ * thread, after boot, which no download overlaps); unpackArchive does not. Each package is
+ * then recorded in loadedPackages as loadPackage would have ("default channel": from the
+ * lock), so loadPackage and micropip see it installed and do not install it again.
+ */
+function installWheels(pyodide, wheels) {
+  const scope = pyodide.toPy({});
+  try {
+    const site = pyodide.runPython("import site; site.getsitepackages()[0]", { globals: scope });
+    for (const { name, buffer } of wheels) {
+      if (pyodide.loadedPackages[name]) continue; // a data-packages package depends on it
+      pyodide.unpackArchive(buffer, "wheel", { extractDir: site });
+      pyodide.loadedPackages[name] = "default channel";
+    }
+    // A finder that listed site-packages in the same millisecond would miss the new files
+    // (loadPackage calls importlib.invalidate_caches(), which imports importlib.metadata).
+    pyodide.runPython("finder = __import__('sys').path_importer_cache.get(site)\nif finder: finder.invalidate_caches()", { globals: scope });
+  } finally {
+    scope.destroy();
+  }
+}
+
+async function loadRuntime(config, lock) {
   let loadPyodide;
   try {
     ({ loadPyodide } = await import(config.pyodide));
@@ -138,16 +226,27 @@ async function loadRuntime(config) {
     throw new PedelecError("loading Pyodide", `cannot import ${config.pyodide} (is Core running and provisioned?): ${err.message}`, err);
   }
   const problems = [];
+  const booting = loadPyodide({
+    indexURL: config.indexURL,
+    lockFileContents: lock,
+    packageBaseUrl: new URL(".", config.lock).href,
+    packages: config.packages,
+    stderr: (line) => { problems.push(line); console.warn(line); },
+  });
+  // At the latest once the runtime has booted, should the wasm's download go unobserved.
+  const wheels = fetchOurWheels(config, lock, Promise.race([wasmDownloaded(config), booting.catch(() => {})]));
+  wheels.catch(() => {}); // reported below, after the boot
   let pyodide;
   try {
-    pyodide = await loadPyodide({
-      indexURL: config.indexURL,
-      lockFileURL: config.lock,
-      packages: config.packages,
-      stderr: (line) => { problems.push(line); console.warn(line); },
-    });
+    pyodide = await booting;
   } catch (err) {
-    throw new PedelecError("loading Pyodide", err.message, err);
+    throw err instanceof PedelecError ? err : new PedelecError("loading Pyodide", err.message, err);
+  }
+  try {
+    installWheels(pyodide, await wheels);
+  } catch (err) {
+    if (err instanceof PedelecError) throw err;
+    throw new PedelecError("loading packages", `cannot install our wheels: ${err.message.trim().split("\n").pop()}`, err);
   }
   const missing = config.packages.filter((name) => !pyodide.loadedPackages[name]);
   if (missing.length) {
@@ -183,7 +282,7 @@ async function boot(options) {
   const config = resolveConfig(options);
   const sources = blockSources();
   sources.catch(() => {});
-  const pyodide = await loadRuntime(config);
+  const pyodide = await loadRuntime(config, fetchLock(config));
   mark("runtime");
   const session = new PedelecSession();
   let page;
