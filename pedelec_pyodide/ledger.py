@@ -37,12 +37,16 @@ class MemoryLedger:
         self._entries: OrderedDict[str, tuple[str, HandledBy] | None] = OrderedDict()
 
     def start(self, tool_request_id: str, tool: str) -> None:
-        self._entries[tool_request_id] = None
-        if len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        self._put(tool_request_id, None)
 
     def finish(self, tool_request_id: str, result_json: str, handled_by: HandledBy) -> None:
-        self._entries[tool_request_id] = (result_json, handled_by)
+        self._put(tool_request_id, (result_json, handled_by))
+
+    def _put(self, tool_request_id: str, entry: tuple[str, HandledBy] | None) -> None:
+        # A request that never ran (no handler, invalid args) is finished without a start.
+        self._entries[tool_request_id] = entry
+        if len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
 
     def get(self, tool_request_id: str) -> tuple[str, HandledBy] | None:
         return self._entries.get(tool_request_id)
@@ -79,18 +83,18 @@ class StorageLedger:
         self._index: list[str] = json.loads(raw) if raw else []
 
     def start(self, tool_request_id: str, tool: str) -> None:
-        self._storage.setItem(self._prefix + tool_request_id, json.dumps({"tool": tool}))
+        self._put(tool_request_id, json.dumps({"tool": tool}))
+
+    def finish(self, tool_request_id: str, result_json: str, handled_by: HandledBy) -> None:
+        self._put(tool_request_id, json.dumps({"result": result_json, "handledBy": handled_by}))
+
+    def _put(self, tool_request_id: str, entry: str) -> None:
+        # A request that never ran (no handler, invalid args) is finished without a start.
+        self._storage.setItem(self._prefix + tool_request_id, entry)
         if tool_request_id not in self._index:
             self._index.append(tool_request_id)
             while len(self._index) > self.max_entries:
                 self._storage.removeItem(self._prefix + self._index.pop(0))
-            self._storage.setItem(self._prefix + "index", json.dumps(self._index))
-
-    def finish(self, tool_request_id: str, result_json: str, handled_by: HandledBy) -> None:
-        entry = json.dumps({"result": result_json, "handledBy": handled_by})
-        self._storage.setItem(self._prefix + tool_request_id, entry)
-        if tool_request_id not in self._index:
-            self._index.append(tool_request_id)
             self._storage.setItem(self._prefix + "index", json.dumps(self._index))
 
     def get(self, tool_request_id: str) -> tuple[str, HandledBy] | None:

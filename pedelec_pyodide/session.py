@@ -103,12 +103,15 @@ class ToolCall:
 class _Registration:
     """One registered handler, and how many leading arguments it takes."""
 
-    __slots__ = ("current", "handler", "takes", "tier")
+    __slots__ = ("body_runs_later", "current", "handler", "takes", "tier")
 
     def __init__(self, handler: Invoker, tier: HandledBy) -> None:
         self.handler = handler
         self.tier: HandledBy = tier
         self.takes = leading_arity(handler, 3 if tier == "fallback" else 2)
+        # Calling an ``async def`` runs none of its body: the ledger marks such a request
+        # started only when the body first runs, so a reload before then loses nothing.
+        self.body_runs_later = inspect.iscoroutinefunction(handler)
         self.current = True
 
 
@@ -400,6 +403,9 @@ class Session:
         return self._finish(started, outcome), None
 
     async def _finish_later(self, ctx: ToolContext, awaitable: Awaitable[Any]) -> ToolContext:
+        registration = ctx._registration
+        if ctx._record and registration is not None and registration.body_runs_later:
+            self._ledger.start(ctx.tool_request_id, ctx.tool)  # its body runs in this step
         try:
             outcome = await awaitable
         except (Exception, SystemExit) as exc:
@@ -419,12 +425,13 @@ class Session:
         the handler's raw outcome (a value, an awaitable or a :class:`_Failure`)."""
         if self._closed:
             raise SessionClosedError("the session is closed")
+        registration = self._named.get(name) or self._inline.get(name) or self._fallback
         if record:
             stored = self._ledger.get(request_id)
             if stored is not None:
                 return self._replay(name, args, request_id, turn_id, stored), None
-            self._ledger.start(request_id, name)
-        registration = self._named.get(name) or self._inline.get(name) or self._fallback
+            if registration is not None and not registration.body_runs_later:
+                self._ledger.start(request_id, name)
         ctx = ToolContext(self, name, request_id, turn_id, registration, args, record, timed)
         if record:  # only a caller-given id can arrive twice or be cancelled by Core
             self._inflight[request_id] = ctx

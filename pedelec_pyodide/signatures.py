@@ -61,16 +61,24 @@ class TypedSignature:
         context = self.context_parameter
         converters = self.converters
 
-        def call(args: dict[str, Any], ctx: Any) -> Any:
+        def keywords(args: dict[str, Any], ctx: Any) -> dict[str, Any]:
             kwargs = dict(args)
             for name, convert in converters.items():
                 if name in kwargs:
                     kwargs[name] = convert(kwargs[name])
             if context is not None:
                 kwargs[context] = ctx
-            return fn(**kwargs)
+            return kwargs
 
-        return call
+        def call(args: dict[str, Any], ctx: Any) -> Any:
+            return fn(**keywords(args, ctx))
+
+        # An async function gets an async invoker, so the session can see that calling it
+        # runs none of the function's body (see the delivery ledger in session.py).
+        async def call_async(args: dict[str, Any], ctx: Any) -> Any:
+            return await fn(**keywords(args, ctx))
+
+        return call_async if inspect.iscoroutinefunction(fn) else call
 
 
 def derive_signature(fn: Callable[..., Any], context_type: type) -> TypedSignature:

@@ -39,7 +39,16 @@ test("reloads and drops during parallel calls: nothing lost, no side effect twic
       await waitForReady(page);
     } else {
       faults.drop++;
-      await runPython(page, "from pedelec_pyodide.browser import bridge_of\nbridge_of(session)._socket.close()");
+      // Drop a live connection: the previous drop's reconnect may still be backing off.
+      await runPython(page, [
+        "import asyncio",
+        "from pedelec_pyodide.browser import bridge_of",
+        "for _ in range(500):",
+        "    if session.connected:",
+        "        break",
+        "    await asyncio.sleep(0.01)",
+        "bridge_of(session)._socket.close()",
+      ].join("\n"));
     }
     for (const call of batch) call.response = await call.answer;
   }

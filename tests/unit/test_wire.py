@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pedelec_pyodide import (
+    MemoryLedger,
     NotConnectedError,
     Session,
     SessionState,
@@ -189,6 +190,79 @@ def test_interrupted_request_reruns_only_if_safe(annotations: Any, reruns: bool)
         assert result["result"]["error"]["retryable"] is False
         session.receive(request("q1"))  # asked again: the same answer, still no run
         assert core.of_type("tool.result")[1] == result and runs == []
+
+
+# The first tab's handler coroutines never run: that is the point, not a leak.
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+async def test_a_reload_before_an_async_body_ran_lets_the_request_run_after_it() -> None:
+    storage = DictStorage()
+    runs: list[str] = []
+
+    async def side_effect(key: str) -> str:
+        """Writes something: must not run twice."""
+        runs.append(key)
+        await asyncio.sleep(0)
+        return key
+
+    tool = define_tool(side_effect)
+    first = Session([tool], ledger=StorageLedger(storage, "p:"))
+    connected(first)
+    first.receive(request("q1", "side_effect", {"key": "a"}))
+    # The tab goes away before the event loop ran the handler's body: nothing has run,
+    # so nothing is marked started.
+    assert runs == [] and not StorageLedger(storage, "p:").was_started("q1")
+    for task in first._tasks:
+        task.cancel()
+    await asyncio.sleep(0)
+
+    reloaded = Session([tool], ledger=StorageLedger(storage, "p:"))
+    core = connected(reloaded)
+    reloaded.receive(request("q1", "side_effect", {"key": "a"}))
+    await asyncio.sleep(0)
+    assert runs == ["a"] and StorageLedger(storage, "p:").was_started("q1")
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert [r["result"] for r in core.of_type("tool.result")] == ["a"]
+    assert runs == ["a"]
+
+
+async def test_a_reload_after_an_async_body_began_is_outcome_unknown() -> None:
+    storage = DictStorage()
+    runs: list[str] = []
+    release = asyncio.Event()
+
+    async def side_effect(key: str) -> str:
+        """Writes something: must not run twice."""
+        runs.append(key)
+        await release.wait()
+        return key
+
+    tool = define_tool(side_effect)
+    first = Session([tool], ledger=StorageLedger(storage, "p:"))
+    connected(first)
+    first.receive(request("q1", "side_effect", {"key": "a"}))
+    await asyncio.sleep(0)
+    assert runs == ["a"]
+    for task in first._tasks:  # the tab goes away mid-run
+        task.cancel()
+
+    reloaded = Session([tool], ledger=StorageLedger(storage, "p:"))
+    core = connected(reloaded)
+    reloaded.receive(request("q1", "side_effect", {"key": "a"}))
+    result = core.of_type("tool.result")[0]["result"]
+    assert result["error"]["code"] == "TOOL_OUTCOME_UNKNOWN" and runs == ["a"]
+
+
+@pytest.mark.parametrize("ledger_of", [
+    lambda: StorageLedger(DictStorage(), "p:", max_entries=3),
+    lambda: MemoryLedger(max_entries=3),
+])
+def test_ledgers_stay_bounded_when_requests_finish_without_a_start(ledger_of: Any) -> None:
+    ledger = ledger_of()
+    for n in range(5):  # no handler or invalid args: finished, never started
+        ledger.finish(f"q{n}", "1", "none")
+    assert ledger.get("q0") is None and ledger.get("q1") is None
+    assert ledger.get("q4") == ("1", "none")
 
 
 def test_storage_ledger_is_bounded() -> None:
