@@ -17,7 +17,13 @@ from starlette.responses import JSONResponse, Response
 from .. import __version__, protocol
 from ..tools import NAME_PATTERN
 from .log import log_event
-from .sessions import TURN_BUSY, CoreSession, Registry, checked_request_frame
+from .sessions import (
+    TURN_BUSY,
+    CoreSession,
+    Registry,
+    checked_request_frame,
+    new_request_id,
+)
 from .turns import start_turn
 
 UNAUTHORIZED = "UNAUTHORIZED"
@@ -135,14 +141,16 @@ async def tool_call(request: Request) -> Response:
         isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0
     ):
         raise ApiError(400, BAD_REQUEST, "'timeoutMs' must be a positive integer")
-    tool_request = protocol.ToolRequest(tool_request_id="-" * 32, tool=tool, args=args)
+    request_id = new_request_id()
+    tool_request = protocol.ToolRequest(tool_request_id=request_id, tool=tool, args=args)
     try:  # the same check as every request's, answered here as the caller's HTTP error
-        checked_request_frame(tool_request, session.registry.config.max_frame_bytes)
+        frame = checked_request_frame(tool_request, session.registry.config.max_frame_bytes)
     except protocol.ProtocolError as exc:
         status = 413 if exc.code == protocol.FRAME_TOO_LARGE else 400
         raise ApiError(status, PAYLOAD_TOO_LARGE if status == 413 else BAD_REQUEST,
                        f"the page would refuse this tool.request: {exc.message}") from None
-    request_id, result, handled_by = await session.call_tool(tool, args, timeout_ms=timeout_ms)
+    request_id, result, handled_by = await session.call_tool(
+        tool, args, timeout_ms=timeout_ms, checked=(request_id, frame))
     return JSONResponse(
         {"toolRequestId": request_id, "result": result, "handledBy": handled_by})
 

@@ -58,10 +58,12 @@ class Connection(Protocol):
 class PendingRequest:
     """A tool request whose result has not reached its caller yet."""
 
-    __slots__ = ("future", "record", "started", "timer")
+    __slots__ = ("frame", "future", "record", "started", "timer")
 
-    def __init__(self, record: RequestRecord) -> None:
+    def __init__(self, record: RequestRecord, frame: str | None) -> None:
         self.record = record
+        # the checked ``tool.request`` frame, once made (re-sends reuse it)
+        self.frame = frame
         self.future: asyncio.Future[tuple[Any, str]] = (
             asyncio.get_running_loop().create_future()
         )
@@ -78,6 +80,14 @@ class PendingRequest:
             tool_request_id=record.id, tool=record.tool, args=record.args,
             turn_id=record.turn_id,
         )
+
+
+# a request's id and its tool.request frame, through checked_request_frame
+CheckedRequest = tuple[str, str]
+
+
+def new_request_id() -> str:
+    return secrets.token_hex(16)
 
 
 def checked_request_frame(request: protocol.ToolRequest, max_frame_bytes: int) -> str:
@@ -170,7 +180,7 @@ class CoreSession:
             return
         for pending in list(self.pending.values()):
             if not pending.record.answered:
-                connection.send(pending.message().encode())
+                connection.send(pending.frame or pending.message().encode())
         ends, self.unsent_ends = self.unsent_ends, []
         for turn in ends:
             self.send_turn_end(turn)
@@ -220,36 +230,41 @@ class CoreSession:
 
     def open_request(
         self, tool: str, args: Any, *, turn_id: str | None = None, step: int = 0,
-        index: int = 0, timeout_ms: int | None = None,
+        index: int = 0, timeout_ms: int | None = None, checked: CheckedRequest | None = None,
     ) -> PendingRequest:
-        """Register a request (not sent yet: flush the store, then :meth:`send_request`)."""
+        """Register a request (not sent yet: flush the store, then :meth:`send_request`).
+        ``checked``: its id and frame, from :func:`checked_request_frame` already."""
         timeout = self.registry.config.timeout_for(tool, timeout_ms)
         record = RequestRecord(
-            id=secrets.token_hex(16), session_id=self.id, turn_id=turn_id, step=step,
-            index=index, tool=tool, args=args, deadline=time.time() + timeout,
+            id=checked[0] if checked else new_request_id(), session_id=self.id,
+            turn_id=turn_id, step=step, index=index, tool=tool, args=args,
+            deadline=time.time() + timeout,
         )
         self.registry.store.save_request(record)
-        return self._track(record)
+        return self._track(record, checked[1] if checked else None)
 
     async def call_tool(
         self, tool: str, args: Any, *, timeout_ms: int | None = None,
+        checked: CheckedRequest | None = None,
     ) -> tuple[str, Any, str]:
         """One tool request outside any turn (control API, MCP) → ``(toolRequestId, result,
         handledBy)``. Stored before it is sent, so deadlines, resume and exactly-once apply
         as to an agent's request; a timeout is the result ``TOOL_TIMEOUT``. If the caller
         goes away (its task is cancelled), the request is cancelled and the page told."""
-        pending = self.open_request(tool, args, timeout_ms=timeout_ms)
+        pending = self.open_request(tool, args, timeout_ms=timeout_ms, checked=checked)
         await self.registry.store.flush()
         self.send_request(pending)
         try:
-            result, handled_by = await asyncio.shield(pending.future)
+            # Only this caller awaits the future, so no shield (a loop step per call): if
+            # the caller is cancelled, so is the future, and _resolve leaves it be.
+            result, handled_by = await pending.future
         except asyncio.CancelledError:
             self.cancel_request(pending, "the caller went away")
             raise
         return pending.id, result, handled_by
 
-    def _track(self, record: RequestRecord) -> PendingRequest:
-        pending = PendingRequest(record)
+    def _track(self, record: RequestRecord, frame: str | None = None) -> PendingRequest:
+        pending = PendingRequest(record, frame)
         self.pending[record.id] = pending
         delay = max(0.0, record.deadline - time.time())
         pending.timer = asyncio.get_running_loop().call_later(delay, self._timeout, pending)
@@ -261,14 +276,17 @@ class CoreSession:
                 SESSION_CLOSED, "the session is closed", retryable=False), "none", "closed")
             return
         record = pending.record
-        try:
-            frame = checked_request_frame(pending.message(),
-                                          self.registry.config.max_frame_bytes)
-        except protocol.ProtocolError as exc:
-            self._resolve(pending, tool_error(
-                INVALID_ARGS, f"the page would refuse this tool.request: {exc.message}",
-                retryable=True), "none", "refused")
-            return
+        frame = pending.frame
+        if frame is None:
+            try:
+                frame = checked_request_frame(pending.message(),
+                                              self.registry.config.max_frame_bytes)
+            except protocol.ProtocolError as exc:
+                self._resolve(pending, tool_error(
+                    INVALID_ARGS, f"the page would refuse this tool.request: {exc.message}",
+                    retryable=True), "none", "refused")
+                return
+            pending.frame = frame
         log_event("tool.request", session=self.id, turn=record.turn_id,
                   toolRequestId=record.id, tool=record.tool,
                   connected=self.connection is not None)
