@@ -524,7 +524,7 @@ class Session:
         self._connecting = not self._closed
         self._update_state()
 
-    def receive(self, frame: str) -> None:
+    def receive(self, frame: str | bytes) -> None:
         """Handle one frame from Core. Never raises: bad frames are answered with an error."""
         try:
             message = protocol.parse_server_frame(frame)

@@ -124,6 +124,15 @@ class TurnRunner:
             log_event("turn.agent_error", session=session.id, turn=record.id,
                       error=record.error["message"])
         self._finish()
+        # The page hears of the end only once it is stored: a Core killed right after
+        # sending it would otherwise come back with the turn still running, and run it
+        # again while the page has moved on (its next turn.start refused TURN_BUSY).
+        try:
+            await session.registry.store.flush()
+        except Exception as exc:  # the page still hears the end; the operator, the failure
+            log_event("store.failed", session=session.id, turn=record.id, error=str(exc))
+        if not session.closed:
+            session.send_turn_end(record)
         return record
 
     def _finish(self) -> None:
@@ -153,8 +162,6 @@ class TurnRunner:
                   ms=(time.perf_counter() - self._started) * 1000,
                   **{f"usage_{key.removesuffix('_tokens')}": value
                      for key, value in self.usage.items()})
-        if not session.closed:
-            session.send_turn_end(record)
 
     # --- results ------------------------------------------------------------------------
 

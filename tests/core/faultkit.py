@@ -66,6 +66,10 @@ from pedelec_pyodide.ledger import StorageLedger
 from pedelec_pyodide.protocol import TurnEnd, Welcome
 from pedelec_pyodide.session import TURN_LOST, TurnError
 
+# the unit suite's sessionStorage stand-in (faultkit also runs as a script)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from web_storage import DictStorage
+
 HERE = Path(__file__).resolve().parent
 TOKEN = "fault-admin-token"
 IDEMPOTENT_FRAMES = {"tool.request", "tool.result", "tool.cancel", "turn.start", "turn.delta",
@@ -230,22 +234,6 @@ class FaultProxy:
 
 
 # --- pages ---------------------------------------------------------------------------------
-
-
-class DictStorage:
-    """Web Storage's shape over a dict: sessionStorage, which survives a reload."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, str] = {}
-
-    def getItem(self, key: str) -> str | None:
-        return self.items.get(key)
-
-    def setItem(self, key: str, value: str) -> None:
-        self.items[key] = value
-
-    def removeItem(self, key: str) -> None:
-        self.items.pop(key, None)
 
 
 @dataclass
@@ -451,9 +439,9 @@ class SimPage:
             if not following and task.done() and not task.cancelled():
                 exc = task.exception()
                 if exc is None or (isinstance(exc, TurnError) and exc.code != TURN_LOST):
-                    continue  # the TurnEnd event was recorded before the future settled
-                if isinstance(exc, TurnError):
-                    self.stats.problem(f"turn {turn_id}: {exc}")
+                    # A turn.end is recorded before it settles the future (checked above):
+                    # this settled without one (Core refused the turn with an error frame).
+                    self.stats.problem(f"turn {turn_id} settled without a turn.end: {exc!r}")
                     return None
                 following = True  # reloaded under the turn: follow it on the new page
             inc = self.current

@@ -9,7 +9,10 @@ restart; a turn whose session could not be resumed fails ``TURN_LOST``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -138,5 +141,41 @@ def test_an_ended_turn_is_remembered_across_a_restart_of_core(tmp_path: Path) ->
             await client.close()
         finally:
             await core.stop()
+
+    run(main())
+
+
+class SlowCommits:
+    """The store's SQLite connection, with each commit taking 0.2 s (a busy disk)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        if sql == "COMMIT":
+            time.sleep(0.2)
+        return self.db.execute(sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+def test_the_page_hears_of_a_turn_end_only_once_it_is_stored(tmp_path: Path) -> None:
+    """Found by the harness: Core sent turn.end before the store had it. Killed in
+    between, Core came back with the turn running and ran it again while the page had
+    moved on, so the page's next turn.start was refused TURN_BUSY."""
+    async def main() -> None:
+        path = tmp_path / "core.sqlite"
+        cfg = config(store=str(path), agent_factory=lambda: PlanAgent([[("a", {})]]))
+        async with running_core(cfg) as core:
+            store = core.registry.store
+            store._db = SlowCommits(store._db)
+            client = await RawClient.open(core.ws_url)
+            await client.hello([tool_meta("a")])
+            await finished_turn(client, "turn-1")
+            with contextlib.closing(sqlite3.connect(path)) as reader:
+                rows = reader.execute("SELECT status FROM turns WHERE id = 'turn-1'").fetchall()
+            assert rows == [("completed",)]
+            await client.close()
 
     run(main())

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from web_storage import DictStorage
 
 from pedelec_pyodide import (
     MemoryLedger,
@@ -32,22 +33,6 @@ class FakeCore:
 
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         return [frame for frame in self.sent if frame["type"] == kind]
-
-
-class DictStorage:
-    """Web Storage's shape over a dict (sessionStorage in the page)."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, str] = {}
-
-    def getItem(self, key: str) -> str | None:
-        return self.items.get(key)
-
-    def setItem(self, key: str, value: str) -> None:
-        self.items[key] = value
-
-    def removeItem(self, key: str) -> None:
-        self.items.pop(key, None)
 
 
 def request(request_id: str, tool: str = "t", args: Any = None, turn_id: str | None = None
