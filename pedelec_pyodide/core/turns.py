@@ -55,6 +55,7 @@ class TurnRunner:
         record.tool_calls = []  # rebuilt by the replay when the turn is resumed
         self._requests: list[PendingRequest] = []
         self._cancel_reason = "the turn was cancelled"
+        self._ending = False  # its end is decided and being stored: too late to cancel
         self._started = time.perf_counter()
 
     # --- the Turn protocol ------------------------------------------------------------
@@ -92,7 +93,7 @@ class TurnRunner:
         return self.task
 
     def cancel(self, reason: str) -> None:
-        if self.task is not None and not self.task.done():
+        if self.task is not None and not self.task.done() and not self._ending:
             self._cancel_reason = reason
             self.task.cancel()
 
@@ -123,14 +124,18 @@ class TurnRunner:
             }
             log_event("turn.agent_error", session=session.id, turn=record.id,
                       error=record.error["message"])
+        self._ending = True
         self._finish()
         # The page hears of the end only once it is stored: a Core killed right after
         # sending it would otherwise come back with the turn still running, and run it
         # again while the page has moved on (its next turn.start refused TURN_BUSY).
+        # Until then the turn is still the session's: a re-sent turn.start is ignored.
         try:
             await session.registry.store.flush()
         except Exception as exc:  # the page still hears the end; the operator, the failure
             log_event("store.failed", session=session.id, turn=record.id, error=str(exc))
+        if session.turn is self:
+            session.turn = None
         if not session.closed:
             session.send_turn_end(record)
         return record
@@ -151,8 +156,6 @@ class TurnRunner:
         for step in self._journal:
             for request in step:
                 store.delete_request(request.id)
-        if session.turn is self:
-            session.turn = None
         store.save_session(session.record)  # the agent's history
         record.usage = dict(self.usage)
         store.save_turn(record)

@@ -172,10 +172,22 @@ def test_the_page_hears_of_a_turn_end_only_once_it_is_stored(tmp_path: Path) -> 
             store._db = SlowCommits(store._db)
             client = await RawClient.open(core.ws_url)
             await client.hello([tool_meta("a")])
-            await finished_turn(client, "turn-1")
+            await client.send({"type": "turn.start", "turnId": "turn-1", "text": "go"})
+            request = await client.recv()
+            await client.send({"type": "tool.result", "toolRequestId": request["toolRequestId"],
+                               "result": 1, "handledBy": "named"})
+            # re-sent while its end is being stored: ignored, not a second run
+            await asyncio.sleep(0.05)
+            await client.send({"type": "turn.start", "turnId": "turn-1", "text": "go"})
+            end = await client.recv()
+            assert end["type"] == "turn.end" and end["turnId"] == "turn-1", end
             with contextlib.closing(sqlite3.connect(path)) as reader:
                 rows = reader.execute("SELECT status FROM turns WHERE id = 'turn-1'").fetchall()
             assert rows == [("completed",)]
+            # what comes next is the next turn's, not a second run of the first
+            await client.send({"type": "turn.start", "turnId": "turn-2", "text": "go"})
+            following = await client.recv()
+            assert following["type"] == "tool.request" and following["turnId"] == "turn-2"
             await client.close()
 
     run(main())
