@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from . import control
@@ -29,7 +29,6 @@ from .agent import Agent
 from .bridge import BridgeConnection
 from .config import CoreConfig
 from .log import log_event
-from .mcp import McpEndpoint
 from .sessions import Registry
 from .store import open_store
 
@@ -102,6 +101,54 @@ def _index_page(request: Request) -> Response:
     )
 
 
+class LazyMcp:
+    """The MCP route. The ``mcp`` SDK costs ~0.4 s and ~35 MiB to import, so it loads on
+    the first MCP request, not when Core starts. Its session manager runs in a task of its
+    own (anyio's task group must be left by the task that entered it) until :meth:`stop`.
+    """
+
+    def __init__(self, registry: Registry, allowed_origins: frozenset[str]) -> None:
+        self.registry = registry
+        self.allowed_origins = allowed_origins
+        self._endpoint: ASGIApp | None = None
+        self._loading: asyncio.Task[ASGIApp] | None = None
+        self._stopping = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = self._endpoint
+        if endpoint is None:
+            if self._loading is None:
+                self._loading = asyncio.ensure_future(self._load())
+            endpoint = await asyncio.shield(self._loading)
+        await endpoint(scope, receive, send)
+
+    async def _load(self) -> ASGIApp:
+        from .mcp import McpEndpoint
+
+        endpoint = McpEndpoint(self.registry, self.allowed_origins)
+        running = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            async with endpoint.run():
+                running.set_result(None)
+                await self._stopping.wait()
+
+        runner = self._runner = asyncio.create_task(run())
+        await asyncio.wait({runner, running}, return_when=asyncio.FIRST_COMPLETED)
+        if not running.done():  # the SDK failed to start: say why, and try again next time
+            self._loading = None
+            runner.result()
+            raise RuntimeError("the MCP session manager stopped before it started")
+        self._endpoint = endpoint
+        return endpoint
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._runner is not None:
+            await self._runner
+
+
 def create_app(config: CoreConfig) -> Starlette:
     """The whole of Core as an ASGI app; start and stop it with its lifespan."""
     agent_factory = config.agent_factory or agent_factory_for(config.agent)
@@ -109,7 +156,7 @@ def create_app(config: CoreConfig) -> Starlette:
     registry = Registry(config, store, agent_factory)
     pyodide = PyodideFiles(config.pyodide_dir)
     allowed = frozenset(origin.rstrip("/").lower() for origin in config.allow_origins)
-    mcp_endpoint = McpEndpoint(registry, allowed)
+    mcp_endpoint = LazyMcp(registry, allowed)
 
     async def bridge(websocket: WebSocket) -> None:
         await BridgeConnection(websocket, registry).serve(allowed)
@@ -123,11 +170,11 @@ def create_app(config: CoreConfig) -> Starlette:
             provisioning = asyncio.create_task(_provision(pyodide))
         log_event("core.started", host=config.host, port=config.port, store=config.store)
         try:
-            async with mcp_endpoint.run():
-                yield
+            yield
         finally:
             if provisioning is not None:
                 provisioning.cancel()
+            await mcp_endpoint.stop()
             await registry.shutdown()
             await store.close()
             log_event("core.stopped")

@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -317,3 +320,21 @@ def test_the_token_is_required_and_the_session_must_exist() -> None:
             assert failure.group_contains(MCPError, match="error response")
 
     run(main())
+
+
+def test_core_starts_without_loading_the_mcp_sdk() -> None:
+    """The SDK (~0.4 s, ~35 MiB) loads on the first MCP request, not with Core."""
+    probe = (
+        "import asyncio, sys\n"
+        "from corekit import config, run, running_core\n"
+        "async def main():\n"
+        "    async with running_core(config()) as core:\n"
+        "        assert (await core.http.get('/pedelec/v1/health')).status_code == 200\n"
+        "        print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))\n"
+        "run(main())\n"
+    )
+    here = Path(__file__).resolve().parent
+    done = subprocess.run([sys.executable, "-c", probe], cwd=here, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
