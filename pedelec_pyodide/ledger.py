@@ -15,6 +15,7 @@ from typing import Protocol
 from .protocol import HandledBy
 
 DEFAULT_MAX_ENTRIES = 1024
+INDEX_CHUNK = 32
 
 
 class Ledger(Protocol):
@@ -71,7 +72,10 @@ class Storage(Protocol):
 class StorageLedger:
     """A ledger kept in Web Storage under ``prefix``, so it survives a page reload.
 
-    An index of ids (oldest first) bounds it to ``max_entries``.
+    Bounded to ``max_entries``, oldest first. The ids are indexed in chunks of up to 32
+    (``<prefix>index:<n>``, with ``<prefix>index`` naming the live chunks), so recording a
+    request rewrites one small chunk, not an index of every id (that cost ~0.2 ms a call in
+    Chromium with 1,024 ids); the oldest chunk is evicted whole.
     """
 
     def __init__(self, storage: Storage, prefix: str,
@@ -79,8 +83,26 @@ class StorageLedger:
         self._storage = storage
         self._prefix = prefix
         self.max_entries = max_entries
-        raw = storage.getItem(prefix + "index")
-        self._index: list[str] = json.loads(raw) if raw else []
+        self._chunk_size = max(1, min(INDEX_CHUNK, max_entries // 4))
+        self._first = 0  # the number of the oldest chunk
+        self._chunks: list[list[str]] = []  # oldest first
+        self._known: set[str] = set()
+        earlier: list[str] = []
+        try:
+            raw = storage.getItem(prefix + "index")
+            meta = json.loads(raw) if raw else None
+            if isinstance(meta, dict):
+                self._first = int(meta["first"])
+                for number in range(self._first, int(meta["next"])):
+                    chunk = storage.getItem(self._chunk_key(number))
+                    self._chunks.append(json.loads(chunk) if chunk else [])
+            elif isinstance(meta, list):  # an earlier version's index: one list of ids
+                earlier = [str(tool_request_id) for tool_request_id in meta]
+            self._known = {str(id_) for chunk in self._chunks for id_ in chunk}
+        except (ValueError, TypeError, KeyError):  # not ours, or damaged: index afresh
+            self._first, self._chunks, self._known = 0, [], set()
+        for tool_request_id in earlier:
+            self._remember(tool_request_id)
 
     def start(self, tool_request_id: str, tool: str) -> None:
         self._put(tool_request_id, json.dumps({"tool": tool}))
@@ -91,11 +113,31 @@ class StorageLedger:
     def _put(self, tool_request_id: str, entry: str) -> None:
         # A request that never ran (no handler, invalid args) is finished without a start.
         self._storage.setItem(self._prefix + tool_request_id, entry)
-        if tool_request_id not in self._index:
-            self._index.append(tool_request_id)
-            while len(self._index) > self.max_entries:
-                self._storage.removeItem(self._prefix + self._index.pop(0))
-            self._storage.setItem(self._prefix + "index", json.dumps(self._index))
+        if tool_request_id not in self._known:
+            self._remember(tool_request_id)
+
+    def _chunk_key(self, number: int) -> str:
+        return f"{self._prefix}index:{number}"
+
+    def _remember(self, tool_request_id: str) -> None:
+        storage, chunks = self._storage, self._chunks
+        chunks_changed = False
+        if not chunks or len(chunks[-1]) >= self._chunk_size:
+            chunks.append([])
+            chunks_changed = True
+        chunks[-1].append(tool_request_id)
+        self._known.add(tool_request_id)
+        storage.setItem(self._chunk_key(self._first + len(chunks) - 1), json.dumps(chunks[-1]))
+        while len(self._known) > self.max_entries:
+            for old in chunks.pop(0):
+                storage.removeItem(self._prefix + old)
+                self._known.discard(old)
+            storage.removeItem(self._chunk_key(self._first))
+            self._first += 1
+            chunks_changed = True
+        if chunks_changed:
+            storage.setItem(self._prefix + "index", json.dumps(
+                {"first": self._first, "next": self._first + len(chunks)}))
 
     def get(self, tool_request_id: str) -> tuple[str, HandledBy] | None:
         raw = self._storage.getItem(self._prefix + tool_request_id)
