@@ -16,6 +16,8 @@ from .protocol import HandledBy
 
 DEFAULT_MAX_ENTRIES = 1024
 INDEX_CHUNK = 32
+# what an entry whose result gave way to room keeps: it was started (see StorageLedger)
+_STARTED = "{}"
 
 
 class Ledger(Protocol):
@@ -76,6 +78,12 @@ class StorageLedger:
     (``<prefix>index:<n>``, with ``<prefix>index`` naming the live chunks), so recording a
     request rewrites one small chunk, not an index of every id (that cost ~0.2 ms a call in
     Chromium with 1,024 ids); the oldest chunk is evicted whole.
+
+    When the storage is full (``QuotaExceededError``: a few results near the 1 MiB limit
+    fill ``sessionStorage``), the oldest entries give up their stored results, oldest
+    first, until the write fits. Such a request still counts as started: re-sent after a
+    reload, it is run again only if its tool is resumable, else it is
+    ``TOOL_OUTCOME_UNKNOWN``; it is never run twice by mistake.
     """
 
     def __init__(self, storage: Storage, prefix: str,
@@ -87,6 +95,7 @@ class StorageLedger:
         self._first = 0  # the number of the oldest chunk
         self._chunks: list[list[str]] = []  # oldest first
         self._known: set[str] = set()
+        self._shrunk: set[str] = set()  # entries whose stored result gave way to room
         earlier: list[str] = []
         try:
             raw = storage.getItem(prefix + "index")
@@ -112,9 +121,29 @@ class StorageLedger:
 
     def _put(self, tool_request_id: str, entry: str) -> None:
         # A request that never ran (no handler, invalid args) is finished without a start.
-        self._storage.setItem(self._prefix + tool_request_id, entry)
+        self._set(self._prefix + tool_request_id, entry, tool_request_id)
         if tool_request_id not in self._known:
             self._remember(tool_request_id)
+
+    def _set(self, key: str, value: str, keep: str | None = None) -> None:
+        """``setItem``, making room when the storage is full; raises if it cannot."""
+        while True:
+            try:
+                self._storage.setItem(key, value)
+                return
+            except Exception:  # QuotaExceededError (a JsException in the page)
+                if not self._shrink_oldest(keep):
+                    raise
+
+    def _shrink_oldest(self, keep: str | None) -> bool:
+        """Replace the oldest stored entry (not ``keep``) with a bare "started" mark."""
+        for chunk in self._chunks:
+            for tool_request_id in chunk:
+                if tool_request_id != keep and tool_request_id not in self._shrunk:
+                    self._shrunk.add(tool_request_id)
+                    self._storage.setItem(self._prefix + tool_request_id, _STARTED)
+                    return True
+        return False
 
     def _chunk_key(self, number: int) -> str:
         return f"{self._prefix}index:{number}"
@@ -127,26 +156,29 @@ class StorageLedger:
             chunks_changed = True
         chunks[-1].append(tool_request_id)
         self._known.add(tool_request_id)
-        storage.setItem(self._chunk_key(self._first + len(chunks) - 1), json.dumps(chunks[-1]))
+        self._set(self._chunk_key(self._first + len(chunks) - 1), json.dumps(chunks[-1]),
+                  tool_request_id)
         while len(self._known) > self.max_entries:
             for old in chunks.pop(0):
                 storage.removeItem(self._prefix + old)
                 self._known.discard(old)
+                self._shrunk.discard(old)
             storage.removeItem(self._chunk_key(self._first))
             self._first += 1
             chunks_changed = True
         if chunks_changed:
-            storage.setItem(self._prefix + "index", json.dumps(
-                {"first": self._first, "next": self._first + len(chunks)}))
+            self._set(self._prefix + "index", json.dumps(
+                {"first": self._first, "next": self._first + len(chunks)}), tool_request_id)
 
     def get(self, tool_request_id: str) -> tuple[str, HandledBy] | None:
         raw = self._storage.getItem(self._prefix + tool_request_id)
         if not raw:
             return None
-        entry = json.loads(raw)
-        if "result" not in entry:
+        try:
+            entry = json.loads(raw)
+            return entry["result"], entry["handledBy"]
+        except (ValueError, TypeError, KeyError):  # started only, or damaged: no result
             return None
-        return entry["result"], entry["handledBy"]
 
     def was_started(self, tool_request_id: str) -> bool:
         return bool(self._storage.getItem(self._prefix + tool_request_id))

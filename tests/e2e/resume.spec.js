@@ -65,11 +65,41 @@ test("a dropped connection reconnects with backoff and resumes", async ({ page }
   await runPython(page, `
 from pedelec_pyodide.browser import bridge_of
 bridge_of(session)._socket.close()`);
+  // the close event comes later: until then the state is still "idle"
+  await expect.poll(() => runPython(page, "bridge_of(session).connections")).toBe(2);
   await waitForState(page, "idle");
-  expect(await runPython(page, "bridge_of(session).connections")).toBe(2);
   expect(await page.evaluate(() => window.pedelec.session.id)).toBe(sessionId);
   const pending = callTool(app, sessionId, "read_value", { gate_name: "r2" });
   await waitForState(page, "waiting_tool_result");
   await runPython(page, `gate("r2").set()`);
   expect(await pending).toMatchObject({ result: { read: "r2" } });
+});
+
+test("results near 1 MiB fill sessionStorage: every call still answered, none run twice", async ({ page }) => {
+  const { sessionId } = await openPage(page, `${app.url}/resume.html`);
+  await runPython(page, `
+import js
+from pedelec_pyodide import define_tool
+
+def big(args):
+    name = "runs:big:" + str(args["n"])
+    js.localStorage.setItem(name, str(int(js.localStorage.getItem(name) or 0) + 1))
+    return {"n": args["n"], "text": "x" * 900_000}
+
+session.add_tool(define_tool(name="big", description="A large result.",
+                             args_schema={"type": "object"}, handler=big))`);
+  // a dozen 900 KB results: more than the browser's sessionStorage quota holds
+  for (let n = 0; n < 12; n++) {
+    const response = await callTool(app, sessionId, "big", { n }, { timeoutMs: 10_000 });
+    expect(response.result.n).toBe(n);
+    expect(response.result.text.length).toBe(900_000);
+  }
+  // a side effect after that: its "started" mark still finds room
+  await runPython(page, `gate("after").set()`);
+  const small = await callTool(app, sessionId, "write_once", { gate_name: "after" });
+  expect(small.result).toEqual({ written: "after" });
+  const reloaded = await reload(page);
+  expect(reloaded.sessionId).toBe(sessionId);
+  const counts = await page.evaluate(() => Array.from({ length: 12 }, (_, n) => localStorage.getItem(`runs:big:${n}`)));
+  expect(counts).toEqual(Array(12).fill("1"));
 });

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from web_storage import DictStorage
+from web_storage import DictStorage, QuotaStorage
 
 from pedelec_pyodide import (
     MemoryLedger,
@@ -311,6 +311,61 @@ def test_storage_ledger_takes_over_an_earlier_index_and_survives_a_damaged_one()
     damaged = StorageLedger(storage, "p:", max_entries=8)
     damaged.start("after", "t")
     assert damaged.was_started("after")
+
+
+def test_a_full_storage_gives_up_the_oldest_results_and_keeps_them_started() -> None:
+    storage = QuotaStorage(quota=10_000)
+    ledger = StorageLedger(storage, "p:")
+    big = json.dumps("x" * 2_000)
+    for n in range(20):  # far more than fits
+        ledger.start(f"q{n}", "t")
+        ledger.finish(f"q{n}", big, "named")
+    assert ledger.get("q19") == (big, "named")
+    assert ledger.get("q0") is None and ledger.was_started("q0")  # gave way, still started
+    reloaded = StorageLedger(storage, "p:")
+    assert reloaded.get("q19") == (big, "named") and reloaded.was_started("q1")
+
+
+def test_a_full_storage_never_costs_a_result_nor_a_second_run() -> None:
+    storage = QuotaStorage(quota=20_000)
+    runs: list[str] = []
+
+    def write(args: dict[str, Any], ctx: ToolContext) -> str:
+        runs.append(ctx.tool_request_id)
+        return "x" * 9_000  # three of these do not fit
+
+    tool = define_tool(name="w", description="d", args_schema={"type": "object"},
+                       handler=write)
+    session = Session([tool], ledger=StorageLedger(storage, "p:"))
+    core = connected(session)
+    for n in range(6):
+        session.receive(request(f"q{n}", "w"))
+    assert [len(r["result"]) for r in core.of_type("tool.result")] == [9_000] * 6
+
+    reloaded = Session([tool], ledger=StorageLedger(storage, "p:"))
+    core = connected(reloaded)
+    reloaded.receive(request("q5", "w"))  # the newest result was kept: sent again
+    reloaded.receive(request("q0", "w"))  # the oldest gave way: not run a second time
+    first, second = (r["result"] for r in core.of_type("tool.result"))
+    assert len(first) == 9_000
+    assert second["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+    assert runs == [f"q{n}" for n in range(6)]
+
+
+def test_a_ledger_that_fails_costs_no_result(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(MemoryLedger):
+        def start(self, tool_request_id: str, tool: str) -> None:
+            raise OSError("storage is gone")
+
+        def finish(self, tool_request_id: str, result_json: str, handled_by: Any) -> None:
+            raise OSError("storage is gone")
+
+    session = Session(ledger=Broken())
+    session.on_tool("t", lambda: "fine")
+    core = connected(session)
+    session.receive(request("q1"))
+    assert core.of_type("tool.result")[0]["result"] == "fine"
+    assert "could not record tool request q1" in caplog.text
 
 
 @pytest.mark.parametrize("frame", [

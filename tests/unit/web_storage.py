@@ -17,3 +17,22 @@ class DictStorage:
 
     def removeItem(self, key: str) -> None:
         self.items.pop(key, None)
+
+
+class QuotaExceededError(Exception):
+    """What ``setItem`` throws when Web Storage is full."""
+
+
+class QuotaStorage(DictStorage):
+    """A DictStorage holding at most ``quota`` characters of keys and values, like the
+    browser's per-origin quota; a write that would go over raises and changes nothing."""
+
+    def __init__(self, quota: int) -> None:
+        super().__init__()
+        self.quota = quota
+
+    def setItem(self, key: str, value: str) -> None:
+        used = sum(len(k) + len(v) for k, v in self.items.items() if k != key)
+        if used + len(key) + len(value) > self.quota:
+            raise QuotaExceededError(f"setting {key!r} would exceed the quota")
+        super().setItem(key, value)
