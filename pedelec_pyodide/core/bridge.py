@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from starlette.websockets import WebSocket
 
 from .. import protocol
 from ..protocol import ProtocolError
+from ..results import TOOL_RESULT_TOO_LARGE, tool_error
 from .log import log_event
 from .sessions import (
     DUPLICATE_HELLO,
@@ -34,6 +36,11 @@ from .sessions import (
 from .turns import start_turn
 
 CLOSE_POLICY = 1008
+# The limit is on a result, as the page checks it: its tool.result frame may exceed the
+# frame limit by the envelope around it (type, id, handledBy).
+RESULT_ENVELOPE_BYTES = 1024
+# how the page's runtime starts a tool.result frame (protocol.encode_tool_result)
+_RESULT_FRAME = re.compile(r'\{"type":"tool\.result","toolRequestId":"([0-9A-Za-z_-]{1,128})"')
 
 
 def origin_allowed(headers: Mapping[str, str], allowed: frozenset[str]) -> bool:
@@ -151,9 +158,14 @@ class BridgeConnection:
 
         A result Core is waiting for is not charged to the rate limit (Core sets that
         pace itself); every other frame is, bad ones included."""
+        result_of = _RESULT_FRAME.match(data) if isinstance(data, str) else None
+        limit = self.max_bytes + (RESULT_ENVELOPE_BYTES if result_of else 0)
         try:
-            message = protocol.parse_client_frame(data, max_bytes=self.max_bytes)
+            message = protocol.parse_client_frame(data, max_bytes=limit)
         except ProtocolError as exc:
+            if result_of and exc.code == protocol.FRAME_TOO_LARGE and self._too_large(
+                    result_of.group(1), protocol.frame_size(result_of.string)):
+                return True
             charge = self._charge()
             if charge == "ok":
                 self.send(protocol.error_frame(exc.code, exc.message))
@@ -165,6 +177,24 @@ class BridgeConnection:
         if charge == "ok":
             self._dispatch(message)
         return charge != "cut"
+
+    def _too_large(self, request_id: str, size: int) -> bool:
+        """A result too large for Core, for a request it awaits: the caller gets
+        ``TOOL_RESULT_TOO_LARGE`` now, not a timeout later (a page whose result limit is
+        above Core's frame limit)."""
+        session = self.session
+        if session is None or request_id not in session.pending:
+            return False
+        log_event("tool.result.too_large", session=session.id, toolRequestId=request_id)
+        message = (f"the page's tool.result frame is {size} bytes; Core takes results up "
+                   f"to {self.max_bytes} bytes (--max-frame-bytes)")
+        session.accept_result(protocol.ToolResult(
+            tool_request_id=request_id, result=tool_error(
+                TOOL_RESULT_TOO_LARGE, message, retryable=False),
+            handled_by="none"))
+        self.send(protocol.error_frame(protocol.FRAME_TOO_LARGE, message,
+                                       tool_request_id=request_id))
+        return True
 
     def _dispatch(self, message: protocol.ClientMessage) -> None:
         session = self.session

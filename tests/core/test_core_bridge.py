@@ -7,7 +7,9 @@ import json
 
 import pytest
 import websockets
-from corekit import RawClient, config, run, running_core, tool_meta
+from corekit import Page, RawClient, config, run, running_core, tool_meta
+
+from pedelec_pyodide import Session, define_tool
 
 
 async def alive(client: RawClient) -> None:
@@ -140,6 +142,46 @@ def test_rate_limit_refuses_then_cuts_off_a_flood() -> None:
             # other connections are not affected
             other = await RawClient.open(core.ws_url)
             assert (await other.hello())["type"] == "welcome"
+
+    run(main())
+
+
+def sized_result_page(size: int, max_result_bytes: int) -> Session:
+    """A page whose tool ``sized`` returns a string whose JSON is ``size`` bytes."""
+    tool = define_tool(name="sized", description="A result of a given size.",
+                       args_schema={"type": "object"}, handler=lambda: "x" * (size - 2))
+    return Session([tool], max_result_bytes=max_result_bytes)
+
+
+def test_a_result_at_the_limit_is_delivered_in_its_larger_frame() -> None:
+    """The limit applies to a result as the page measures it; its tool.result frame is
+    larger by its envelope, which Core allows (this timed out before)."""
+    async def main() -> None:
+        async with running_core(config(max_frame_bytes=2000)) as core:
+            page = await Page(sized_result_page(2000, 2000)).connect(core.ws_url)
+            body = (await core.tool_call(page.session.session_id, "sized", timeoutMs=5000)).json()
+            assert body["result"] == "x" * 1998
+            assert page.frames("error") == []
+
+    run(main())
+
+
+def test_a_result_over_cores_limit_is_too_large_at_once_not_a_timeout() -> None:
+    """A page allowed larger results than Core takes: the caller hears why, at once."""
+    async def main() -> None:
+        async with running_core(config(max_frame_bytes=2000)) as core:
+            page = await Page(sized_result_page(6000, 8000)).connect(core.ws_url)
+            sid = page.session.session_id
+            started = asyncio.get_running_loop().time()
+            body = (await core.tool_call(sid, "sized", timeoutMs=20_000)).json()
+            assert asyncio.get_running_loop().time() - started < 10
+            assert body["result"]["error"]["code"] == "TOOL_RESULT_TOO_LARGE"
+            assert "2000" in body["result"]["error"]["message"]
+            await page.wait_frame("error")
+            [error] = page.frames("error")
+            assert error["code"] == "FRAME_TOO_LARGE"
+            assert error["toolRequestId"] == body["toolRequestId"]
+            assert (await core.session_info(sid))["state"] == "idle"
 
     run(main())
 
