@@ -39,8 +39,10 @@ CLOSE_POLICY = 1008
 # The limit is on a result, as the page checks it: its tool.result frame may exceed the
 # frame limit by the envelope around it (type, id, handledBy).
 RESULT_ENVELOPE_BYTES = 1024
-# how the page's runtime starts a tool.result frame (protocol.encode_tool_result)
+# how the page's runtime starts the frames a refusal must be traced back to, so that
+# the request or turn it was for ends now rather than waiting for ever
 _RESULT_FRAME = re.compile(r'\{"type":"tool\.result","toolRequestId":"([0-9A-Za-z_-]{1,128})"')
+_TURN_START_FRAME = re.compile(r'\{"type":"turn\.start","turnId":"([0-9A-Za-z_-]{1,128})"')
 
 
 def origin_allowed(headers: Mapping[str, str], allowed: frozenset[str]) -> bool:
@@ -158,7 +160,8 @@ class BridgeConnection:
 
         A result Core is waiting for is not charged to the rate limit (Core sets that
         pace itself); every other frame is, bad ones included."""
-        result_of = _RESULT_FRAME.match(data) if isinstance(data, str) else None
+        text = data if isinstance(data, str) else ""
+        result_of = _RESULT_FRAME.match(text)
         limit = self.max_bytes + (RESULT_ENVELOPE_BYTES if result_of else 0)
         try:
             message = protocol.parse_client_frame(data, max_bytes=limit)
@@ -167,8 +170,10 @@ class BridgeConnection:
                     result_of.group(1), protocol.frame_size(result_of.string)):
                 return True
             charge = self._charge()
-            if charge == "ok":
-                self.send(protocol.error_frame(exc.code, exc.message))
+            if charge == "ok":  # a turn.start refused names its turn: the page fails it
+                turn_of = _TURN_START_FRAME.match(text)
+                self.send(protocol.error_frame(
+                    exc.code, exc.message, turn_id=turn_of.group(1) if turn_of else None))
             return charge != "cut"
         session = self.session
         awaited = (isinstance(message, protocol.ToolResult) and session is not None

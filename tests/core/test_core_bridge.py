@@ -9,7 +9,7 @@ import pytest
 import websockets
 from corekit import Page, RawClient, config, run, running_core, tool_meta
 
-from pedelec_pyodide import Session, define_tool
+from pedelec_pyodide import Session, TurnError, define_tool
 
 
 async def alive(client: RawClient) -> None:
@@ -182,6 +182,18 @@ def test_a_result_over_cores_limit_is_too_large_at_once_not_a_timeout() -> None:
             assert error["code"] == "FRAME_TOO_LARGE"
             assert error["toolRequestId"] == body["toolRequestId"]
             assert (await core.session_info(sid))["state"] == "idle"
+
+    run(main())
+
+
+def test_a_message_too_long_for_core_fails_its_turn_instead_of_hanging() -> None:
+    async def main() -> None:
+        async with running_core(config(max_frame_bytes=2000)) as core:
+            page = await Page(Session()).connect(core.ws_url)
+            with pytest.raises(TurnError) as refused:
+                await asyncio.wait_for(page.session.send_text("x" * 5000), 10)
+            assert refused.value.code == "FRAME_TOO_LARGE" and "2000" in str(refused.value)
+            assert await asyncio.wait_for(page.session.send_text("short"), 10) == "echo: short"
 
     run(main())
 
