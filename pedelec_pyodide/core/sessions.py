@@ -10,6 +10,7 @@ whatever arrives after that is refused with an ``error`` frame and changes nothi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import secrets
 import time
@@ -88,6 +89,42 @@ CheckedRequest = tuple[str, str]
 
 def new_request_id() -> str:
     return secrets.token_hex(16)
+
+
+def fitted_end_frame(end: protocol.TurnEnd, max_frame_bytes: int) -> str:
+    """The ``turn.end`` frame; if its text makes it too large for the page, the longest
+    start of the text that fits, with a note of what was cut (the turn's record, in the
+    store and the control API, keeps the whole text)."""
+    frame = end.encode()
+    if protocol.frame_size(frame) <= max_frame_bytes:
+        return frame
+    text = end.text
+
+    def cut_at(keep: int) -> str:
+        note = (f"\n[... {len(text) - keep} more characters: the reply is too long for "
+                "one frame; the whole text is in the turn's record]")
+        return dataclasses.replace(end, text=text[:keep] + note).encode()
+
+    low, high = 0, len(text)  # the longest prefix whose frame fits, by bisection
+    while low < high:
+        middle = (low + high + 1) // 2
+        if protocol.frame_size(cut_at(middle)) <= max_frame_bytes:
+            low = middle
+        else:
+            high = middle - 1
+    return cut_at(low)
+
+
+def delta_frames(delta: protocol.TurnDelta, max_frame_bytes: int) -> list[str]:
+    """The ``turn.delta`` frames for one piece of streamed text: split in halves until
+    each frame fits the page's limit (the page joins deltas, so nothing is lost)."""
+    frame = delta.encode()
+    if protocol.frame_size(frame) <= max_frame_bytes or len(delta.text) < 2:
+        return [frame]
+    half = len(delta.text) // 2
+    return (delta_frames(dataclasses.replace(delta, text=delta.text[:half]), max_frame_bytes)
+            + delta_frames(dataclasses.replace(delta, text=delta.text[half:]),
+                           max_frame_bytes))
 
 
 def checked_request_frame(request: protocol.ToolRequest, max_frame_bytes: int) -> str:
@@ -208,10 +245,10 @@ class CoreSession:
 
     def send_turn_end(self, turn: TurnRecord) -> None:
         self.remember_end(turn)
-        frame = protocol.TurnEnd(
+        frame = fitted_end_frame(protocol.TurnEnd(
             turn_id=turn.id, status=turn.status, text=turn.final_text, error=turn.error,
             usage=turn.usage or None,
-        ).encode()
+        ), self.registry.config.max_frame_bytes)
         if self.send(frame):
             turn.end_delivered = True
             self.registry.store.save_turn(turn)

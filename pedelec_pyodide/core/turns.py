@@ -22,7 +22,7 @@ from typing import Any
 from .. import protocol
 from .agent import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
 from .log import log_event
-from .sessions import CoreSession, PendingRequest
+from .sessions import CoreSession, PendingRequest, delta_frames
 from .store import RequestRecord, TurnRecord
 
 STEP_LIMIT_EXCEEDED = "STEP_LIMIT_EXCEEDED"
@@ -84,7 +84,10 @@ class TurnRunner:
     async def say(self, text: str) -> None:
         if self.steps < len(self._journal):
             return  # replaying after a restart: the page has seen this text already
-        self.session.send(protocol.TurnDelta(turn_id=self.turn_id, text=text).encode())
+        session = self.session
+        for frame in delta_frames(protocol.TurnDelta(turn_id=self.turn_id, text=text),
+                                  session.registry.config.max_frame_bytes):
+            session.send(frame)
 
     # --- running ----------------------------------------------------------------------
 

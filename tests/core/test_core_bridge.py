@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 import websockets
@@ -194,6 +195,35 @@ def test_a_message_too_long_for_core_fails_its_turn_instead_of_hanging() -> None
                 await asyncio.wait_for(page.session.send_text("x" * 5000), 10)
             assert refused.value.code == "FRAME_TOO_LARGE" and "2000" in str(refused.value)
             assert await asyncio.wait_for(page.session.send_text("short"), 10) == "echo: short"
+
+    run(main())
+
+
+class Verbose:
+    """Streams and replies more text than one frame holds."""
+
+    async def run(self, turn: Any) -> str:
+        await turn.say("d" * 5000)
+        return "r" * 5000
+
+
+def test_core_never_sends_the_page_a_frame_over_the_limit() -> None:
+    """A long delta goes out in pieces (nothing lost); a long reply is cut to fit, with
+    a note, and the control API keeps it whole. Before, the page refused the frame and
+    its send_text waited for ever."""
+    async def main() -> None:
+        async with running_core(config(max_frame_bytes=2000, agent_factory=Verbose)) as core:
+            page = await Page(Session()).connect(core.ws_url)
+            reply = await asyncio.wait_for(page.session.send_text("go"), 10)
+            assert reply.startswith("r" * 100) and len(reply) < 2000
+            assert reply.endswith("more characters: the reply is too long for one frame; "
+                                  "the whole text is in the turn's record]")
+            deltas = page.frames("turn.delta")
+            assert len(deltas) > 2 and "".join(d["text"] for d in deltas) == "d" * 5000
+            sizes = [len(json.dumps(f, separators=(",", ":"))) for f in page.frames_in]
+            assert max(sizes) <= 2000
+            whole = (await core.turn(page.session.session_id, "again")).json()
+            assert whole["text"] == "r" * 5000
 
     run(main())
 
