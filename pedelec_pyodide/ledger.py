@@ -16,6 +16,8 @@ from .protocol import HandledBy
 
 DEFAULT_MAX_ENTRIES = 1024
 INDEX_CHUNK = 32
+# results a MemoryLedger keeps (32 results at the 1 MiB limit)
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 # what an entry whose result gave way to room keeps: it was started (see StorageLedger)
 _STARTED = "{}"
 
@@ -33,11 +35,16 @@ class Ledger(Protocol):
 
 
 class MemoryLedger:
-    """The last ``max_entries`` requests, in memory."""
+    """The last ``max_entries`` requests, in memory, keeping at most ``max_bytes`` of
+    results: past that, the oldest give up their stored results and stay started only
+    (as in :class:`StorageLedger` when its storage is full)."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES,
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[str, tuple[str, HandledBy] | None] = OrderedDict()
+        self._bytes = 0  # the length of the results kept
 
     def start(self, tool_request_id: str, tool: str) -> None:
         self._put(tool_request_id, None)
@@ -47,9 +54,18 @@ class MemoryLedger:
 
     def _put(self, tool_request_id: str, entry: tuple[str, HandledBy] | None) -> None:
         # A request that never ran (no handler, invalid args) is finished without a start.
-        self._entries[tool_request_id] = entry
-        if len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        entries = self._entries
+        self._bytes += _size(entry) - _size(entries.get(tool_request_id))
+        entries[tool_request_id] = entry
+        if len(entries) > self.max_entries:
+            self._bytes -= _size(entries.popitem(last=False)[1])
+        if self._bytes > self.max_bytes:
+            for key, kept in entries.items():  # oldest first
+                if kept is not None and key != tool_request_id:
+                    entries[key] = None
+                    self._bytes -= len(kept[0])
+                    if self._bytes <= self.max_bytes:
+                        break
 
     def get(self, tool_request_id: str) -> tuple[str, HandledBy] | None:
         return self._entries.get(tool_request_id)
@@ -59,6 +75,10 @@ class MemoryLedger:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _size(entry: tuple[str, HandledBy] | None) -> int:
+    return 0 if entry is None else len(entry[0])
 
 
 class Storage(Protocol):

@@ -326,6 +326,17 @@ def test_a_full_storage_gives_up_the_oldest_results_and_keeps_them_started() -> 
     assert reloaded.get("q19") == (big, "named") and reloaded.was_started("q1")
 
 
+def test_memory_ledger_keeps_at_most_max_bytes_of_results_oldest_giving_way() -> None:
+    ledger = MemoryLedger(max_bytes=100)
+    for n in range(5):
+        ledger.start(f"q{n}", "t")
+        ledger.finish(f"q{n}", "x" * 40, "named")
+    assert [ledger.get(f"q{n}") for n in (3, 4)] == [("x" * 40, "named")] * 2
+    assert all(ledger.get(f"q{n}") is None and ledger.was_started(f"q{n}") for n in (0, 1, 2))
+    ledger.finish("big", "y" * 500, "named")  # larger than the bound alone: still kept
+    assert ledger.get("big") == ("y" * 500, "named") and ledger.get("q4") is None
+
+
 def test_a_full_storage_never_costs_a_result_nor_a_second_run() -> None:
     storage = QuotaStorage(quota=20_000)
     runs: list[str] = []
