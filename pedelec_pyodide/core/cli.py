@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..protocol import MAX_FRAME_BYTES
-from .config import ADMIN_TOKEN_ENV, DEFAULT_PORT, CoreConfig, admin_token_from_env
+from .config import (
+    ADMIN_TOKEN_ENV,
+    DEFAULT_PORT,
+    MAX_TIMEOUT_MS,
+    CoreConfig,
+    admin_token_from_env,
+)
 from .log import configure
 from .server import agent_factory_for, run
 
@@ -23,9 +30,17 @@ def _directory(value: str) -> Path:
 
 def _tool_timeout(value: str) -> tuple[str, int]:
     name, sep, ms = value.partition("=")
-    if not sep or not name or not ms.isdigit() or int(ms) <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r}: expected TOOL=MILLISECONDS, e.g. save=60000")
+    if not sep or not name or not ms.isdigit() or not 0 < int(ms) <= MAX_TIMEOUT_MS:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected TOOL=MILLISECONDS (1 to {MAX_TIMEOUT_MS}), e.g. save=60000")
     return name, int(ms)
+
+
+def _deadline(value: str) -> int:
+    if not value.isdigit() or not 0 < int(value) <= MAX_TIMEOUT_MS:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected milliseconds, 1 to {MAX_TIMEOUT_MS} (24 h)")
+    return int(value)
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
@@ -34,8 +49,8 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
             number = kind(value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-        if number <= 0:
-            raise argparse.ArgumentTypeError(f"{value!r} must be positive")
+        if not number > 0 or number == math.inf:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"{value!r} must be a positive, finite number")
         return number
 
     parse.__name__ = kind.__name__
@@ -63,7 +78,7 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
     parser.add_argument("--no-provision", action="store_true",
                         help="without --pyodide, do not provision; /pedelec/pyodide/ "
                         "answers 503 saying what is missing")
-    parser.add_argument("--tool-timeout", type=_positive(int), default=30_000, metavar="MS",
+    parser.add_argument("--tool-timeout", type=_deadline, default=30_000, metavar="MS",
                         help="deadline of a tool request in milliseconds (default: 30000)")
     parser.add_argument("--tool-timeouts", type=_tool_timeout, action="append", default=[],
                         metavar="TOOL=MS", help="deadline for one tool; repeatable")

@@ -33,6 +33,10 @@ def default_web_dir() -> Path | None:
     return None
 
 
+#: the longest deadline a tool request may have (24 h): longer waits are refused up front
+MAX_TIMEOUT_MS = 24 * 60 * 60 * 1000
+
+
 @dataclass
 class CoreConfig:
     """Everything Core can be told. Durations are in seconds unless the name says ms."""

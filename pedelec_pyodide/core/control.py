@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 
 from .. import __version__, protocol
 from ..tools import NAME_PATTERN
+from .config import MAX_TIMEOUT_MS
 from .log import log_event
 from .sessions import (
     TURN_BUSY,
@@ -138,9 +139,11 @@ async def tool_call(request: Request) -> Response:
     args = body.get("args", {})
     timeout_ms = body.get("timeoutMs")
     if timeout_ms is not None and (
-        isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0
+        isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int)
+        or not 0 < timeout_ms <= MAX_TIMEOUT_MS
     ):
-        raise ApiError(400, BAD_REQUEST, "'timeoutMs' must be a positive integer")
+        raise ApiError(400, BAD_REQUEST,
+                       f"'timeoutMs' must be a positive integer, at most {MAX_TIMEOUT_MS} (24 h)")
     request_id = new_request_id()
     tool_request = protocol.ToolRequest(tool_request_id=request_id, tool=tool, args=args)
     try:  # the same check as every request's, answered here as the caller's HTTP error

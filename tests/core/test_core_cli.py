@@ -64,3 +64,22 @@ def test_help_explains_every_option() -> None:
         sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
         for action in sub._actions:
             assert action.help, (command, action.dest)
+
+
+@pytest.mark.parametrize("option", [
+    ["--tool-timeout", "0"], ["--tool-timeout", "86400001"], ["--tool-timeout", "1" + "0" * 400],
+    ["--tool-timeouts", "save=86400001"], ["--session-ttl", "nan"], ["--session-ttl", "inf"],
+    ["--rate-limit", "-1"],
+])
+def test_out_of_range_options_are_refused_with_a_message(
+        option: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        build_parser().parse_args(["serve", *option])
+    assert refused.value.code == 2
+    assert option[0] in capsys.readouterr().err
+
+
+def test_the_longest_deadline_is_accepted() -> None:
+    args = build_parser().parse_args(["serve", "--tool-timeout", "86400000",
+                                      "--tool-timeouts", "save=86400000"])
+    assert args.tool_timeout == 86_400_000 and args.tool_timeouts == [("save", 86_400_000)]

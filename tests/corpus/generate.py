@@ -415,7 +415,9 @@ for cid, body in (("empty", ""), ("not-json", "tool=echo"), ("array", "[]"), ("s
                   ("timeout-negative", '{"tool": "echo", "timeoutMs": -5}'),
                   ("timeout-float", '{"tool": "echo", "timeoutMs": 1.5}'),
                   ("timeout-string", '{"tool": "echo", "timeoutMs": "100"}'),
-                  ("timeout-bool", '{"tool": "echo", "timeoutMs": true}')):
+                  ("timeout-bool", '{"tool": "echo", "timeoutMs": true}'),
+                  ("timeout-over-a-day", '{"tool": "echo", "timeoutMs": 86400001}'),
+                  ("timeout-400-digits", '{"tool": "echo", "timeoutMs": 1' + "0" * 400 + "}")):
     control(f"tool-calls-{cid}", f"tool-calls body: {cid}",
             {"method": "POST", "path": TOOL_CALLS, "body": body}, 400, "BAD_REQUEST")
 control("tool-calls-not-utf8", "tool-calls body: bytes that are not UTF-8",
