@@ -36,7 +36,13 @@ class SchemaError(ValueError):
 
 
 def check_schema(schema: Any, where: str = "$") -> None:
-    """Raise :class:`SchemaError` if ``schema`` is not a valid JSON Schema."""
+    """Raise :class:`SchemaError` if ``schema`` is not a valid JSON Schema, or if one of
+    its local ``$ref``s points to nothing (else every call would fail on it)."""
+    _check(schema, where)
+    _check_references(schema, where)
+
+
+def _check(schema: Any, where: str) -> None:
     if isinstance(schema, bool):
         return
     if not isinstance(schema, dict):
@@ -55,14 +61,14 @@ def _check_keyword(keyword: str, value: Any, where: str) -> None:
         if keyword in ("items", "additionalItems") and isinstance(value, list):
             _check_schema_array(value, where)  # draft 7 tuple form
         else:
-            check_schema(value, where)
+            _check(value, where)
     elif keyword in _SCHEMA_MAP_KEYWORDS:
         if not isinstance(value, dict):
             raise SchemaError(f"{where}: must be an object of schemas, got {_kind(value)}")
         for name, sub in value.items():
             if keyword == "patternProperties":
                 _check_regex(name, f"{where}[{name!r}]")
-            check_schema(sub, f"{where}.{name}")
+            _check(sub, f"{where}.{name}")
     elif keyword in _SCHEMA_ARRAY_KEYWORDS:
         _check_schema_array(value, where)
     elif keyword in _COUNT_KEYWORDS:
@@ -102,6 +108,103 @@ def _check_keyword(keyword: str, value: Any, where: str) -> None:
     # Any other keyword (const, default, vendor extensions) may hold any value.
 
 
+def _check_references(root: Any, where: str) -> None:
+    """Each ``#/json/pointer`` resolves in ``root``, each ``#name`` names an ``$anchor``.
+    Skipped when a subschema has its own ``$id`` (its references resolve against it)."""
+    refs: list[tuple[str, str]] = []
+    anchors: set[str] = set()
+    nested_id = False
+    stack: list[tuple[Any, str]] = [(root, where)]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, dict):
+            if at != where and "$id" in node:
+                nested_id = True
+            for key in ("$anchor", "$dynamicAnchor"):
+                if isinstance(node.get(key), str):
+                    anchors.add(node[key])
+            if isinstance(node.get("$ref"), str):
+                refs.append((node["$ref"], f"{at}.$ref"))
+            stack.extend((value, f"{at}.{key}") for key, value in node.items())
+        elif isinstance(node, list):
+            stack.extend((value, f"{at}[{index}]") for index, value in enumerate(node))
+    if nested_id:
+        return
+    for ref, at in refs:
+        fragment = _unquote(ref[1:])
+        if fragment and not fragment.startswith("/"):
+            if fragment not in anchors:
+                raise SchemaError(f"{at}: {ref!r} names no $anchor in this schema")
+        elif _resolve(root, fragment) is _NOWHERE:
+            raise SchemaError(f"{at}: {ref!r} points to nothing in this schema")
+    _check_no_loop(root, [ref for ref, _ in refs if ref == "#" or ref.startswith("#/")], where)
+
+
+# keywords that apply a subschema to the same instance: a $ref cycle through only these
+# never reaches a smaller part of the args, and the validator recurses until it fails
+_SAME_INSTANCE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
+
+
+def _same_instance_refs(schema: Any) -> list[str]:
+    """The local pointer ``$ref``s applied to the same instance as ``schema``."""
+    found: list[str] = []
+    pending = [schema]
+    while pending:
+        node = pending.pop()
+        if not isinstance(node, dict):
+            continue
+        ref = node.get("$ref")
+        if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+            found.append(ref)
+        for keyword in _SAME_INSTANCE:
+            value = node.get(keyword)
+            if isinstance(value, list):
+                pending.extend(value)
+            elif isinstance(value, dict):
+                pending.extend(value.values() if keyword == "dependentSchemas" else [value])
+    return found
+
+
+def _check_no_loop(root: Any, pointers: list[str], where: str) -> None:
+    """No pointer leads back to itself through same-instance keywords only."""
+    for start in set(pointers):
+        seen: set[str] = set()
+        frontier = [start]
+        while frontier:
+            for ref in _same_instance_refs(_resolve(root, _unquote(frontier.pop()[1:]))):
+                if ref == start:
+                    raise SchemaError(f"{where}: {start!r} leads back to itself without "
+                                      "descending into the arguments: validation would never end")
+                if ref not in seen:
+                    seen.add(ref)
+                    frontier.append(ref)
+
+
+def _unquote(text: str) -> str:
+    """Percent-decoding, without urllib.parse (it imports ipaddress: ~50 ms in the page)."""
+    if "%" not in text:
+        return text
+    raw = re.sub(rb"%([0-9A-Fa-f]{2})", lambda m: bytes([int(m.group(1), 16)]), text.encode())
+    return raw.decode("utf-8", "replace")
+
+
+_NOWHERE = object()
+
+
+def _resolve(root: Any, pointer: str) -> Any:
+    """The node a JSON pointer names in ``root``, or ``_NOWHERE``."""
+    node = root
+    for token in pointer.split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return _NOWHERE
+    return node
+
+
 def _check_type(value: Any, where: str) -> None:
     names = value if isinstance(value, list) else [value]
     if isinstance(value, list) and (not value or len(set(map(repr, value))) != len(value)):
@@ -117,7 +220,7 @@ def _check_schema_array(value: Any, where: str) -> None:
     if not isinstance(value, list) or not value:
         raise SchemaError(f"{where}: must be a non-empty array of schemas")
     for index, sub in enumerate(value):
-        check_schema(sub, f"{where}[{index}]")
+        _check(sub, f"{where}[{index}]")
 
 
 def _check_string_set(value: Any, where: str) -> None:

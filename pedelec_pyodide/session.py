@@ -446,7 +446,16 @@ class Session:
             ))
         definition = self._tools.get(name)
         if definition is not None:
-            errors = definition.validate(args)
+            try:
+                errors = definition.validate(args)
+            except Exception as exc:  # a schema the validator cannot apply: the tool's bug
+                logger.error("the args_schema of tool %s could not be applied", name,
+                             exc_info=exc)
+                return ctx, _Failure(tool_error(
+                    TOOL_HANDLER_ERROR,
+                    f"the args_schema of {name!r} could not be applied: "
+                    f"{type(exc).__name__}: {str(exc)[:MAX_ERROR_TEXT]}",
+                ))
             if errors:
                 return ctx, _Failure(tool_error(
                     INVALID_ARGS,

@@ -397,3 +397,17 @@ async def test_a_huge_exception_text_is_clipped_in_the_error_result() -> None:
     session.on_tool("t", verbose)
     message = (await session.dispatch("t", {}))["error"]["message"]
     assert message == "ValueError: " + "x" * 1000 + "... (4000 more characters)"
+
+
+async def test_a_schema_the_validator_cannot_apply_is_an_error_result_not_a_crash() -> None:
+    # A subschema with its own $id takes the reference check out of definition time;
+    # jsonschema then fails on the dangling reference at every call.
+    schema = {"$defs": {"a": {"$id": "https://tools.example/a", "type": "object"}},
+              "$ref": "#/$defs/missing"}
+    runs: list[Any] = []
+    session = Session([define_tool(name="t", description="d", args_schema=schema,
+                                   handler=runs.append)])
+    result = await session.dispatch("t", {})
+    assert result["error"]["code"] == "TOOL_HANDLER_ERROR"
+    assert result["error"]["message"].startswith("the args_schema of 't' could not be applied")
+    assert runs == []

@@ -60,3 +60,32 @@ def test_json_paths() -> None:
     assert json_path([]) == "$"
     assert json_path(["a", 0, "b_c"]) == "$.a[0].b_c"
     assert json_path(["with space", "1x"]) == '$["with space"]["1x"]'
+
+
+@pytest.mark.parametrize("schema", [
+    {"$defs": {"a/b": {"type": "string"}}, "$ref": "#/$defs/a~1b"},
+    {"$defs": {"a b": {"type": "string"}}, "$ref": "#/$defs/a%20b"},
+    {"$defs": {"x": {"$anchor": "here", "type": "string"}}, "$ref": "#here"},
+    {"prefixItems": [{"type": "string"}], "items": {"$ref": "#/prefixItems/0"}},
+    {"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}, "$ref": "#/$defs/n"},
+])
+def test_local_references_that_resolve_pass(schema: Any) -> None:
+    check_schema(schema)
+    Draft202012Validator(schema).is_valid([])  # and jsonschema can apply them
+
+
+@pytest.mark.parametrize(("schema", "said"), [
+    ({"$ref": "#/$defs/missing"}, "$.$ref: '#/$defs/missing' points to nothing"),
+    ({"properties": {"a": {"$ref": "#/properties/b"}}}, "$.properties.a.$ref"),
+    ({"prefixItems": [{}], "items": {"$ref": "#/prefixItems/1"}}, "points to nothing"),
+    ({"$ref": "#nowhere"}, "'#nowhere' names no $anchor"),
+    ({"$ref": "#"}, "'#' leads back to itself"),
+    ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}},
+      "properties": {"x": {"$ref": "#/$defs/a"}}}, "leads back to itself"),
+])
+def test_a_local_reference_to_nothing_is_refused_where_it_is(schema: Any, said: str) -> None:
+    """Else jsonschema raises (or recurses until it fails) on every call: found by
+    probing, the error escaped dispatch."""
+    with pytest.raises(OurSchemaError) as refused:
+        check_schema(schema)
+    assert said in str(refused.value)
