@@ -114,14 +114,22 @@ def encode_result(value: Any, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> tupl
             raise ResultError(_invalid(value)) from None
         wire = value
     else:
-        problem = find_invalid(value)
-        if problem is not None:
-            raise ResultError(_describe(*problem))
-        # Only tuples and subclasses of JSON types remain: encode, and decode what Core sees.
         try:
-            text = _encode(value)
-        except (TypeError, ValueError):
-            raise ResultError(_invalid(value)) from None
+            problem = find_invalid(value)
+            if problem is not None:
+                raise ResultError(_describe(*problem))
+            # Only tuples and subclasses of JSON types remain: encode, and decode what Core
+            # sees.
+            try:
+                text = _encode(value)
+            except (TypeError, ValueError):
+                raise ResultError(_invalid(value)) from None
+        except ResultError:
+            raise
+        except Exception as exc:  # a container whose own methods fail while it is read
+            raise ResultError(_describe(
+                "$", value, f"raised {type(exc).__name__} while it was read: {str(exc)[:300]}",
+            )) from None
         wire = json.loads(text)
     size = len(text) if text.isascii() else _utf8_size(text)
     if size > max_bytes:

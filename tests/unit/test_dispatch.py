@@ -411,3 +411,26 @@ async def test_a_schema_the_validator_cannot_apply_is_an_error_result_not_a_cras
     assert result["error"]["code"] == "TOOL_HANDLER_ERROR"
     assert result["error"]["message"].startswith("the args_schema of 't' could not be applied")
     assert runs == []
+
+
+class BrokenDict(dict):  # type: ignore[type-arg]
+    def __iter__(self) -> Any:
+        raise RuntimeError("lazy rows failed to load")
+
+    def items(self) -> Any:
+        raise RuntimeError("lazy rows failed to load")
+
+
+class BrokenList(list):  # type: ignore[type-arg]
+    def __iter__(self) -> Any:
+        raise RuntimeError("cursor closed")
+
+
+@pytest.mark.parametrize("value", [BrokenDict(a=1), BrokenList([1]), {"rows": [BrokenList()]}])
+async def test_a_result_that_fails_while_it_is_read_is_invalid_not_a_crash(value: Any) -> None:
+    """Found by probing: the exception escaped dispatch (on the wire: the result was lost)."""
+    session = Session()
+    session.on_tool("t", lambda: value)
+    result = await session.dispatch("t", {})
+    assert result["error"]["code"] == "TOOL_RESULT_INVALID"
+    assert "while it was read" in result["error"]["message"]
