@@ -738,7 +738,12 @@ def _handler_failure(
     if len(text) > MAX_ERROR_TEXT:  # the whole text is in the log; the agent gets its start
         text = f"{text[:MAX_ERROR_TEXT]}... ({len(text) - MAX_ERROR_TEXT} more characters)"
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    hint = explain(exc) if explain is not None else None
+    hint = None
+    if explain is not None:
+        try:
+            hint = explain(exc)
+        except Exception:  # a failing hint must not cost the result
+            logger.exception("explain_error failed on %r", exc)
     if hint:
         message = f"{message} ({hint})"
     return _Failure(tool_error(TOOL_HANDLER_ERROR, message))

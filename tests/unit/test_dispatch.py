@@ -434,3 +434,14 @@ async def test_a_result_that_fails_while_it_is_read_is_invalid_not_a_crash(value
     result = await session.dispatch("t", {})
     assert result["error"]["code"] == "TOOL_RESULT_INVALID"
     assert "while it was read" in result["error"]["message"]
+
+
+async def test_an_explain_error_hook_that_fails_costs_only_its_hint() -> None:
+    def explain(exc: BaseException) -> str:
+        raise LookupError("no hint today")
+
+    session = Session(explain_error=explain)
+    session.on_tool("t", lambda: 1 / 0)
+    result = await session.dispatch("t", {})
+    assert result["error"] == {"code": "TOOL_HANDLER_ERROR",
+                               "message": "ZeroDivisionError: division by zero"}
