@@ -55,10 +55,16 @@ class MemoryLedger:
     def _put(self, tool_request_id: str, entry: tuple[str, HandledBy] | None) -> None:
         # A request that never ran (no handler, invalid args) is finished without a start.
         entries = self._entries
-        self._bytes += _size(entry) - _size(entries.get(tool_request_id))
+        replaced = entries.get(tool_request_id)
+        if replaced is not None:
+            self._bytes -= len(replaced[0])
+        if entry is not None:
+            self._bytes += len(entry[0])
         entries[tool_request_id] = entry
         if len(entries) > self.max_entries:
-            self._bytes -= _size(entries.popitem(last=False)[1])
+            evicted = entries.popitem(last=False)[1]
+            if evicted is not None:
+                self._bytes -= len(evicted[0])
         if self._bytes > self.max_bytes:
             for key, kept in entries.items():  # oldest first
                 if kept is not None and key != tool_request_id:
@@ -75,10 +81,6 @@ class MemoryLedger:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-def _size(entry: tuple[str, HandledBy] | None) -> int:
-    return 0 if entry is None else len(entry[0])
 
 
 class Storage(Protocol):

@@ -405,7 +405,7 @@ class Session:
     async def _finish_later(self, ctx: ToolContext, awaitable: Awaitable[Any]) -> ToolContext:
         registration = ctx._registration
         if ctx._record and registration is not None and registration.body_runs_later:
-            self._write_ledger(self._ledger.start, ctx.tool_request_id, ctx.tool)  # body runs now
+            self._ledger_start(ctx.tool_request_id, ctx.tool)  # its body runs in this step
         try:
             outcome = await awaitable
         except (Exception, SystemExit) as exc:
@@ -431,7 +431,7 @@ class Session:
             if stored is not None:
                 return self._replay(name, args, request_id, turn_id, stored), None
             if registration is not None and not registration.body_runs_later:
-                self._write_ledger(self._ledger.start, request_id, name)
+                self._ledger_start(request_id, name)
         ctx = ToolContext(self, name, request_id, turn_id, registration, args, record, timed)
         if record:  # only a caller-given id can arrive twice or be cancelled by Core
             self._inflight[request_id] = ctx
@@ -486,7 +486,7 @@ class Session:
             ctx._result_json = json.dumps(exc.result, separators=(",", ":"))
         if ctx._record:
             request_id = ctx.tool_request_id
-            self._write_ledger(self._ledger.finish, request_id, ctx._result_json, ctx._tier)
+            self._ledger_finish(request_id, ctx._result_json, ctx._tier)
             del self._inflight[request_id]
             self._cancelled.discard(request_id)
             waiters = self._waiters.pop(request_id, None)
@@ -595,20 +595,24 @@ class Session:
             retryable=False,
         )
         text = json.dumps(result)
-        self._write_ledger(self._ledger.finish, request.tool_request_id, text, "none")
+        self._ledger_finish(request.tool_request_id, text, "none")
         self._send(protocol.encode_tool_result(request.tool_request_id, text, "none"))
 
-    @staticmethod
-    def _write_ledger(write: Callable[..., None], tool_request_id: str, *rest: str) -> None:
-        """A delivery-ledger write. One that fails (storage full or gone) costs that record,
-        never the request: the handler still runs and its result still goes to Core."""
+    # Delivery-ledger writes. One that fails (storage full or gone) costs that record,
+    # never the request: the handler still runs and its result still goes to Core.
+
+    def _ledger_start(self, tool_request_id: str, tool: str) -> None:
         try:
-            write(tool_request_id, *rest)
+            self._ledger.start(tool_request_id, tool)
         except Exception:
-            logger.warning(
-                "the delivery ledger could not record tool request %s; were the page "
-                "reloaded before Core has its result, it might run again", tool_request_id,
-                exc_info=True)
+            _ledger_failed(tool_request_id)
+
+    def _ledger_finish(self, tool_request_id: str, result_json: str,
+                       handled_by: HandledBy) -> None:
+        try:
+            self._ledger.finish(tool_request_id, result_json, handled_by)
+        except Exception:
+            _ledger_failed(tool_request_id)
 
     def _send_result(self, done: ToolContext | ToolCall) -> None:
         if isinstance(done, ToolCall):
@@ -726,6 +730,12 @@ class _Failure:
 
     def __init__(self, result: dict[str, Any]) -> None:
         self.result = result
+
+
+def _ledger_failed(tool_request_id: str) -> None:
+    logger.warning("the delivery ledger could not record tool request %s; were the page "
+                   "reloaded before Core has its result, it might run again",
+                   tool_request_id, exc_info=True)
 
 
 def _handler_failure(
