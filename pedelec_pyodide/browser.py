@@ -60,9 +60,11 @@ def bridge_url(core_url: str, base: str | None = None) -> str:
     return f"{scheme}://{url.host}{path}{url.search}"
 
 
-def storage_prefix(url: str) -> str:
-    """The sessionStorage key prefix for one Core (its bridge URL)."""
-    return f"pedelec:{url}:"
+def storage_prefix(url: str, nth: int = 1) -> str:
+    """The sessionStorage key prefix of the ``nth`` session this page made for one Core
+    (its bridge URL). A page that runs the same code after a reload makes its sessions in
+    the same order, so each finds its own id again."""
+    return f"pedelec:{url}:" if nth == 1 else f"pedelec:{url}:{nth}:"
 
 
 def _js() -> Any:
@@ -118,7 +120,8 @@ def create_session(
     """
     url = bridge_url(core_url, page_url())
     store = session_storage() if storage is True else storage or None
-    prefix = storage_prefix(url)
+    _SESSIONS_MADE[url] = nth = _SESSIONS_MADE.get(url, 0) + 1
+    prefix = storage_prefix(url, nth)
     if store is not None:
         session_options.setdefault("ledger", StorageLedger(store, prefix + "ledger:"))
     if in_worker():
@@ -136,6 +139,8 @@ def create_session(
 
 
 _BRIDGE_CONFIG: dict[int, tuple[str, Storage | None, str]] = {}
+# sessions made per bridge URL in this page, for their storage prefixes
+_SESSIONS_MADE: dict[str, int] = {}
 
 
 class Bridge:
@@ -237,6 +242,15 @@ class Bridge:
         detail = f"code {code}" + (f", {reason}" if reason else "")
         refused = self._refused or (rejected_resume(code) and not was_welcomed)
         self._refused = False
+        if code == protocol.CLOSE_SUPERSEDED and not self._stopped:
+            # Taking it back would take it from the other side, which would do the same:
+            # a reconnect storm. The other connection keeps the session; this one starts
+            # afresh (its waiting turns end TURN_LOST).
+            logger.warning("another connection (a duplicated tab?) resumed session %s; "
+                           "starting a new one", self.session.session_id)
+            self._forget()
+            self._open()
+            return
         if refused and self.session.session_id is not None and not self._stopped:
             logger.warning("Core refused to resume session %s (%s); starting a new one",
                            self.session.session_id, detail)

@@ -21,6 +21,9 @@ from .tools import check_metadata
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 1024 * 1024
+#: WebSocket close code: another connection resumed this session (a duplicated tab, a
+#: second connect() in the page); the closed side must not take it back
+CLOSE_SUPERSEDED = 4001
 MAX_DEPTH = 100
 MAX_ID_LENGTH = 128
 

@@ -45,7 +45,6 @@ SESSION_CLOSED = "SESSION_CLOSED"
 SESSION_EXPIRED = "SESSION_EXPIRED"
 
 # WebSocket close code when another connection resumed the same session.
-CLOSE_SUPERSEDED = 4001
 
 
 class Connection(Protocol):
@@ -208,7 +207,8 @@ class CoreSession:
             self._expiry.cancel()
             self._expiry = None
         if previous is not None and previous is not connection:
-            previous.close(CLOSE_SUPERSEDED, "the session was resumed on another connection")
+            previous.close(protocol.CLOSE_SUPERSEDED,
+                           "the session was resumed on another connection")
 
     def resend(self) -> None:
         """After the welcome: re-send pending requests (same ids) and missed turn ends."""

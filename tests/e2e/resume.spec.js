@@ -103,3 +103,43 @@ session.add_tool(define_tool(name="big", description="A large result.",
   const counts = await page.evaluate(() => Array.from({ length: 12 }, (_, n) => localStorage.getItem(`runs:big:${n}`)));
   expect(counts).toEqual(Array(12).fill("1"));
 });
+
+const connections = (page, name) => runPython(page, `from pedelec_pyodide.browser import bridge_of\nbridge_of(${name}).connections`);
+
+test("two sessions in one page keep their own ids, also across a reload", async ({ page }) => {
+  const { sessionId } = await openPage(page, `${app.url}/resume.html`);
+  const connectSecond = () => runPython(page, `
+import pedelec_pyodide
+second = await pedelec_pyodide.connect("${app.url}")
+second.session_id`);
+  const secondId = await connectSecond();
+  expect(secondId).not.toBe(sessionId);
+  await page.waitForTimeout(1500);  // before the fix they took the session from each other
+  expect(await connections(page, "session")).toBe(1);
+  expect(await connections(page, "second")).toBe(1);
+  const again = await reload(page);
+  expect(again.sessionId).toBe(sessionId);
+  expect(await connectSecond()).toBe(secondId);
+});
+
+test("a duplicated tab takes the session over; the first tab starts a new one, no reconnect storm", async ({ page, context }) => {
+  const { sessionId } = await openPage(page, `${app.url}/resume.html`);
+  // Chromium's "Duplicate tab" copies sessionStorage: the id and the resume token with it
+  const copied = await page.evaluate(() => JSON.stringify(Object.entries(sessionStorage)));
+  const duplicate = await context.newPage();
+  await duplicate.addInitScript((entries) => {
+    if (sessionStorage.getItem("e2e:copied")) return;
+    for (const [key, value] of JSON.parse(entries)) sessionStorage.setItem(key, value);
+    sessionStorage.setItem("e2e:copied", "1");
+  }, copied);
+  const taken = await openPage(duplicate, `${app.url}/resume.html`);
+  expect(taken.sessionId).toBe(sessionId);
+  await expect.poll(() => page.evaluate(() => window.pedelec.session.id)).not.toBe(sessionId);
+  await waitForState(page, "idle");
+  await page.waitForTimeout(1500);
+  expect(await connections(page, "session")).toBe(2);
+  expect(await connections(duplicate, "session")).toBe(1);
+  const info = await getSession(app, sessionId);
+  expect(info.connected).toBe(true);
+  await duplicate.close();
+});
