@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import signal
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -176,6 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(cfg, announce)
     except KeyboardInterrupt:
         return 0
+    except sqlite3.Error as exc:  # opened before the URL is announced
+        print(f"pedelec: error: --store {cfg.store}: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"pedelec: error: cannot listen on {cfg.host}:{cfg.port}: {exc}", file=sys.stderr)
         return 1

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -83,3 +84,15 @@ def test_the_longest_deadline_is_accepted() -> None:
     args = build_parser().parse_args(["serve", "--tool-timeout", "86400000",
                                       "--tool-timeouts", "save=86400000"])
     assert args.tool_timeout == 86_400_000 and args.tool_timeouts == [("save", 86_400_000)]
+
+
+def test_a_store_that_is_not_sqlite_is_a_clear_error(tmp_path: Path) -> None:
+    store = tmp_path / "notes.txt"
+    store.write_text("these are my notes, not a database\n")
+    failed = subprocess.run(
+        [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port", "0",
+         "--no-provision", "--store", str(store)],
+        capture_output=True, text=True, timeout=30)
+    assert failed.returncode == 2
+    assert failed.stderr.strip() == f"pedelec: error: --store {store}: file is not a database"
+    assert failed.stdout == ""  # nothing announced
