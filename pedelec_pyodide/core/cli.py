@@ -29,6 +29,23 @@ def _directory(value: str) -> Path:
     return path.resolve()
 
 
+def _port(value: str) -> int:
+    if not value.isdigit() or int(value) > 65535:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a port, 0 to 65535")
+    return int(value)
+
+
+def _provisioned(value: str) -> Path:
+    path = _directory(value)
+    missing = [name for name in ("pyodide.mjs", "pyodide-lock.json")
+               if not (path / name).is_file()]
+    if missing:
+        raise argparse.ArgumentTypeError(
+            f"{value}: no {' or '.join(missing)} there; provision one with "
+            f"`python -m pedelec_pyodide.core.provision DIR` (it writes DIR/pyodide)")
+    return path
+
+
 def _tool_timeout(value: str) -> tuple[str, int]:
     name, sep, ms = value.partition("=")
     if not sep or not name or not ms.isdigit() or not 0 < int(ms) <= MAX_TIMEOUT_MS:
@@ -61,7 +78,7 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
 def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="interface to listen on (default: 127.0.0.1, this machine only)")
-    parser.add_argument("--port", type=int, default=default_port,
+    parser.add_argument("--port", type=_port, default=default_port,
                         help=f"port to listen on (default: {default_port}; 0 picks a free one)")
     parser.add_argument("--agent", default="offline",
                         help="the agent running turns: offline (default; no network), "
@@ -72,7 +89,7 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                         help="a web origin (e.g. https://app.example) whose pages may open "
                         "the bridge WebSocket, besides Core's own; repeatable; * allows any")
-    parser.add_argument("--pyodide", type=_directory, metavar="DIR",
+    parser.add_argument("--pyodide", type=_provisioned, metavar="DIR",
                         help="a provisioned Pyodide directory (runtime, pyodide-lock.json, "
                         "wheels) served at /pedelec/pyodide/; default: provision one into "
                         "the cache on first start")

@@ -70,7 +70,7 @@ def test_help_explains_every_option() -> None:
 @pytest.mark.parametrize("option", [
     ["--tool-timeout", "0"], ["--tool-timeout", "86400001"], ["--tool-timeout", "1" + "0" * 400],
     ["--tool-timeouts", "save=86400001"], ["--session-ttl", "nan"], ["--session-ttl", "inf"],
-    ["--rate-limit", "-1"],
+    ["--rate-limit", "-1"], ["--port", "70000"], ["--port", "-1"],
 ])
 def test_out_of_range_options_are_refused_with_a_message(
         option: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,3 +96,12 @@ def test_a_store_that_is_not_sqlite_is_a_clear_error(tmp_path: Path) -> None:
     assert failed.returncode == 2
     assert failed.stderr.strip() == f"pedelec: error: --store {store}: file is not a database"
     assert failed.stdout == ""  # nothing announced
+
+
+def test_a_pyodide_directory_that_was_not_provisioned_is_refused_at_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--pyodide", str(tmp_path)])
+    said = capsys.readouterr().err
+    assert "no pyodide.mjs or pyodide-lock.json there" in said
+    assert "python -m pedelec_pyodide.core.provision" in said
