@@ -17,6 +17,7 @@ from .config import (
     MAX_TIMEOUT_MS,
     CoreConfig,
     admin_token_from_env,
+    is_timeout_ms,
 )
 from .log import configure
 from .server import agent_factory_for, run
@@ -46,19 +47,18 @@ def _provisioned(value: str) -> Path:
     return path
 
 
-def _tool_timeout(value: str) -> tuple[str, int]:
-    name, sep, ms = value.partition("=")
-    if not sep or not name or not ms.isdigit() or not 0 < int(ms) <= MAX_TIMEOUT_MS:
-        raise argparse.ArgumentTypeError(
-            f"{value!r}: expected TOOL=MILLISECONDS (1 to {MAX_TIMEOUT_MS}), e.g. save=60000")
-    return name, int(ms)
-
-
 def _deadline(value: str) -> int:
-    if not value.isdigit() or not 0 < int(value) <= MAX_TIMEOUT_MS:
+    if not value.isdigit() or not is_timeout_ms(int(value)):
         raise argparse.ArgumentTypeError(
             f"{value!r}: expected milliseconds, 1 to {MAX_TIMEOUT_MS} (24 h)")
     return int(value)
+
+
+def _tool_timeout(value: str) -> tuple[str, int]:
+    name, sep, ms = value.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected TOOL=MILLISECONDS, e.g. save=60000")
+    return name, _deadline(ms)
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:

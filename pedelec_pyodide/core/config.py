@@ -37,6 +37,12 @@ def default_web_dir() -> Path | None:
 MAX_TIMEOUT_MS = 24 * 60 * 60 * 1000
 
 
+def is_timeout_ms(value: object) -> bool:
+    """A deadline Core takes: whole milliseconds, 1 to ``MAX_TIMEOUT_MS``."""
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and 0 < value <= MAX_TIMEOUT_MS)
+
+
 @dataclass
 class CoreConfig:
     """Everything Core can be told. Durations are in seconds unless the name says ms."""

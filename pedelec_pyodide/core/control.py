@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 
 from .. import __version__, protocol
 from ..tools import NAME_PATTERN
-from .config import MAX_TIMEOUT_MS
+from .config import MAX_TIMEOUT_MS, is_timeout_ms
 from .log import log_event
 from .sessions import (
     TURN_BUSY,
@@ -138,10 +138,7 @@ async def tool_call(request: Request) -> Response:
                        "'tool' must be a tool name (1 to 64 letters, digits, '_' or '-')")
     args = body.get("args", {})
     timeout_ms = body.get("timeoutMs")
-    if timeout_ms is not None and (
-        isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int)
-        or not 0 < timeout_ms <= MAX_TIMEOUT_MS
-    ):
+    if timeout_ms is not None and not is_timeout_ms(timeout_ms):
         raise ApiError(400, BAD_REQUEST,
                        f"'timeoutMs' must be a positive integer, at most {MAX_TIMEOUT_MS} (24 h)")
     request_id = new_request_id()
