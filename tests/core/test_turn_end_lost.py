@@ -38,14 +38,20 @@ def welcome(resumed: bool) -> str:
                        "resumed": resumed, "state": "idle"})
 
 
+async def turn_across_a_drop(session: Session) -> asyncio.Future[str]:
+    """``send_text("hi")`` on a welcomed session, then its connection lost."""
+    session.connection_made(Wire())
+    session.receive(welcome(False))
+    turn = asyncio.ensure_future(session.send_text("hi"))
+    await asyncio.sleep(0)
+    session.connection_lost()
+    return turn
+
+
 def test_page_resends_turn_start_of_waiting_turns_after_resume() -> None:
     async def main() -> None:
         session = Session()
-        session.connection_made(Wire())
-        session.receive(welcome(False))
-        turn = asyncio.ensure_future(session.send_text("hi"))
-        await asyncio.sleep(0)
-        session.connection_lost()
+        turn = await turn_across_a_drop(session)
         wire = Wire()
         session.connection_made(wire)
         session.receive(welcome(True))
@@ -61,11 +67,7 @@ def test_page_resends_turn_start_of_waiting_turns_after_resume() -> None:
 def test_a_turn_whose_session_is_not_resumed_fails_instead_of_hanging() -> None:
     async def main() -> None:
         session = Session()
-        session.connection_made(Wire())
-        session.receive(welcome(False))
-        turn = asyncio.ensure_future(session.send_text("hi"))
-        await asyncio.sleep(0)
-        session.connection_lost()
+        turn = await turn_across_a_drop(session)
         session.connection_made(Wire())
         session.receive(welcome(False))  # a fresh session: Core never heard of the turn
         with pytest.raises(TurnError) as failed:
