@@ -120,29 +120,26 @@ async function blockSources() {
   return Promise.all(blocks.map(async (el, i) => {
     const label = el.src ? el.getAttribute("src") : `inline block #${i + 1}`;
     if (!el.src) return { label, filename: `<pedelec/python #${i + 1}>`, code: el.textContent };
-    let response;
-    try {
-      response = await fetch(el.src);
-    } catch (err) {
-      throw new PedelecError("page code", `cannot fetch ${el.src}: ${err.message}`, err);
-    }
-    if (!response.ok) throw new PedelecError("page code", `cannot fetch ${el.src}: HTTP ${response.status}`);
+    const response = await fetchOk(el.src, "page code");
     return { label, filename: el.src, code: await response.text() };
   }));
 }
 
+/** `fetch`, or a PedelecError of `step` naming the URL and why it failed. */
+async function fetchOk(url, step, { init, label = "", why = "" } = {}) {
+  let response;
+  try {
+    response = await fetch(url, init);
+  } catch (err) {
+    throw new PedelecError(step, `${label}cannot fetch ${url}${why}: ${err.message}`, err);
+  }
+  if (!response.ok) throw new PedelecError(step, `${label}cannot fetch ${url}: HTTP ${response.status}`);
+  return response;
+}
+
 /** Our pyodide-lock.json: fetched at once, for loadPyodide and for our wheels. */
 function fetchLock(config) {
-  const lock = (async () => {
-    let response;
-    try {
-      response = await fetch(config.lock);
-    } catch (err) {
-      throw new PedelecError("loading packages", `cannot fetch ${config.lock}: ${err.message}`, err);
-    }
-    if (!response.ok) throw new PedelecError("loading packages", `cannot fetch ${config.lock}: HTTP ${response.status}`);
-    return response.json();
-  })();
+  const lock = fetchOk(config.lock, "loading packages").then((response) => response.json());
   lock.catch(() => {}); // reported by loadPyodide, which awaits it
   return lock;
 }
@@ -184,13 +181,11 @@ async function fetchWheel(lockUrl, entry) {
   const url = new URL(entry.file_name, lockUrl).href;
   const digest = entry.sha256.match(/../g).map((hex) => parseInt(hex, 16));
   const integrity = `sha256-${btoa(String.fromCharCode(...digest))}`;
-  let response;
-  try {
-    response = await fetch(url, { integrity });
-  } catch (err) {
-    throw new PedelecError("loading packages", `${entry.name}: cannot fetch ${url} (unreachable, or not the file whose sha256 the lock has): ${err.message}`, err);
-  }
-  if (!response.ok) throw new PedelecError("loading packages", `${entry.name}: cannot fetch ${url}: HTTP ${response.status}`);
+  const response = await fetchOk(url, "loading packages", {
+    init: { integrity },
+    label: `${entry.name}: `,
+    why: " (unreachable, or not the file whose sha256 the lock has)",
+  });
   return { name: entry.name, buffer: await response.arrayBuffer() };
 }
 
