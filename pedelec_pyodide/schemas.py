@@ -38,11 +38,25 @@ class SchemaError(ValueError):
 def check_schema(schema: Any, where: str = "$") -> None:
     """Raise :class:`SchemaError` if ``schema`` is not a valid JSON Schema, or if one of
     its local ``$ref``s points to nothing (else every call would fail on it)."""
-    _check(schema, where)
-    _check_references(schema, where)
+    found = _Found(where)
+    _check(schema, where, found)
+    _check_references(schema, where, found)
 
 
-def _check(schema: Any, where: str) -> None:
+class _Found:
+    """What the walk over a schema's subschemas met: references, anchors, nested ``$id``s
+    (only in schema positions: a ``{"$ref": ...}`` inside ``const`` is data)."""
+
+    __slots__ = ("anchors", "nested_id", "refs", "root")
+
+    def __init__(self, root: str) -> None:
+        self.root = root  # where the schema itself is
+        self.refs: list[tuple[str, str]] = []  # (reference, where)
+        self.anchors: set[str] = set()
+        self.nested_id = False
+
+
+def _check(schema: Any, where: str, found: _Found) -> None:
     if isinstance(schema, bool):
         return
     if not isinstance(schema, dict):
@@ -50,27 +64,29 @@ def _check(schema: Any, where: str) -> None:
     for key in schema:
         if not isinstance(key, str):
             raise SchemaError(f"{where}: keys must be strings, got {key!r}")
+    if "$id" in schema and where != found.root:
+        found.nested_id = True
     for keyword, value in schema.items():
-        _check_keyword(keyword, value, f"{where}.{keyword}")
+        _check_keyword(keyword, value, f"{where}.{keyword}", found)
 
 
-def _check_keyword(keyword: str, value: Any, where: str) -> None:
+def _check_keyword(keyword: str, value: Any, where: str, found: _Found) -> None:
     if keyword == "type":
         _check_type(value, where)
     elif keyword in _SCHEMA_KEYWORDS:
         if keyword in ("items", "additionalItems") and isinstance(value, list):
-            _check_schema_array(value, where)  # draft 7 tuple form
+            _check_schema_array(value, where, found)  # draft 7 tuple form
         else:
-            _check(value, where)
+            _check(value, where, found)
     elif keyword in _SCHEMA_MAP_KEYWORDS:
         if not isinstance(value, dict):
             raise SchemaError(f"{where}: must be an object of schemas, got {_kind(value)}")
         for name, sub in value.items():
             if keyword == "patternProperties":
                 _check_regex(name, f"{where}[{name!r}]")
-            _check(sub, f"{where}.{name}")
+            _check(sub, f"{where}.{name}", found)
     elif keyword in _SCHEMA_ARRAY_KEYWORDS:
-        _check_schema_array(value, where)
+        _check_schema_array(value, where, found)
     elif keyword in _COUNT_KEYWORDS:
         if not _is_int(value) or value < 0:
             raise SchemaError(f"{where}: must be a non-negative integer, got {value!r}")
@@ -100,40 +116,27 @@ def _check_keyword(keyword: str, value: Any, where: str) -> None:
         if not value.startswith("#"):
             # A remote reference would make the validator fetch a URL: never do that.
             raise SchemaError(f"{where}: only local references ('#...') are allowed, got {value!r}")
+        found.refs.append((value, where))
     elif keyword in _STRING_KEYWORDS:
         if not isinstance(value, str):
             raise SchemaError(f"{where}: must be a string, got {_kind(value)}")
+        if keyword in ("$anchor", "$dynamicAnchor"):
+            found.anchors.add(value)
     elif keyword in _BOOL_KEYWORDS and not isinstance(value, bool):
         raise SchemaError(f"{where}: must be a boolean, got {_kind(value)}")
     # Any other keyword (const, default, vendor extensions) may hold any value.
 
 
-def _check_references(root: Any, where: str) -> None:
+def _check_references(root: Any, where: str, found: _Found) -> None:
     """Each ``#/json/pointer`` resolves in ``root``, each ``#name`` names an ``$anchor``.
     Skipped when a subschema has its own ``$id`` (its references resolve against it)."""
-    refs: list[tuple[str, str]] = []
-    anchors: set[str] = set()
-    nested_id = False
-    stack: list[tuple[Any, str]] = [(root, where)]
-    while stack:
-        node, at = stack.pop()
-        if isinstance(node, dict):
-            if at != where and "$id" in node:
-                nested_id = True
-            for key in ("$anchor", "$dynamicAnchor"):
-                if isinstance(node.get(key), str):
-                    anchors.add(node[key])
-            if isinstance(node.get("$ref"), str):
-                refs.append((node["$ref"], f"{at}.$ref"))
-            stack.extend((value, f"{at}.{key}") for key, value in node.items())
-        elif isinstance(node, list):
-            stack.extend((value, f"{at}[{index}]") for index, value in enumerate(node))
-    if nested_id:
+    if found.nested_id:
         return
+    refs = found.refs
     for ref, at in refs:
         fragment = _unquote(ref[1:])
         if fragment and not fragment.startswith("/"):
-            if fragment not in anchors:
+            if fragment not in found.anchors:
                 raise SchemaError(f"{at}: {ref!r} names no $anchor in this schema")
         elif _resolve(root, fragment) is _NOWHERE:
             raise SchemaError(f"{at}: {ref!r} points to nothing in this schema")
@@ -216,11 +219,11 @@ def _check_type(value: Any, where: str) -> None:
             )
 
 
-def _check_schema_array(value: Any, where: str) -> None:
+def _check_schema_array(value: Any, where: str, found: _Found) -> None:
     if not isinstance(value, list) or not value:
         raise SchemaError(f"{where}: must be a non-empty array of schemas")
     for index, sub in enumerate(value):
-        _check(sub, f"{where}[{index}]")
+        _check(sub, f"{where}[{index}]", found)
 
 
 def _check_string_set(value: Any, where: str) -> None:

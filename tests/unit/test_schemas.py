@@ -68,6 +68,8 @@ def test_json_paths() -> None:
     {"$defs": {"x": {"$anchor": "here", "type": "string"}}, "$ref": "#here"},
     {"prefixItems": [{"type": "string"}], "items": {"$ref": "#/prefixItems/0"}},
     {"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}, "$ref": "#/$defs/n"},
+    # data that looks like a reference is not one
+    {"const": {"$ref": "#/nothing"}}, {"default": {"$ref": "#nowhere"}, "type": "object"},
 ])
 def test_local_references_that_resolve_pass(schema: Any) -> None:
     check_schema(schema)
