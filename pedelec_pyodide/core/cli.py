@@ -9,6 +9,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..protocol import MAX_FRAME_BYTES
 from .config import (
@@ -62,17 +63,36 @@ def _tool_timeout(value: str) -> tuple[str, int]:
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    expected = "a whole number" if kind is int else "a number"
+
     def parse(value: str) -> int | float:
         try:
             number = kind(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+            raise argparse.ArgumentTypeError(f"{value!r}: expected {expected}") from None
         if not number > 0 or number == math.inf:  # also refuses nan
             raise argparse.ArgumentTypeError(f"{value!r} must be a positive, finite number")
         return number
 
     parse.__name__ = kind.__name__
     return parse
+
+
+def _origin(value: str) -> str:
+    """A web origin as browsers send it (``scheme://host[:port]``, no path), or ``*``."""
+    if value == "*":
+        return value
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        parts = parts._replace(netloc="")
+    if (parts.scheme not in ("http", "https") or not parts.hostname
+            or parts.path.rstrip("/") or parts.query or parts.fragment or parts.username):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected an origin such as http://127.0.0.1:5173 or "
+            "https://app.example (scheme, host and port only), or *")
+    return value.rstrip("/")
 
 
 def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
@@ -87,6 +107,7 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         help="where sessions live: memory (default; lost on exit) or "
                         "PATH.sqlite (survives restarts of Core)")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                        type=_origin,
                         help="a web origin (e.g. https://app.example) whose pages may open "
                         "the bridge WebSocket, besides Core's own; repeatable; * allows any")
     parser.add_argument("--pyodide", type=_provisioned, metavar="DIR",
@@ -139,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     lite.add_argument("dir", type=Path, metavar="DIR", help="the site's directory")
     lite.add_argument("--pyodide", type=_directory, metavar="DIR",
                       help="an npm pyodide package directory to use instead of npm")
+    for command in (serve, demo, lite):
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -162,8 +185,18 @@ def _interrupt(number: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Like ``parser.parse_args``, but an unknown option is reported by the command it was
+    given to, with that command's usage (argparse reports it with the top-level usage)."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command: argparse.ArgumentParser = args.command_parser
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     if args.command == "lite":
         from .lite import main as lite_main
 

@@ -105,3 +105,39 @@ def test_a_pyodide_directory_that_was_not_provisioned_is_refused_at_once(
     said = capsys.readouterr().err
     assert "no pyodide.mjs or pyodide-lock.json there" in said
     assert "python -m pedelec_pyodide.core.provision" in said
+
+
+def test_an_unknown_option_is_reported_with_its_command_usage(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from pedelec_pyodide.core.cli import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["serve", "--bogus"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: pedelec serve ")
+    assert "unrecognized arguments: --bogus" in err
+
+
+def test_a_fraction_where_a_whole_number_is_expected_says_so(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--max-steps", "1.5"])
+    assert "'1.5': expected a whole number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("origin", ["notanorigin", "ftp://x.example", "http://", "http://a/b",
+                                    "http://a:99999", "https://user@a.example"])
+def test_a_malformed_allow_origin_is_refused(
+        origin: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--allow-origin", origin])
+    assert "expected an origin such as" in capsys.readouterr().err
+
+
+def test_well_formed_allow_origins_are_taken() -> None:
+    args = build_parser().parse_args([
+        "serve", "--allow-origin", "http://127.0.0.1:5173/", "--allow-origin", "*",
+        "--allow-origin", "https://[::1]:8443", "--allow-origin", "https://app.example"])
+    assert args.allow_origin == ["http://127.0.0.1:5173", "*", "https://[::1]:8443",
+                                 "https://app.example"]
