@@ -141,6 +141,7 @@ def _claim(session: CoreSession, key: str | None, kind: str,
         raise ApiError(422, IDEMPOTENCY_KEY_REUSED,
                        f"this '{HEADER}' was used in this session for {what} with another "
                        "body; a retry must send the same body, a new request a new key")
+    log_event("control.retry", session=session.id, kind=kind, target=known.target_id)
     return known, None
 
 
