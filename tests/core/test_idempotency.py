@@ -295,22 +295,55 @@ def test_get_tool_call_gives_state_then_result_and_results_are_kept_within_bound
 
 
 def test_results_and_keys_go_when_their_retention_ends() -> None:
+    """Aged by moving their times back a day (no sleeping on a noisy machine)."""
+    day = 86400.0
+
     async def main() -> None:
-        async with running_core(config(result_retention=0.3)) as core:
+        cfg = config(result_retention=day, agent_factory=lambda: PlanAgent([]))
+        async with running_core(cfg) as core:
             gated = GatedTools("t")
             gated.gates["t"].set()
             page = await Page(Session(gated.tools())).connect(core.ws_url)
             sid = page.session.session_id
             assert sid is not None
+            session = core.registry.get(sid)
             first = (await post(core.http, calls_path(sid), {"tool": "t"}, "k")).json()
             rid = first["toolRequestId"]
+            turn = (await post(core.http, turns_path(sid), {"text": "x"}, "k-turn")).json()
             assert (await core.http.get(f"{calls_path(sid)}/{rid}")).status_code == 200
-            await asyncio.sleep(0.4)
+            session.callers.results[rid].finished_at -= day - 60  # still within a day
+            session.callers.turns[turn["turnId"]].created_at -= day - 60
+            assert (await post(core.http, calls_path(sid), {"tool": "t"}, "k")).json() == first
+            assert (await post(core.http, turns_path(sid), {"text": "x"}, "k-turn")).json() == turn
+            session.callers.results[rid].finished_at -= 120  # now past it
+            session.callers.turns[turn["turnId"]].created_at -= 120
             assert (await core.http.get(f"{calls_path(sid)}/{rid}")).status_code == 404
-            session = core.registry.get(sid)
             assert not session.callers.keys and not session.callers.results
+            assert not session.callers.turns
             again = (await post(core.http, calls_path(sid), {"tool": "t"}, "k")).json()
             assert again["toolRequestId"] != rid
+            new_turn = (await post(core.http, turns_path(sid), {"text": "x"}, "k-turn")).json()
+            assert new_turn["turnId"] != turn["turnId"]
+            assert gated.runs == Counter(t=2)
+
+    run(main())
+
+
+def test_turns_kept_by_key_are_bounded_per_session() -> None:
+    async def main() -> None:
+        async with running_core(config(kept_results=2)) as core:
+            page = await Page(Session()).connect(core.ws_url)
+            sid = page.session.session_id
+            assert sid is not None
+            turns = [(await post(core.http, turns_path(sid), {"text": "x"}, f"k{n}")).json()
+                     for n in range(3)]
+            session = core.registry.get(sid)
+            assert list(session.callers.turns) == [t["turnId"] for t in turns[1:]]
+            assert len(session.callers.keys) == 2
+            kept = await post(core.http, turns_path(sid), {"text": "x"}, "k2")
+            assert kept.json() == turns[2]
+            forgotten = await post(core.http, turns_path(sid), {"text": "x"}, "k0")
+            assert forgotten.json()["turnId"] not in {t["turnId"] for t in turns}
 
     run(main())
 
