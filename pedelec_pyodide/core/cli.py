@@ -132,6 +132,14 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         help="frames per second a connection may send (default: 200)")
     parser.add_argument("--rate-burst", type=_positive(int), default=400, metavar="N",
                         help="frames a connection may send at once (default: 400)")
+    parser.add_argument("--kept-results", type=_positive(int), default=64, metavar="N",
+                        help="results of control-API and MCP tool calls kept per session for "
+                        "GET .../tool-calls/ID and Idempotency-Key retries, oldest dropped "
+                        "first; also the most turns kept per session by their key "
+                        "(default: 64)")
+    parser.add_argument("--result-retention", type=_positive(float), default=86400.0,
+                        metavar="SECONDS", help="how long such a result (a turn's key: "
+                        "from the turn's start) is kept (default: 86400, a day)")
     parser.add_argument("--quiet", action="store_true", help="log warnings only")
 
 
@@ -177,6 +185,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         rate_limit=args.rate_limit, rate_burst=args.rate_burst,
         tool_timeout_ms=args.tool_timeout, tool_timeouts_ms=dict(args.tool_timeouts),
         max_steps=args.max_steps, session_ttl=args.session_ttl,
+        kept_results=args.kept_results, result_retention=args.result_retention,
     )
     return cfg, generated
 

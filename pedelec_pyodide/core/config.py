@@ -81,6 +81,12 @@ class CoreConfig:
     session_ttl: float = 600.0
     #: results of delivered requests remembered per session, to tell duplicates apart
     remembered_results: int = 256
+    #: results of requests made outside turns (control API, MCP) kept per session for
+    #: ``GET .../tool-calls/{id}`` and Idempotency-Key retries; also the most turns
+    #: started with a key whose records are kept (``--kept-results``)
+    kept_results: int = 64
+    #: how long such a result (or a turn's key) is kept, in seconds (``--result-retention``)
+    result_retention: float = 24 * 60 * 60.0
 
     def timeout_for(self, tool: str, timeout_ms: int | None = None) -> float:
         """The deadline, in seconds, of a request for ``tool``."""

@@ -9,6 +9,7 @@ import asyncio
 import hmac
 import json
 import secrets
+import time
 from typing import Any
 
 from starlette.requests import Request
@@ -17,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from .. import __version__, protocol
 from ..tools import NAME_PATTERN
 from .config import MAX_TIMEOUT_MS, is_timeout_ms
+from .idempotency import HEADER, MAX_KEY_CHARS, TOOL_CALL, TURN, fingerprint, key_hash
 from .log import log_event
 from .sessions import (
     TURN_BUSY,
@@ -25,12 +27,19 @@ from .sessions import (
     checked_request_frame,
     new_request_id,
 )
+from .store import IdempotencyRecord, TurnRecord
 from .turns import start_turn
 
 UNAUTHORIZED = "UNAUTHORIZED"
 BAD_REQUEST = "BAD_REQUEST"
 SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+TOOL_REQUEST_NOT_FOUND = "TOOL_REQUEST_NOT_FOUND"
+# an Idempotency-Key sent again with a request that asks for something else (HTTP 422,
+# as the IETF draft on the header says: the key is not for this request)
+IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+# the longest excerpt of a caller's value quoted in an error message
+EXCERPT_CHARS = 40
 
 
 class ApiError(Exception):
@@ -94,6 +103,105 @@ async def _json_object(request: Request) -> dict[str, Any]:
     return data
 
 
+def _idempotency_key(request: Request) -> str | None:
+    """The caller's ``Idempotency-Key``, if it gave one: 1 to ``MAX_KEY_CHARS``
+    characters of UTF-8 text, given once; anything else is a 400 naming the header."""
+    given: list[bytes] = [
+        value for name, value in request.scope["headers"] if name == b"idempotency-key"]
+    if not given:
+        return None
+    if len(given) > 1:
+        problem = "must be given once"
+    else:
+        try:
+            key = given[0].decode("utf-8")
+        except UnicodeDecodeError:
+            problem = "must be UTF-8 text"
+        else:
+            if 0 < len(key) <= MAX_KEY_CHARS:
+                return key
+            problem = f"must be 1 to {MAX_KEY_CHARS} characters long (it has {len(key)})"
+    raise ApiError(400, BAD_REQUEST, f"the header '{HEADER}' {problem}")
+
+
+def _claim(session: CoreSession, key: str | None, kind: str,
+           asked: dict[str, Any]) -> tuple[IdempotencyRecord | None, IdempotencyRecord | None]:
+    """``(known, new)``: the record of ``key`` if this session has seen it for the same
+    request (a 422 :class:`ApiError` if for another), else a new record to store with
+    what this request starts (its ``target_id`` still to fill). Both None without a key."""
+    if key is None:
+        return None, None
+    hashed = key_hash(session.id, key)
+    digest = fingerprint(kind, asked)
+    known = session.callers.key(hashed)
+    if known is None:
+        return None, IdempotencyRecord(hashed, session.id, kind, digest, "", time.time())
+    if known.kind != kind or known.fingerprint != digest:
+        what = "a tool call" if known.kind == TOOL_CALL else "a turn"
+        raise ApiError(422, IDEMPOTENCY_KEY_REUSED,
+                       f"this '{HEADER}' was used in this session for {what} with another "
+                       "body; a retry must send the same body, a new request a new key")
+    log_event("control.retry", session=session.id, kind=kind, target=known.target_id)
+    return known, None
+
+
+async def _hung_up(request: Request) -> None:
+    """Return once the caller has hung up. Uvicorn cancels nothing when that happens: once
+    the body is read, ``receive`` waits until it can say ``http.disconnect``."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _answered(request: Request, future: asyncio.Future[Any]) -> bool:
+    """Wait for ``future`` (never cancelling it); False if the caller hung up first."""
+    hangup = asyncio.ensure_future(_hung_up(request))
+    try:
+        await asyncio.wait((future, hangup), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        hangup.cancel()
+    return future.done()
+
+
+def _request_state(session: CoreSession, request_id: str) -> dict[str, Any]:
+    """``GET .../tool-calls/{id}``: a pending request of the session, or a kept result."""
+    pending = session.pending.get(request_id)
+    if pending is not None:
+        return {"toolRequestId": request_id, "tool": pending.record.tool, "state": "pending",
+                "turnId": pending.record.turn_id}
+    done = session.callers.result(request_id)
+    if done is None:
+        raise ApiError(404, TOOL_REQUEST_NOT_FOUND,
+                       f"no tool request {request_id[:EXCERPT_CHARS]!r} is pending in this "
+                       "session or has its result kept")
+    return {"toolRequestId": request_id, "tool": done.tool, "state": "done", "turnId": None,
+            "result": done.result, "handledBy": done.handled_by}
+
+
+async def _tool_answer(request: Request, session: CoreSession, request_id: str, *,
+                       keyed: bool) -> Response:
+    """The caller's answer: the request's result once it is in. A caller that hangs up
+    first cancels the request (``tool.cancel`` to the page), unless it gave a key: then
+    the request runs on, for a retry with that key (or a GET) to fetch."""
+    pending = session.pending.get(request_id)
+    if pending is not None:
+        try:
+            answered = await _answered(request, pending.future)
+        except asyncio.CancelledError:  # Core is stopping and gave up waiting for us
+            if not keyed:
+                session.cancel_request(pending, "Core is stopping")
+            raise
+        if not answered:
+            if not keyed:
+                session.cancel_request(pending, "the caller hung up")
+            return JSONResponse(_request_state(session, request_id), status_code=202)
+        result, handled_by = pending.future.result()
+        return JSONResponse(
+            {"toolRequestId": request_id, "result": result, "handledBy": handled_by})
+    state = _request_state(session, request_id)
+    return JSONResponse({"toolRequestId": request_id, "result": state["result"],
+                         "handledBy": state["handledBy"]})
+
+
 def _guarded(handler: Any) -> Any:
     async def endpoint(request: Request) -> Response:
         try:
@@ -130,6 +238,7 @@ async def get_session(request: Request) -> Response:
 
 @_guarded
 async def tool_call(request: Request) -> Response:
+    key = _idempotency_key(request)
     session = path_session(request)
     body = await _json_object(request)
     tool = body.get("tool")
@@ -141,6 +250,10 @@ async def tool_call(request: Request) -> Response:
     if timeout_ms is not None and not is_timeout_ms(timeout_ms):
         raise ApiError(400, BAD_REQUEST,
                        f"'timeoutMs' must be a positive integer, at most {MAX_TIMEOUT_MS} (24 h)")
+    known, claim = _claim(session, key, TOOL_CALL,
+                          {"tool": tool, "args": args, "timeoutMs": timeout_ms})
+    if known is not None:  # a retry: the first request's result, never a second run
+        return await _tool_answer(request, session, known.target_id, keyed=True)
     request_id = new_request_id()
     tool_request = protocol.ToolRequest(tool_request_id=request_id, tool=tool, args=args)
     try:  # the same check as every request's, answered here as the caller's HTTP error
@@ -149,27 +262,23 @@ async def tool_call(request: Request) -> Response:
         status = 413 if exc.code == protocol.FRAME_TOO_LARGE else 400
         raise ApiError(status, PAYLOAD_TOO_LARGE if status == 413 else BAD_REQUEST,
                        f"the page would refuse this tool.request: {exc.message}") from None
-    request_id, result, handled_by = await session.call_tool(
-        tool, args, timeout_ms=timeout_ms, checked=(request_id, frame))
-    return JSONResponse(
-        {"toolRequestId": request_id, "result": result, "handledBy": handled_by})
+    pending = await session.start_call(tool, args, timeout_ms=timeout_ms,
+                                       checked=(request_id, frame), key=claim)
+    return await _tool_answer(request, session, pending.id, keyed=claim is not None)
 
 
 @_guarded
-async def turn(request: Request) -> Response:
+async def tool_request(request: Request) -> Response:
     session = path_session(request)
-    body = await _json_object(request)
-    text = body.get("text")
-    if not isinstance(text, str):
-        raise ApiError(400, BAD_REQUEST, "'text' must be a string")
-    if session.turn is not None:
-        raise ApiError(409, TURN_BUSY,
-                       f"turn {session.turn.turn_id!r} is still running; one turn at a time")
-    turn_id = secrets.token_hex(8)
-    log_event("control.turn", session=session.id, turn=turn_id)
-    runner = start_turn(session, turn_id, text)
-    assert runner.task is not None
-    record = await asyncio.shield(runner.task)
+    return JSONResponse(_request_state(session, request.path_params["tool_request_id"]))
+
+
+async def _turn_answer(session: CoreSession, record: TurnRecord) -> Response:
+    """The turn's final record, once it has ended (a turn runs on whoever hangs up: the
+    page waits for its end too)."""
+    runner = session.turn
+    if runner is not None and runner.record is record and runner.task is not None:
+        await asyncio.shield(runner.task)
     answer: dict[str, Any] = {
         "turnId": record.id, "status": record.status, "text": record.final_text,
         "toolCalls": record.tool_calls,
@@ -179,3 +288,26 @@ async def turn(request: Request) -> Response:
     if record.usage:
         answer["usage"] = record.usage
     return JSONResponse(answer)
+
+
+@_guarded
+async def turn(request: Request) -> Response:
+    key = _idempotency_key(request)
+    session = path_session(request)
+    body = await _json_object(request)
+    text = body.get("text")
+    if not isinstance(text, str):
+        raise ApiError(400, BAD_REQUEST, "'text' must be a string")
+    known, claim = _claim(session, key, TURN, {"text": text})
+    if known is not None:  # a retry: that turn's end, waiting for it if it runs
+        return await _turn_answer(session, session.callers.turns[known.target_id])
+    if session.turn is not None:
+        raise ApiError(409, TURN_BUSY,
+                       f"turn {session.turn.turn_id!r} is still running; one turn at a time")
+    turn_id = secrets.token_hex(8)
+    log_event("control.turn", session=session.id, turn=turn_id)
+    runner = start_turn(session, turn_id, text)
+    if claim is not None:  # stored before the turn's first request is
+        claim.target_id = turn_id
+        session.callers.add_key(claim, turn=runner.record)
+    return await _turn_answer(session, runner.record)

@@ -185,6 +185,8 @@ def create_app(config: CoreConfig) -> Starlette:
         Route("/pedelec/v1/sessions/{session_id}", control.get_session),
         Route("/pedelec/v1/sessions/{session_id}/tool-calls", control.tool_call,
               methods=["POST"]),
+        Route("/pedelec/v1/sessions/{session_id}/tool-calls/{tool_request_id}",
+              control.tool_request),
         Route("/pedelec/v1/sessions/{session_id}/turns", control.turn, methods=["POST"]),
         Route("/pedelec/v1/sessions/{session_id}/mcp", mcp_endpoint,
               methods=["GET", "POST", "DELETE"]),

@@ -22,8 +22,17 @@ from .. import protocol
 from ..results import INVALID_ARGS, TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
 from .agent import Agent
 from .config import CoreConfig
+from .idempotency import CallerMemory
 from .log import log_event
-from .store import RECENT_TURNS, RequestRecord, SessionRecord, Snapshot, Store, TurnRecord
+from .store import (
+    RECENT_TURNS,
+    IdempotencyRecord,
+    RequestRecord,
+    SessionRecord,
+    Snapshot,
+    Store,
+    TurnRecord,
+)
 
 if TYPE_CHECKING:
     from .turns import TurnRunner
@@ -159,6 +168,10 @@ class CoreSession:
         # run after the page's tool list changed, by a key their owner chooses
         # (the MCP endpoint: one per MCP client session)
         self.tool_listeners: dict[str, Callable[[], None]] = {}
+        # idempotency keys and the results of requests made outside turns
+        config = registry.config
+        self.callers = CallerMemory(registry.store, config.kept_results,
+                                    config.result_retention)
         self._expiry: asyncio.TimerHandle | None = None
 
     @property
@@ -280,17 +293,30 @@ class CoreSession:
         self.registry.store.save_request(record)
         return self._track(record, checked[1] if checked else None)
 
+    async def start_call(
+        self, tool: str, args: Any, *, timeout_ms: int | None = None,
+        checked: CheckedRequest | None = None, key: IdempotencyRecord | None = None,
+    ) -> PendingRequest:
+        """Open, store and send one tool request outside any turn (control API, MCP).
+        Stored before it is sent, so deadlines, resume and exactly-once apply as to an
+        agent's request; its result is kept (``self.callers``) once it is in. ``key``:
+        the caller's idempotency key, its ``target_id`` filled in here, stored with it."""
+        pending = self.open_request(tool, args, timeout_ms=timeout_ms, checked=checked)
+        if key is not None:
+            key.target_id = pending.id
+            self.callers.add_key(key)
+        await self.registry.store.flush()
+        self.send_request(pending)
+        return pending
+
     async def call_tool(
         self, tool: str, args: Any, *, timeout_ms: int | None = None,
         checked: CheckedRequest | None = None,
     ) -> tuple[str, Any, str]:
-        """One tool request outside any turn (control API, MCP) → ``(toolRequestId, result,
-        handledBy)``. Stored before it is sent, so deadlines, resume and exactly-once apply
-        as to an agent's request; a timeout is the result ``TOOL_TIMEOUT``. If the caller
-        goes away (its task is cancelled), the request is cancelled and the page told."""
-        pending = self.open_request(tool, args, timeout_ms=timeout_ms, checked=checked)
-        await self.registry.store.flush()
-        self.send_request(pending)
+        """:meth:`start_call`, then its result → ``(toolRequestId, result, handledBy)``;
+        a timeout is the result ``TOOL_TIMEOUT``. If the caller goes away (its task is
+        cancelled), the request is cancelled and the page told."""
+        pending = await self.start_call(tool, args, timeout_ms=timeout_ms, checked=checked)
         try:
             # Only this caller awaits the future, so no shield (a loop step per call): if
             # the caller is cancelled, so is the future, and _resolve leaves it be.
@@ -380,8 +406,8 @@ class CoreSession:
             self.finished.popitem(last=False)
         record.result = result
         record.handled_by = handled_by
-        if record.turn_id is None:
-            self.registry.store.delete_request(record.id)
+        if record.turn_id is None:  # kept for GET .../tool-calls/{id} and retries
+            self.callers.keep(record)
         else:  # the turn's journal: kept until the turn ends (see turns.py)
             self.registry.store.save_request(record)
         log_event("tool.result", session=self.id, toolRequestId=record.id, tool=record.tool,
@@ -471,6 +497,7 @@ class Registry:
             session._expiry = asyncio.get_running_loop().call_later(
                 self.config.session_ttl, session.expire)
         journals: dict[tuple[str, str], list[RequestRecord]] = {}
+        kept: dict[str, list[RequestRecord]] = {}
         for request in snapshot.requests:
             owner = self.sessions.get(request.session_id)
             if owner is None:
@@ -479,6 +506,8 @@ class Registry:
                 journals.setdefault((request.session_id, request.turn_id), []).append(request)
             if not request.answered:
                 owner._track(request)
+            elif request.turn_id is None:
+                kept.setdefault(request.session_id, []).append(request)
         for turn in snapshot.turns:
             owner = self.sessions.get(turn.session_id)
             if owner is None:
@@ -494,6 +523,15 @@ class Registry:
                 owner.remember_end(turn)
                 if not turn.end_delivered:
                     owner.unsent_ends.append(turn)
+        keys: dict[str, list[IdempotencyRecord]] = {}
+        for key in snapshot.keys:
+            keys.setdefault(key.session_id, []).append(key)
+        turns: dict[str, dict[str, TurnRecord]] = {}
+        for turn in snapshot.turns:  # the very records the resumed turns update
+            turns.setdefault(turn.session_id, {})[turn.id] = turn
+        for session_id, owner in self.sessions.items():
+            owner.callers.restore(kept.get(session_id, []), keys.get(session_id, []),
+                                  turns.get(session_id, {}), set(owner.pending))
         log_event("store.restored", sessions=len(self.sessions),
                   pending=sum(len(s.pending) for s in self.sessions.values()))
 

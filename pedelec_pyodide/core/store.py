@@ -42,10 +42,25 @@ class RequestRecord:
     deadline: float  # wall-clock (time.time()) seconds
     result: Any = None
     handled_by: str | None = None  # set once the result is in
+    # wall-clock time the result came in; kept (outside turns) until the retention ends
+    finished_at: float | None = None
 
     @property
     def answered(self) -> bool:
         return self.handled_by is not None
+
+
+@dataclass
+class IdempotencyRecord:
+    """An ``Idempotency-Key`` a control-API caller gave, and what it started. The key is
+    kept only as ``key_hash`` (sha256 of the session id and the key), never in clear."""
+
+    key_hash: str
+    session_id: str
+    kind: str  # "tool-call" | "turn"
+    fingerprint: str  # sha256 of what the request asked for (see core/idempotency.py)
+    target_id: str  # the toolRequestId or turnId it started
+    created_at: float
 
 
 @dataclass
@@ -70,12 +85,14 @@ RECENT_TURNS = 8
 
 @dataclass
 class Snapshot:
-    """What a store holds at start: sessions, their open requests, unfinished turns and
-    each session's latest ended ones."""
+    """What a store holds at start: sessions, their open requests (and the kept results
+    of requests made outside turns), unfinished turns, each session's latest ended ones
+    and those started with an idempotency key, and the keys."""
 
     sessions: list[SessionRecord] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
     turns: list[TurnRecord] = field(default_factory=list)
+    keys: list[IdempotencyRecord] = field(default_factory=list)
 
 
 class Store(Protocol):
@@ -92,6 +109,10 @@ class Store(Protocol):
     def delete_request(self, request_id: str) -> None: ...
 
     def save_turn(self, record: TurnRecord) -> None: ...
+
+    def save_key(self, record: IdempotencyRecord) -> None: ...
+
+    def delete_key(self, key_hash: str) -> None: ...
 
     async def flush(self) -> None: ...
 
@@ -121,6 +142,12 @@ class MemoryStore:
     def save_turn(self, record: TurnRecord) -> None:
         pass
 
+    def save_key(self, record: IdempotencyRecord) -> None:
+        pass
+
+    def delete_key(self, key_hash: str) -> None:
+        pass
+
     async def flush(self) -> None:
         pass
 
@@ -146,7 +173,8 @@ CREATE TABLE IF NOT EXISTS requests (
     args TEXT NOT NULL,
     deadline REAL NOT NULL,
     result TEXT,
-    handled_by TEXT
+    handled_by TEXT,
+    finished_at REAL
 );
 CREATE TABLE IF NOT EXISTS turns (
     id TEXT NOT NULL,
@@ -162,6 +190,15 @@ CREATE TABLE IF NOT EXISTS turns (
     PRIMARY KEY (session_id, id)
 );
 CREATE INDEX IF NOT EXISTS requests_session ON requests (session_id);
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    key_hash TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    target_id TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idempotency_keys_session ON idempotency_keys (session_id);
 """
 
 _Op = tuple[str, tuple[Any, ...]]
@@ -187,6 +224,9 @@ class SQLiteStore:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(turns)")}
         if "usage" not in columns:  # a database written before turns kept token usage
             self._db.execute("ALTER TABLE turns ADD COLUMN usage TEXT NOT NULL DEFAULT '{}'")
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(requests)")}
+        if "finished_at" not in columns:  # written before results outside turns were kept
+            self._db.execute("ALTER TABLE requests ADD COLUMN finished_at REAL")
         self._thread = threading.Thread(target=self._run, name="pedelec-store", daemon=True)
         self._started = False
         self._error: BaseException | None = None
@@ -202,22 +242,29 @@ class SQLiteStore:
             snapshot.sessions.append(SessionRecord(
                 row[0], row[1], json.loads(row[2]), json.loads(row[3]), row[4]))
         for row in db.execute(
-            "SELECT id, session_id, turn_id, step, idx, tool, args, deadline, result, handled_by"
-            " FROM requests ORDER BY rowid"
+            "SELECT id, session_id, turn_id, step, idx, tool, args, deadline, result, handled_by,"
+            " finished_at FROM requests ORDER BY rowid"
         ):
             snapshot.requests.append(RequestRecord(
                 row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6]), row[7],
-                None if row[8] is None else json.loads(row[8]), row[9]))
+                None if row[8] is None else json.loads(row[8]), row[9], row[10]))
         for row in db.execute(
             "SELECT id, session_id, text, status, final_text, error, tool_calls, end_delivered,"
             " created_at, usage FROM turns WHERE status = 'running' OR end_delivered = 0"
             " OR id IN (SELECT t.id FROM turns t WHERE t.session_id = turns.session_id"
-            f" ORDER BY t.created_at DESC LIMIT {RECENT_TURNS}) ORDER BY created_at"
+            f" ORDER BY t.created_at DESC LIMIT {RECENT_TURNS})"
+            " OR id IN (SELECT k.target_id FROM idempotency_keys k"
+            " WHERE k.session_id = turns.session_id AND k.kind = 'turn') ORDER BY created_at"
         ):
             snapshot.turns.append(TurnRecord(
                 row[0], row[1], row[2], row[3], row[4],
                 None if row[5] is None else json.loads(row[5]), json.loads(row[6]),
                 bool(row[7]), row[8], json.loads(row[9])))
+        for row in db.execute(
+            "SELECT key_hash, session_id, kind, fingerprint, target_id, created_at"
+            " FROM idempotency_keys ORDER BY created_at"
+        ):
+            snapshot.keys.append(IdempotencyRecord(*row))
         return snapshot
 
     # --- writing ------------------------------------------------------------------------
@@ -231,15 +278,17 @@ class SQLiteStore:
 
     def delete_session(self, session_id: str) -> None:
         self._submit("DELETE FROM requests WHERE session_id = ?", (session_id,))
+        self._submit("DELETE FROM idempotency_keys WHERE session_id = ?", (session_id,))
         self._submit("DELETE FROM turns WHERE session_id = ?", (session_id,))
         self._submit("DELETE FROM sessions WHERE id = ?", (session_id,))
 
     def save_request(self, record: RequestRecord) -> None:
         self._submit(
-            "INSERT OR REPLACE INTO requests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO requests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (record.id, record.session_id, record.turn_id, record.step, record.index,
              record.tool, _dump(record.args), record.deadline,
-             None if record.handled_by is None else _dump(record.result), record.handled_by),
+             None if record.handled_by is None else _dump(record.result), record.handled_by,
+             record.finished_at),
         )
 
     def delete_request(self, request_id: str) -> None:
@@ -252,6 +301,16 @@ class SQLiteStore:
              None if record.error is None else _dump(record.error), _dump(record.tool_calls),
              int(record.end_delivered), record.created_at, _dump(record.usage)),
         )
+
+    def save_key(self, record: IdempotencyRecord) -> None:
+        self._submit(
+            "INSERT OR REPLACE INTO idempotency_keys VALUES (?, ?, ?, ?, ?, ?)",
+            (record.key_hash, record.session_id, record.kind, record.fingerprint,
+             record.target_id, record.created_at),
+        )
+
+    def delete_key(self, key_hash: str) -> None:
+        self._submit("DELETE FROM idempotency_keys WHERE key_hash = ?", (key_hash,))
 
     async def flush(self) -> None:
         """Wait until every write queued so far is committed."""

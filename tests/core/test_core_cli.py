@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pedelec_pyodide.core.cli import build_parser
+from pedelec_pyodide.core.cli import build_parser, config_from_args
 
 
 def start(*args: str, token: str | None = None) -> tuple[subprocess.Popen[str], str, str]:
@@ -71,6 +71,8 @@ def test_help_explains_every_option() -> None:
     ["--tool-timeout", "0"], ["--tool-timeout", "86400001"], ["--tool-timeout", "1" + "0" * 400],
     ["--tool-timeouts", "save=86400001"], ["--session-ttl", "nan"], ["--session-ttl", "inf"],
     ["--rate-limit", "-1"], ["--port", "70000"], ["--port", "-1"],
+    ["--kept-results", "0"], ["--kept-results", "1.5"], ["--result-retention", "nan"],
+    ["--result-retention", "-5"],
 ])
 def test_out_of_range_options_are_refused_with_a_message(
         option: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,6 +80,15 @@ def test_out_of_range_options_are_refused_with_a_message(
         build_parser().parse_args(["serve", *option])
     assert refused.value.code == 2
     assert option[0] in capsys.readouterr().err
+
+
+def test_kept_results_and_their_retention_reach_the_config() -> None:
+    args = build_parser().parse_args(["serve", "--kept-results", "5",
+                                      "--result-retention", "90.5"])
+    cfg, _ = config_from_args(args)
+    assert (cfg.kept_results, cfg.result_retention) == (5, 90.5)
+    default, _ = config_from_args(build_parser().parse_args(["serve"]))
+    assert (default.kept_results, default.result_retention) == (64, 86400.0)
 
 
 def test_the_longest_deadline_is_accepted() -> None:

@@ -438,10 +438,14 @@ async def control_case(core: Core, case: dict[str, Any]) -> None:
         else:
             content = inp["body"].encode() if "body" in inp else None
         http = core.http
-        response = await http.request(
-            inp["method"], path + query, content=content,
-            headers={"Authorization": "", **headers} if "Authorization" not in headers
-            else headers)
+        sent: list[tuple[bytes, bytes]] = [
+            (name.encode(), value.encode()) for name, value in
+            ({"Authorization": "", **headers} if "Authorization" not in headers
+             else headers).items()]
+        sent += [(name.encode(), bytes.fromhex(value))
+                 for name, value in inp.get("headers_hex", [])]
+        response = await http.request(inp["method"], path + query, content=content,
+                                      headers=sent)
         assert response.status_code == expect["status"], (response.status_code, response.text)
         if "code" in expect:
             assert response.json()["error"]["code"] == expect["code"], response.text

@@ -98,7 +98,8 @@ def test_every_route_but_health_static_and_bridge_needs_the_admin_token() -> Non
                 if classify(route) != "guarded":
                     continue
                 assert isinstance(route, Route), route
-                path = route.path.replace("{session_id}", sid)
+                path = route.path.replace("{session_id}", sid).replace(
+                    "{tool_request_id}", "some-request")
                 assert "{" not in path, f"a path parameter this test does not know: {path}"
                 for method in sorted((route.methods or {"GET"}) - {"HEAD"}):
                     for headers in bad_headers:

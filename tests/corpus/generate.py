@@ -372,7 +372,8 @@ for cid, expr, value in (("promise-number", "Promise.resolve(42)", 42),
 # --- control API requests ------------------------------------------------------------------
 # input: method, path ($SESSION: a live session's id), auth ("good" by default, "none",
 # "wrong", "wrong-same-length", "basic", "lowercase-scheme", "no-scheme", "token-in-query"),
-# body (text), or make: {"kind": "big_body", "bytes": N}.
+# body (text), or make: {"kind": "big_body", "bytes": N}; headers_hex: [[name, value as
+# hex], ...] sent as they are (repeats included).
 
 def control(cid: str, description: str, input: dict[str, Any], status: int,
             code: str | None) -> None:
@@ -441,6 +442,23 @@ for method, path in (("DELETE", TOOL_CALLS), ("GET", TOOL_CALLS), ("PUT", TURNS)
                      ("POST", "/pedelec/v1/sessions")):
     control(f"method-{method.lower()}-{path.rsplit('/', 1)[-1].strip('$').lower()}",
             f"{method} {path}: not allowed", {"method": method, "path": path}, 405, None)
+
+KEY = "Idempotency-Key"
+for cid, value in (("empty", b""), ("129-chars", b"k" * 129),
+                   ("129-two-byte-chars", "\u00e9".encode() * 129),
+                   ("not-utf8", b"\xff\xfe"), ("encoded-surrogate", b"\xed\xa0\x80"),
+                   ("overlong-utf8", b"\xc0\xaf"), ("truncated-utf8", b"k\xe2\x82")):
+    for path, body in ((TOOL_CALLS, '{"tool": "echo", "args": {}}'), (TURNS, '{"text": "x"}')):
+        control(f"idempotency-key-{cid}-{path.rsplit('/', 1)[-1]}",
+                f"{KEY} header: {cid}", {"method": "POST", "path": path, "body": body,
+                                         "headers_hex": [[KEY, value.hex()]]}, 400,
+                "BAD_REQUEST")
+control("idempotency-key-twice", f"two {KEY} headers",
+        {"method": "POST", "path": TOOL_CALLS, "body": '{"tool": "echo", "args": {}}',
+         "headers_hex": [[KEY, b"a".hex()], [KEY, b"a".hex()]]}, 400, "BAD_REQUEST")
+for cid, rid in (("unknown", "no-such-request"), ("long", "r" * 2000), ("percent", "%00%ff")):
+    control(f"tool-request-{cid}", "GET a tool request the session never had",
+            {"method": "GET", "path": f"{TOOL_CALLS}/{rid}"}, 404, "TOOL_REQUEST_NOT_FOUND")
 
 
 def main() -> None:

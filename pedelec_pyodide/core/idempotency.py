@@ -1,0 +1,129 @@
+"""Exactly once for control-API callers: ``Idempotency-Key`` and the results Core keeps.
+
+A caller that gives ``Idempotency-Key`` on ``POST .../tool-calls`` or ``POST .../turns``
+can send the same request again (after a timeout, a dropped connection, a restart of
+Core) and gets the result of the one run the first request started. Core keeps the key
+as a hash of the session id and the key, with a fingerprint of what was asked, next to
+the request or turn it started (durably with the SQLite store).
+
+The results of requests made outside turns (control API, MCP) are kept too, so that
+``GET .../tool-calls/{toolRequestId}`` and a retry can give them: per session, at most
+``kept_results`` of them, each for ``result_retention`` seconds after it came in. A key
+lives as long as what it started is kept: a tool call's key goes with its result; a
+turn's key (and the turn's record) is kept ``result_retention`` seconds after the turn
+started, never while it runs, at most ``kept_results`` per session. After that the key
+is unknown again: a request with it starts a new run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import OrderedDict
+from typing import Any
+
+from .store import IdempotencyRecord, RequestRecord, Store, TurnRecord
+
+HEADER = "Idempotency-Key"
+#: the longest key a caller may give, in characters
+MAX_KEY_CHARS = 128
+
+TOOL_CALL = "tool-call"
+TURN = "turn"
+
+
+def key_hash(session_id: str, key: str) -> str:
+    """What is stored of a key: it is the caller's secret as much as a resume token is.
+    A newline is in neither a session id nor a header value, so the pair is unambiguous."""
+    return hashlib.sha256(f"{session_id}\n{key}".encode()).hexdigest()
+
+
+def fingerprint(kind: str, asked: dict[str, Any]) -> str:
+    """The same for two requests that ask for the same thing (whatever their JSON's key
+    order or spacing): their kind and the fields Core acts on."""
+    text = json.dumps([kind, asked], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class CallerMemory:
+    """One session's keys and kept results, bounded in count and in time (see above)."""
+
+    def __init__(self, store: Store, limit: int, retention: float) -> None:
+        self._store = store
+        self._limit = limit
+        self._retention = retention
+        # finished requests made outside turns, oldest first
+        self.results: OrderedDict[str, RequestRecord] = OrderedDict()
+        # turns started with a key, oldest first
+        self.turns: OrderedDict[str, TurnRecord] = OrderedDict()
+        self.keys: dict[str, IdempotencyRecord] = {}
+        self._key_of: dict[str, str] = {}  # target id -> key hash
+
+    def key(self, hashed: str) -> IdempotencyRecord | None:
+        self.sweep()
+        return self.keys.get(hashed)
+
+    def add_key(self, record: IdempotencyRecord, turn: TurnRecord | None = None) -> None:
+        self.keys[record.key_hash] = record
+        self._key_of[record.target_id] = record.key_hash
+        if turn is not None:
+            self.turns[turn.id] = turn
+        self._store.save_key(record)
+        self.sweep()
+
+    def keep(self, request: RequestRecord) -> None:
+        """A request made outside any turn has its result: keep it, in the store too."""
+        request.finished_at = time.time()
+        self.results[request.id] = request
+        self._store.save_request(request)
+        self.sweep()
+
+    def result(self, request_id: str) -> RequestRecord | None:
+        self.sweep()
+        return self.results.get(request_id)
+
+    def restore(self, results: list[RequestRecord], keys: list[IdempotencyRecord],
+                turns: dict[str, TurnRecord], pending: set[str]) -> None:
+        """After a restart: what the store kept. A key whose target is gone is dropped."""
+        for request in sorted(results, key=lambda r: r.finished_at or 0.0):
+            self.results[request.id] = request
+        for record in keys:
+            turn = turns.get(record.target_id) if record.kind == TURN else None
+            known = turn is not None if record.kind == TURN else (
+                record.target_id in pending or record.target_id in self.results)
+            if not known:
+                self._store.delete_key(record.key_hash)
+                continue
+            self.keys[record.key_hash] = record
+            self._key_of[record.target_id] = record.key_hash
+            if turn is not None:
+                self.turns[turn.id] = turn
+        self.sweep()
+
+    def sweep(self) -> None:
+        """Forget what is past its retention or over the count, oldest first: each call
+        does work only for what it forgets."""
+        horizon = time.time() - self._retention
+        results = self.results
+        while results:
+            request = next(iter(results.values()))
+            if len(results) <= self._limit and (request.finished_at or 0.0) > horizon:
+                break
+            del results[request.id]
+            self._store.delete_request(request.id)
+            self._forget_key(request.id)
+        turns = self.turns
+        while turns:
+            turn = next(iter(turns.values()))
+            if turn.status == "running" or (
+                    len(turns) <= self._limit and turn.created_at > horizon):
+                break
+            del turns[turn.id]
+            self._forget_key(turn.id)
+
+    def _forget_key(self, target_id: str) -> None:
+        hashed = self._key_of.pop(target_id, None)
+        if hashed is not None:
+            del self.keys[hashed]
+            self._store.delete_key(hashed)
