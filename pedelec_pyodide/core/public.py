@@ -5,6 +5,8 @@
   spelling (``%2e``, ``..``, ``%2F``, backslashes, double slashes, symlinks, case);
 - :func:`serve_public`: the CORS headers that let a page on any origin load Core's own
   files under ``/pedelec/`` (the loader, Pyodide, our lock and wheels), and preflights;
+- :func:`origin_check`: ``GET /pedelec/v1/origin-check``, public, tells a page on another
+  origin whether the bridge will take it (a refused WebSocket handshake tells JS nothing);
 - :class:`HostCheck`: every request (HTTP and WebSocket) must name one of Core's own hosts
   in its ``Host`` header (DNS rebinding).
 """
@@ -13,13 +15,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from starlette.responses import PlainTextResponse, Response
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .bridge import origin_allowed
 from .log import log_event
 
 #: names Core always answers to, besides its bind address and ``--allow-host``
@@ -51,8 +56,9 @@ def store_files(store: str) -> tuple[Path, ...]:
 
 
 def _hidden(path: str) -> bool:
-    """A path with a segment that starts with a dot (either slash separates segments)."""
-    return any(part.startswith(".") for part in re.split(r"[\\/]", path))
+    """A path with a segment that starts with a dot (either slash separates segments);
+    ``.``, the directory itself, is not one."""
+    return any(part.startswith(".") and part != "." for part in re.split(r"[\\/]", path))
 
 
 class PublicFiles(StaticFiles):
@@ -116,7 +122,24 @@ async def serve_public(app: ASGIApp, scope: Scope, receive: Receive, send: Send)
             message = {**message, "headers": [*message.get("headers", []), *extra]}
         await send(message)
 
-    await app(scope, receive, send_public)
+    try:
+        await app(scope, receive, send_public)
+    except HTTPException as exc:  # StaticFiles' 404 and 405: rendered here, headers and all
+        response = PlainTextResponse(exc.detail, exc.status_code, exc.headers)
+        await response(scope, receive, send_public)
+
+
+def origin_check(allowed_origins: frozenset[str]) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint that answers ``{"origin", "allowed"}``: whether the request's
+    ``Origin`` may open the bridge (the bridge's own rule), readable from any origin."""
+
+    async def check(request: Request) -> Response:
+        return JSONResponse(
+            {"origin": request.headers.get("origin"),
+             "allowed": origin_allowed(request.headers, allowed_origins)},
+            headers={**PUBLIC_HEADERS, "cache-control": "no-store", "vary": "Origin"})
+
+    return check
 
 
 def host_name(value: str) -> str | None:

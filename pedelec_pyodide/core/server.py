@@ -29,7 +29,14 @@ from .agent import Agent
 from .bridge import BridgeConnection
 from .config import CoreConfig
 from .log import log_event
-from .public import HostCheck, PublicFiles, own_hosts, serve_public, store_files
+from .public import (
+    HostCheck,
+    PublicFiles,
+    origin_check,
+    own_hosts,
+    serve_public,
+    store_files,
+)
 from .sessions import Registry
 from .store import open_store
 
@@ -188,6 +195,7 @@ def create_app(config: CoreConfig) -> Starlette:
 
     routes: list[BaseRoute] = [
         Route("/pedelec/v1/health", control.health),
+        Route("/pedelec/v1/origin-check", origin_check(allowed)),
         Route("/pedelec/v1/sessions", control.list_sessions),
         Route("/pedelec/v1/sessions/{session_id}", control.get_session),
         Route("/pedelec/v1/sessions/{session_id}/tool-calls", control.tool_call,

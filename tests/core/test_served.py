@@ -101,6 +101,7 @@ def test_no_dot_path_and_no_store_file_is_served_in_any_spelling(tmp_path: Path)
             cases += [("", f"/{name}") for name in store_names]
             cases += [("", "/%63ore.sqlite"), ("", "/STORE-COPY.DB"), ("", "/store-link"),
                       ("", "/sub/../core.sqlite-wal")]
+            assert (await raw_get(core.port, "/"))[0] == 200  # the app's index.html
             for prefix in ("", "/pedelec", "/pedelec/pyodide"):
                 missing = await raw_get(core.port, f"{prefix}/no-such-file")
                 assert missing[0] == 404
@@ -169,7 +170,7 @@ def test_only_cores_own_host_names_are_answered(tmp_path: Path) -> None:
 def test_a_websocket_with_another_host_is_refused_at_the_handshake() -> None:
     async def main() -> None:
         async with running_core() as core:
-            url = f"/pedelec/v1/bridge"
+            url = "/pedelec/v1/bridge"
             for host in ("evil.example", f"evil.example:{core.port}", "localhost.evil.example"):
                 sock = socket.create_connection(("127.0.0.1", core.port), timeout=WAIT)
                 with pytest.raises(websockets.InvalidStatus) as refused:
