@@ -309,7 +309,7 @@ async function admission(config) {
     return;
   }
   if (answer.allowed === false) {
-    throw new PedelecError("connecting to Core", `Core at ${config.core} does not let pages from ${answer.origin ?? page} open a session: start it with --allow-origin ${answer.origin ?? page}`);
+    throw new PedelecError("connecting to Core", `Core at ${config.core} does not let pages from ${page} open a session: start it with --allow-origin ${page}`);
   }
 }
 

@@ -130,13 +130,12 @@ async def serve_public(app: ASGIApp, scope: Scope, receive: Receive, send: Send)
 
 
 def origin_check(allowed_origins: frozenset[str]) -> Callable[[Request], Awaitable[Response]]:
-    """The endpoint that answers ``{"origin", "allowed"}``: whether the request's
-    ``Origin`` may open the bridge (the bridge's own rule), readable from any origin."""
+    """The endpoint that answers ``{"allowed": bool}``: whether the request's ``Origin``
+    may open the bridge (the bridge's own rule), readable from any origin."""
 
     async def check(request: Request) -> Response:
         return JSONResponse(
-            {"origin": request.headers.get("origin"),
-             "allowed": origin_allowed(request.headers, allowed_origins)},
+            {"allowed": origin_allowed(request.headers, allowed_origins)},
             headers={**PUBLIC_HEADERS, "cache-control": "no-store", "vary": "Origin"})
 
     return check
