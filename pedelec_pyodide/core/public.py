@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
 import re
 from collections.abc import Awaitable, Callable, Iterable
@@ -43,9 +45,14 @@ PREFLIGHT_MAX_AGE = 86_400
 #: how much of a refused Host a response or log line quotes
 EXCERPT_CHARS = 64
 
-# Host = IP-literal / IPv4 / reg-name, then an optional port (RFC 9110 7.2, RFC 3986 3.2.2)
-_HOST_HEADER = re.compile(r"(?:\[([0-9A-Fa-f:.]{2,45})\]|([A-Za-z0-9_.-]{1,253}))(?::[0-9]{1,5})?")
-_HOST_NAME = re.compile(r"\[?([0-9A-Fa-f:.]{2,45}|[A-Za-z0-9_.-]{1,253})\]?")
+#: the longest Host header taken: a 253-character DNS name, a final dot and a port
+MAX_HOST_CHARS = 260
+
+# a DNS name (or an IPv4 address), labels separated by single dots; then, in a Host header,
+# an optional final dot and port; an IPv6 address is in brackets (RFC 9110 7.2, RFC 3986)
+_NAME = r"[A-Za-z0-9_-]{1,63}(?:\.[A-Za-z0-9_-]{1,63})*"
+_HOST_HEADER = re.compile(rf"(?:\[([0-9A-Fa-f:.]{{2,45}})\]|({_NAME}\.?))(?::[0-9]{{1,5}})?")
+_HOST_NAME = re.compile(_NAME)
 
 
 def store_files(store: str) -> tuple[Path, ...]:
@@ -144,10 +151,16 @@ def origin_check(allowed_origins: frozenset[str]) -> Callable[[Request], Awaitab
 def host_name(value: str) -> str | None:
     """The host of a ``Host`` header, lower case, without port or IPv6 brackets; None
     when it is not a well-formed Host."""
-    match = _HOST_HEADER.fullmatch(value.strip())
+    value = value.strip()
+    match = _HOST_HEADER.fullmatch(value) if len(value) <= MAX_HOST_CHARS else None
     if match is None:
         return None
-    return (match.group(1) or match.group(2)).lower()
+    if match.group(1) is not None:  # an IPv6 address: in one spelling, as --allow-host's
+        try:
+            return ipaddress.IPv6Address(match.group(1)).compressed
+        except ValueError:
+            return None
+    return match.group(2).lower()
 
 
 def check_allow_host(value: str) -> str:
@@ -155,11 +168,13 @@ def check_allow_host(value: str) -> str:
     ``ValueError`` otherwise."""
     if value == ANY_HOST:
         return value
-    match = _HOST_NAME.fullmatch(value)
-    if match is None:
-        raise ValueError(f"{value[:EXCERPT_CHARS]!r}: expected a host name or IP address "
-                         "(e.g. my-laptop.local or 192.168.1.20), without scheme or port, or *")
-    return match.group(1).lower()
+    bare = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(bare).compressed
+    if len(value) < MAX_HOST_CHARS and _HOST_NAME.fullmatch(value):
+        return value.lower()
+    raise ValueError(f"{value[:EXCERPT_CHARS]!r}: expected a host name or IP address "
+                     "(e.g. my-laptop.local or 192.168.1.20), without scheme or port, or *")
 
 
 def own_hosts(bind: str, allowed: Iterable[str]) -> frozenset[str] | None:

@@ -124,14 +124,14 @@ def test_no_dot_path_and_no_store_file_is_served_in_any_spelling(tmp_path: Path)
 
 ALLOWED_HOSTS = ["127.0.0.1:{port}", "127.0.0.1", "localhost", "localhost:{port}",
                  "LocalHost:{port}", "[::1]:{port}", "[::1]", "my-box.lan:{port}",
-                 "192.168.7.9:1234"]
+                 "192.168.7.9:1234", "[0:0:0:0:0:0:0:1]:{port}"]
 MISDIRECTED_HOSTS = ["evil.example", "evil.example:{port}", "127.0.0.1.evil.example",
                      "localhost.evil.example:{port}", "127.1", "0x7f.0.0.1", "[::2]",
                      "my-box.lan.evil.example", "localhost.", "0.0.0.0:{port}"]
 BAD_HOSTS = [[], [("Host", "")], [("Host", "::1:{port}")], [("Host", "localhost:abc")],
              [("Host", "localhost:")], [("Host", "user@localhost")], [("Host", "a b")],
              [("Host", "localhost"), ("Host", "evil.example")], [("Host", "x" * 300)],
-             [("Host", "localhost/x")]]
+             [("Host", "localhost/x")], [("Host", "[::1")], [("Host", "a..b")]]
 
 
 def test_only_cores_own_host_names_are_answered(tmp_path: Path) -> None:
@@ -195,6 +195,8 @@ def test_host_names_and_allow_host() -> None:
     assert host_name("[::1]:80") == "::1"
     assert host_name("::1") is None
     assert host_name("host:") is None
+    assert host_name("[FE80:0:0::1]:80") == "fe80::1"  # one spelling of an IPv6 address
+    assert host_name("a..b") is None and host_name("[::1") is None
     # bound to every interface: the machine's names are refused until --allow-host names them
     hosts = own_hosts("0.0.0.0", ())
     assert hosts is not None and "my-laptop.local" not in hosts and "localhost" in hosts
@@ -205,6 +207,7 @@ def test_host_names_and_allow_host() -> None:
     cfg, _ = config_from_args(parser.parse_args(
         ["serve", "--allow-host", "box.lan", "--allow-host", "10.0.0.5"]))
     assert cfg.allow_hosts == ("box.lan", "10.0.0.5")
-    for bad in ("http://box.lan", "box.lan:8765", "box lan", ""):
+    for bad in ("http://box.lan", "box.lan:8765", "10.0.0.5:8765", "[::1", "box lan", "",
+                "a..b", "x" * 300):
         with pytest.raises(SystemExit):
             parser.parse_args(["serve", "--allow-host", bad])
