@@ -1,8 +1,9 @@
 """The Starlette app (``create_app``) and running it under uvicorn (``run``).
 
-Routes: ``/pedelec/v1/health``, the control API, MCP, the WebSocket bridge, then static files:
-the Pyodide runtime at ``/pedelec/pyodide/``, the JS bridge (``web/``) at ``/pedelec/``,
-and the app (``--app DIR``, or the demo) at ``/``.
+Routes: ``/pedelec/v1/health``, ``/pedelec/v1/origin-check``, the control API, MCP, the
+WebSocket bridge, then static files: the Pyodide runtime at ``/pedelec/pyodide/``, the JS
+bridge (``web/``) at ``/pedelec/`` (both public), and the app (``--app DIR``, or the demo) at
+``/``. Every request first passes the Host check (:mod:`.public`).
 """
 
 from __future__ import annotations
