@@ -80,7 +80,7 @@ export interface StartOptions {
   storage?: boolean;
 }
 
-/** Error of a failed start; `step` says which: loading Pyodide, loading packages, page code, connecting to Core. */
+/** Error of a failed start; `step` says which: loading Pyodide, loading packages, page code, connecting to Core (the classic script: also loading pedelec-pyodide.js). */
 export declare class PedelecError extends Error {
   readonly step: string;
 }

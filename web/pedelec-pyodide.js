@@ -125,13 +125,37 @@ async function blockSources() {
   }));
 }
 
+/**
+ * Why `url` could not be fetched or imported (`err`), from a second look at it: what the
+ * server answers, or that the browser could not reach it at all, or that it answers
+ * without CORS headers (so this page may not read it). A failed fetch or import tells JS
+ * no more than "Failed to fetch".
+ */
+async function whyNot(url, err) {
+  const origin = new URL(url).origin;
+  try {
+    const response = await fetch(url, { cache: "no-store" });
+    if (response.ok) return `${origin} serves it, but: ${err.message}`;
+    const text = (await response.text()).trim().slice(0, 300);
+    return `${origin} answers HTTP ${response.status}${text ? `: ${text}` : ""}`;
+  } catch {
+    try {
+      await fetch(url, { mode: "no-cors", cache: "no-store" });
+    } catch {
+      return `the browser cannot reach ${origin}: is Core running there, and is the URL right? (the console has the browser's reason)`;
+    }
+    const page = globalThis.location?.origin ?? "this page";
+    return `${origin} answers without the CORS header Access-Control-Allow-Origin, so the browser does not let ${page} use it: load it from a pedelec Core (which sends that header), or add the header where it is served`;
+  }
+}
+
 /** `fetch`, or a PedelecError of `step` naming the URL and why it failed. */
 async function fetchOk(url, step, { init, label = "", why = "" } = {}) {
   let response;
   try {
     response = await fetch(url, init);
   } catch (err) {
-    throw new PedelecError(step, `${label}cannot fetch ${url}${why}: ${err.message}`, err);
+    throw new PedelecError(step, `${label}cannot fetch ${url}${why}: ${await whyNot(url, err)}`, err);
   }
   if (!response.ok) throw new PedelecError(step, `${label}cannot fetch ${url}: HTTP ${response.status}`);
   return response;
@@ -218,7 +242,7 @@ async function loadRuntime(config, lock) {
   try {
     ({ loadPyodide } = await import(config.pyodide));
   } catch (err) {
-    throw new PedelecError("loading Pyodide", `cannot import ${config.pyodide} (is Core running and provisioned?): ${err.message}`, err);
+    throw new PedelecError("loading Pyodide", `cannot import ${config.pyodide}: ${await whyNot(config.pyodide, err)}`, err);
   }
   const problems = [];
   const booting = loadPyodide({
@@ -267,6 +291,28 @@ function warmUp(pyodide) {
   });
 }
 
+/**
+ * A page on another origin than Core's asks Core whether its bridge will take this origin
+ * (`GET /pedelec/v1/origin-check`): a refused WebSocket handshake tells JS nothing. Rejects
+ * with a PedelecError naming the origin and `--allow-origin`; resolves when allowed, or
+ * when Core cannot say (unreachable, or a Core without the check: connecting says why).
+ */
+async function admission(config) {
+  const page = globalThis.location?.origin;
+  if (!page || page === "null" || page === new URL(config.core).origin) return;
+  let answer;
+  try {
+    const response = await fetch(new URL("/pedelec/v1/origin-check", config.core), { cache: "no-store" });
+    if (!response.ok) return;
+    answer = await response.json();
+  } catch {
+    return;
+  }
+  if (answer.allowed === false) {
+    throw new PedelecError("connecting to Core", `Core at ${config.core} does not let pages from ${page} open a session: start it with --allow-origin ${page}`);
+  }
+}
+
 /** Performance marks `pedelec:<step>` (see the page-start benchmark). */
 function mark(step) {
   globalThis.performance?.mark?.(`pedelec:${step}`);
@@ -277,7 +323,8 @@ async function boot(options) {
   const config = resolveConfig(options);
   const sources = blockSources();
   sources.catch(() => {});
-  const pyodide = await loadRuntime(config, fetchLock(config));
+  // the admission fails the start as soon as it is refused, and costs nothing otherwise
+  const [pyodide] = await Promise.all([loadRuntime(config, fetchLock(config)), admission(config)]);
   mark("runtime");
   const session = new PedelecSession();
   let page;

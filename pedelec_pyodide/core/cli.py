@@ -21,6 +21,7 @@ from .config import (
     is_timeout_ms,
 )
 from .log import configure
+from .public import check_allow_host
 from .server import agent_factory_for, run
 
 
@@ -46,6 +47,13 @@ def _provisioned(value: str) -> Path:
             f"{value}: no {' or '.join(missing)} there; provision one with "
             f"`python -m pedelec_pyodide.core.provision DIR` (it writes DIR/pyodide)")
     return path
+
+
+def _allow_host(value: str) -> str:
+    try:
+        return check_allow_host(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _deadline(value: str) -> int:
@@ -97,7 +105,8 @@ def _origin(value: str) -> str:
 
 def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
     parser.add_argument("--host", default="127.0.0.1",
-                        help="interface to listen on (default: 127.0.0.1, this machine only)")
+                        help="interface to listen on (default: 127.0.0.1, this machine only); "
+                        "other machines reach Core only by the names in --allow-host")
     parser.add_argument("--port", type=_port, default=default_port,
                         help=f"port to listen on (default: {default_port}; 0 picks a free one)")
     parser.add_argument("--agent", default="offline",
@@ -110,6 +119,11 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         type=_origin,
                         help="a web origin (e.g. https://app.example) whose pages may open "
                         "the bridge WebSocket, besides Core's own; repeatable; * allows any")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                        type=_allow_host,
+                        help="a host name or address clients reach Core by, besides its "
+                        "--host, localhost, 127.0.0.1 and [::1]; other Host headers are "
+                        "refused (DNS rebinding); repeatable; * allows any")
     parser.add_argument("--pyodide", type=_provisioned, metavar="DIR",
                         help="a provisioned Pyodide directory (runtime, pyodide-lock.json, "
                         "wheels) served at /pedelec/pyodide/; default: provision one into "
@@ -181,7 +195,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         app_dir=getattr(args, "app", None), pyodide_dir=args.pyodide,
         provision=args.pyodide is None and not args.no_provision,
         demo=args.command == "demo", agent=args.agent, store=args.store,
-        allow_origins=tuple(args.allow_origin), max_frame_bytes=args.max_frame_bytes,
+        allow_origins=tuple(args.allow_origin), allow_hosts=tuple(args.allow_host),
+        max_frame_bytes=args.max_frame_bytes,
         rate_limit=args.rate_limit, rate_burst=args.rate_burst,
         tool_timeout_ms=args.tool_timeout, tool_timeouts_ms=dict(args.tool_timeouts),
         max_steps=args.max_steps, session_ttl=args.session_ttl,

@@ -68,6 +68,9 @@ class CoreConfig:
     store: str = "memory"
     #: extra WebSocket origins allowed besides Core's own (``--allow-origin``)
     allow_origins: tuple[str, ...] = ()
+    #: host names Core answers to besides its bind address and loopback names
+    #: (``--allow-host``; ``*``: any)
+    allow_hosts: tuple[str, ...] = ()
     max_frame_bytes: int = MAX_FRAME_BYTES
     #: frames a connection may send per second, and the burst it may save up
     rate_limit: float = 200.0

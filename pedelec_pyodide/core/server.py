@@ -1,8 +1,9 @@
 """The Starlette app (``create_app``) and running it under uvicorn (``run``).
 
-Routes: ``/pedelec/v1/health``, the control API, MCP, the WebSocket bridge, then static files:
-the Pyodide runtime at ``/pedelec/pyodide/``, the JS bridge (``web/``) at ``/pedelec/``,
-and the app (``--app DIR``, or the demo) at ``/``.
+Routes: ``/pedelec/v1/health``, ``/pedelec/v1/origin-check``, the control API, MCP, the
+WebSocket bridge, then static files: the Pyodide runtime at ``/pedelec/pyodide/``, the JS
+bridge (``web/``) at ``/pedelec/`` (both public), and the app (``--app DIR``, or the demo) at
+``/``. Every request first passes the Host check (:mod:`.public`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
-from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
@@ -29,6 +30,14 @@ from .agent import Agent
 from .bridge import BridgeConnection
 from .config import CoreConfig
 from .log import log_event
+from .public import (
+    HostCheck,
+    PublicFiles,
+    origin_check,
+    own_hosts,
+    serve_public,
+    store_files,
+)
 from .sessions import Registry
 from .store import open_store
 
@@ -49,13 +58,15 @@ def agent_factory_for(spec: str) -> Callable[[], Agent]:
 
 
 class PyodideFiles:
-    """``/pedelec/pyodide/``: the runtime directory, once it is there.
+    """``/pedelec/pyodide/``: the runtime directory, once it is there; public (any origin
+    may load it).
 
     Until then (being provisioned, or missing) it answers 503 with what is going on.
     """
 
-    def __init__(self, directory: Path | None) -> None:
-        self._static: StaticFiles | None = None
+    def __init__(self, directory: Path | None, private: tuple[Path, ...] = ()) -> None:
+        self._static: PublicFiles | None = None
+        self._private = private
         self.status = "missing"
         self.detail = (
             "no Pyodide runtime is configured: pass --pyodide DIR (a provisioned runtime), "
@@ -65,7 +76,7 @@ class PyodideFiles:
             self.ready(directory)
 
     def ready(self, directory: Path) -> None:
-        self._static = StaticFiles(directory=directory)
+        self._static = PublicFiles(directory=directory, private=self._private)
         self.status = "ready"
         self.detail = str(directory)
 
@@ -74,6 +85,9 @@ class PyodideFiles:
         self.detail = message
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await serve_public(self._serve, scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._static is not None:
             await self._static(scope, receive, send)
             return
@@ -154,7 +168,8 @@ def create_app(config: CoreConfig) -> Starlette:
     agent_factory = config.agent_factory or agent_factory_for(config.agent)
     store = open_store(config.store)
     registry = Registry(config, store, agent_factory)
-    pyodide = PyodideFiles(config.pyodide_dir)
+    private = store_files(config.store)  # never served, wherever --store points
+    pyodide = PyodideFiles(config.pyodide_dir, private)
     allowed = frozenset(origin.rstrip("/").lower() for origin in config.allow_origins)
     mcp_endpoint = LazyMcp(registry, allowed)
 
@@ -181,6 +196,7 @@ def create_app(config: CoreConfig) -> Starlette:
 
     routes: list[BaseRoute] = [
         Route("/pedelec/v1/health", control.health),
+        Route("/pedelec/v1/origin-check", origin_check(allowed)),
         Route("/pedelec/v1/sessions", control.list_sessions),
         Route("/pedelec/v1/sessions/{session_id}", control.get_session),
         Route("/pedelec/v1/sessions/{session_id}/tool-calls", control.tool_call,
@@ -194,20 +210,25 @@ def create_app(config: CoreConfig) -> Starlette:
         Mount("/pedelec/pyodide", app=pyodide),
     ]
     if config.web_dir is not None:
-        routes.append(Mount("/pedelec", app=StaticFiles(directory=config.web_dir)))
+        routes.append(Mount("/pedelec", app=PublicFiles(directory=config.web_dir,
+                                                        private=private, cors=True)))
     if config.app_dir is not None:
-        routes.append(Mount("/", app=StaticFiles(directory=config.app_dir, html=True)))
+        routes.append(Mount("/", app=PublicFiles(directory=config.app_dir, html=True,
+                                                 private=private)))
     elif config.demo:
         demo_dir = config.web_dir / "demo" if config.web_dir is not None else None
         if demo_dir is not None and (demo_dir / "index.html").is_file():
-            routes.append(Mount("/", app=StaticFiles(directory=demo_dir, html=True)))
+            routes.append(Mount("/", app=PublicFiles(directory=demo_dir, html=True,
+                                                     private=private)))
         else:
             page = _missing_demo_page(config)
             routes.append(Route("/", lambda request: HTMLResponse(page, status_code=503)))
     else:
         routes.append(Route("/", _index_page))
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    hosts = own_hosts(config.host, config.allow_hosts)
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(HostCheck, hosts=hosts)])
     app.state.registry = registry
     app.state.admin_token = config.admin_token
     app.state.pyodide = pyodide

@@ -437,6 +437,8 @@ async def control_case(core: Core, case: dict[str, Any]) -> None:
             content = bytes.fromhex(inp["body_hex"])
         else:
             content = inp["body"].encode() if "body" in inp else None
+        if "host" in inp:
+            headers["Host"] = inp["host"]
         http = core.http
         sent: list[tuple[bytes, bytes]] = [
             (name.encode(), value.encode()) for name, value in

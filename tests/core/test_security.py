@@ -1,8 +1,8 @@
 """Security of Core (issue 7, item 5), against real servers on loopback.
 
-- the admin token guards every route of the app but health, static files and the bridge
-  (the routes are read from the Starlette app, so a new one cannot be forgotten), and is
-  compared with ``hmac.compare_digest``;
+- the admin token guards every route of the app but health, the origin check, static files
+  and the bridge (the routes are read from the Starlette app, so a new one cannot be
+  forgotten), and is compared with ``hmac.compare_digest``;
 - a page cannot see or answer another session's requests;
 - resuming with a known id and a wrong token fails and reveals nothing;
 - a browser WebSocket from a foreign Origin is refused unless ``--allow-origin`` lists it;
@@ -43,6 +43,7 @@ from pedelec_pyodide.core.server import PyodideFiles
 
 REPO = Path(__file__).resolve().parent.parent.parent
 HEALTH = "/pedelec/v1/health"
+ORIGIN_CHECK = "/pedelec/v1/origin-check"
 BRIDGE = "/pedelec/v1/bridge"
 
 
@@ -61,14 +62,14 @@ def wrong_same_length(token: str) -> str:
 
 
 def classify(route: Any) -> str:
-    """``open`` (health), ``static``, ``bridge``, or ``guarded``."""
+    """``open`` (health, origin check), ``static``, ``bridge``, or ``guarded``."""
     if isinstance(route, Mount) and isinstance(route.app, (StaticFiles, PyodideFiles)):
         return "static"
     if isinstance(route, Route) and route.path == "/" and "index" in route.name:
         return "static"
     if isinstance(route, WebSocketRoute):
         return "bridge"
-    if isinstance(route, Route) and route.path == HEALTH:
+    if isinstance(route, Route) and route.path in (HEALTH, ORIGIN_CHECK):
         return "open"
     return "guarded"
 
@@ -84,7 +85,7 @@ def test_every_route_but_health_static_and_bridge_needs_the_admin_token() -> Non
             for route in core.app.routes:
                 kinds.setdefault(classify(route), []).append(route.path)
             # the exceptions, explicitly
-            assert kinds["open"] == [HEALTH]
+            assert kinds["open"] == [HEALTH, ORIGIN_CHECK]
             assert kinds["bridge"] == [BRIDGE]
             assert sorted(kinds["static"]) == ["", "/pedelec", "/pedelec/pyodide"]
             assert len(kinds["guarded"]) >= 5

@@ -373,7 +373,7 @@ for cid, expr, value in (("promise-number", "Promise.resolve(42)", 42),
 # input: method, path ($SESSION: a live session's id), auth ("good" by default, "none",
 # "wrong", "wrong-same-length", "basic", "lowercase-scheme", "no-scheme", "token-in-query"),
 # body (text), or make: {"kind": "big_body", "bytes": N}; headers_hex: [[name, value as
-# hex], ...] sent as they are (repeats included).
+# hex], ...] sent as they are (repeats included); host: the Host header sent.
 
 def control(cid: str, description: str, input: dict[str, Any], status: int,
             code: str | None) -> None:
@@ -459,6 +459,16 @@ control("idempotency-key-twice", f"two {KEY} headers",
 for cid, rid in (("unknown", "no-such-request"), ("long", "r" * 2000), ("percent", "%00%ff")):
     control(f"tool-request-{cid}", "GET a tool request the session never had",
             {"method": "GET", "path": f"{TOOL_CALLS}/{rid}"}, 404, "TOOL_REQUEST_NOT_FOUND")
+# DNS rebinding: a Host that is not one of Core's names reaches no route, with any token
+for method, path in [("GET", "/pedelec/v1/health"), *ROUTES]:
+    short = path.rsplit("/", 1)[-1].replace("$SESSION", "session")
+    for host, status in (("evil.example", 421), ("localhost.evil.example:8765", 421),
+                         ("127.0.0.1.evil.example", 421), ("127.1", 421),
+                         ("::1", 400), ("localhost:port", 400), ("user@localhost", 400)):
+        control(f"host-{host.replace(':', '-')}-{method.lower()}-{short}",
+                f"{method} {path} with Host {host}",
+                {"method": method, "path": path, "host": host,
+                 "body": '{"tool": "echo", "args": {}, "text": "x"}'}, status, None)
 
 
 def main() -> None:
