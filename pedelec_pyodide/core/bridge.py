@@ -92,7 +92,7 @@ class BridgeConnection:
         if not self._open or self._closing is not None:
             return
         size = sys.getsizeof(frame)
-        if self._queued + size > self.max_queued:
+        if self._queued and self._queued + size > self.max_queued:  # one frame always fits
             self._not_reading(size)
             return
         self._queued += size
@@ -167,6 +167,7 @@ class BridgeConnection:
                     data = message.get("bytes") or b""
                 if not self.handle(data):
                     break
+                del message, data  # an idle connection holds no frame (up to 4 MiB)
         finally:
             flusher = self._flusher
             if flusher is not None:  # let the last frames (and a close) go out
