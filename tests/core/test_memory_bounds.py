@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import websockets
 from corekit import WAIT, Page, RawClient, config, run, running_core, tool_meta, until
 
@@ -185,6 +186,40 @@ def test_the_offline_agents_history_stays_within_its_bytes() -> None:
             kept = json.loads(history)
             assert kept and kept[-1]["calls"][0]["args"]["n"] == 11  # the newest kept
             assert len(kept) < 12
+            await page.drop()
+
+    run(main())
+
+
+def test_a_tools_update_does_not_serialise_the_history_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pedelec_pyodide.core import store
+
+    encoded: list[Any] = []
+
+    def counting(value: Any) -> str:
+        encoded.append(value)
+        return json.dumps(value)
+
+    monkeypatch.setattr(store, "dump_json", counting)
+
+    async def main() -> None:
+        async with running_core(config(agent_factory=OfflineAgent,
+                                       store=str(tmp_path / "core.sqlite"))) as core:
+            page = await Page(sink_session()).connect(core.ws_url)
+            sid = page.session.session_id
+            assert sid is not None
+            answer = await core.turn(sid, '/call sink {"n": 1}')
+            assert answer.json()["status"] == "completed"
+            history = core.registry.sessions[sid].record.history
+            assert '"n":1' in history
+            encoded.clear()
+            for n in range(5):
+                await page.ws.send(json.dumps({"type": "tools.update",
+                                               "tools": [tool_meta(f"t{n}")]}))
+            await until(lambda: core.registry.sessions[sid].tool_names == ("t4",), "updates")
+            await core.registry.store.flush()
+            assert encoded == []  # the row is written from the JSON the session keeps
             await page.drop()
 
     run(main())
