@@ -167,7 +167,7 @@ class BridgeConnection:
                     data = message.get("bytes") or b""
                 if not self.handle(data):
                     break
-                del message, data  # an idle connection holds no frame (up to 4 MiB)
+                del message, data  # an idle connection keeps no frame (each up to MiBs)
         finally:
             flusher = self._flusher
             if flusher is not None:  # let the last frames (and a close) go out

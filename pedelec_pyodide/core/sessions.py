@@ -134,7 +134,7 @@ CheckedRequest = tuple[str, str]
 
 def _for_resend(turn: TurnRecord) -> TurnRecord:
     """What an ended turn keeps in memory: enough to send its ``turn.end`` again (its
-    text and tool calls, which may be large, are in the store)."""
+    text and tool calls, which may be large, went to the store and the turn's caller)."""
     return dataclasses.replace(turn, text="", tool_calls=[])
 
 
