@@ -5,6 +5,10 @@ pending requests (their deadlines keep running) and waits ``session_ttl`` second
 resumed by id and token. Results are keyed by ``toolRequestId``: each pending request is
 resolved exactly once (by the page's result, its deadline, a cancellation or expiry);
 whatever arrives after that is refused with an ``error`` frame and changes nothing.
+
+Memory is bounded per session and in all: ``max_sessions`` (a new page takes the place of
+the session disconnected longest), metadata as JSON text of at most ``max_metadata_bytes``,
+``max_pending`` requests; the agent's history is bounded in turns.py.
 """
 
 from __future__ import annotations
