@@ -47,10 +47,15 @@ class Turn(Protocol):
 
     turn_id: str
     text: str
-    tools: list[dict[str, Any]]  # the session's tool metadata, as the page sent it
     history: list[dict[str, Any]]  # the agent's own record of earlier turns; it may append
     max_steps: int
     usage: dict[str, int]  # token counts the agent adds to; Core logs them in turn.end
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The session's tool metadata, as the page sent it when the turn started (a
+        fresh copy on each access: Core keeps it as JSON, see ``PageMetadata``)."""
+        ...
 
     async def call_tools(self, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
         """Run one step's calls in parallel; raises StepLimitExceeded past ``max_steps``."""

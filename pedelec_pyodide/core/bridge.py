@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import sys
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -24,18 +25,25 @@ from ..protocol import ProtocolError
 from ..results import TOOL_RESULT_TOO_LARGE, tool_error
 from .log import log_event
 from .sessions import (
+    CLOSE_TRY_AGAIN,
     DUPLICATE_HELLO,
     HELLO_REQUIRED,
     RATE_LIMITED,
     RESUME_REFUSED,
+    TOO_MANY_SESSIONS,
     TURN_BUSY,
     UNKNOWN_TURN,
     CoreSession,
     Registry,
+    SessionRefused,
+    page_metadata,
 )
+from .store import dump_json
 from .turns import start_turn
 
 CLOSE_POLICY = 1008
+# how long Core offers a close frame to a page before it stops waiting for the page to read
+CLOSE_WAIT = 10.0
 # The limit is on a result, as the page checks it: its tool.result frame may exceed the
 # frame limit by the envelope around it (type, id, handledBy).
 RESULT_ENVELOPE_BYTES = 1024
@@ -72,6 +80,8 @@ class BridgeConnection:
         self.refilled = time.monotonic()
         self.session: CoreSession | None = None
         self._outbox: deque[str] = deque()
+        self.max_queued = config.max_queued_bytes
+        self._queued = 0  # bytes of memory the outbox holds
         self._closing: tuple[int, str] | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._open = True
@@ -81,9 +91,33 @@ class BridgeConnection:
     def send(self, frame: str) -> None:
         if not self._open or self._closing is not None:
             return
+        size = sys.getsizeof(frame)
+        if self._queued and self._queued + size > self.max_queued:  # one frame always fits
+            self._not_reading(size)
+            return
+        self._queued += size
         self._outbox.append(frame)
         if self._flusher is None:
             self._flusher = asyncio.ensure_future(self._flush())
+
+    def _not_reading(self, size: int) -> None:
+        """The page does not read what Core sends: close its connection rather than
+        buffer for it. Its session is detached now and waits for a resume (what it
+        missed, pending requests and turn ends, is sent again then)."""
+        session = self.session
+        log_event("bridge.not_reading", session=None if session is None else session.id,
+                  queued=self._queued, frame=size)
+        self._outbox.clear()
+        self._queued = 0
+        self._closing = (CLOSE_POLICY, f"not reading: over {self.max_queued} bytes queued "
+                         "(--max-queued-bytes)")
+        self._open = False  # the receive loop stops at the next frame
+        if session is not None:
+            session.detach(self)
+        stuck = self._flusher  # waiting for the page to read; the close replaces it
+        if stuck is not None:
+            stuck.cancel()
+        self._flusher = asyncio.ensure_future(self._flush())
 
     def close(self, code: int, reason: str) -> None:
         if not self._open or self._closing is not None:
@@ -96,16 +130,22 @@ class BridgeConnection:
         send = self.websocket.send
         try:
             while self._outbox:
-                await send({"type": "websocket.send", "text": self._outbox.popleft()})
+                frame = self._outbox.popleft()
+                self._queued -= sys.getsizeof(frame)
+                await send({"type": "websocket.send", "text": frame})
             if self._closing is not None:
                 code, reason = self._closing
-                await send({"type": "websocket.close", "code": code, "reason": reason})
+                await asyncio.wait_for(
+                    send({"type": "websocket.close", "code": code, "reason": reason}),
+                    CLOSE_WAIT)
                 self._open = False
         except Exception:  # the peer is gone; the receive loop sees the disconnect
             self._open = False
             self._outbox.clear()
+            self._queued = 0
         finally:
-            self._flusher = None
+            if self._flusher is asyncio.current_task():
+                self._flusher = None
 
     # --- the receive side ---------------------------------------------------------------
 
@@ -120,13 +160,14 @@ class BridgeConnection:
         try:
             while self._open:
                 message = await websocket.receive()
-                if message["type"] == "websocket.disconnect":
+                if message["type"] == "websocket.disconnect" or not self._open:
                     break
                 data = message.get("text")
                 if data is None:
                     data = message.get("bytes") or b""
                 if not self.handle(data):
                     break
+                del message, data  # an idle connection keeps no frame (each up to MiBs)
         finally:
             flusher = self._flusher
             if flusher is not None:  # let the last frames (and a close) go out
@@ -235,7 +276,12 @@ class BridgeConnection:
                     UNKNOWN_TURN, f"turn {message.turn_id!r} is not running",
                     turn_id=message.turn_id))
         else:  # ToolsUpdate
-            session.update_tools(message.tools)
+            try:
+                session.update_tools(page_metadata(
+                    message.tools, session.client_json, self.registry.config.max_metadata_bytes))
+            except SessionRefused as exc:
+                self.send(protocol.error_frame(exc.code, exc.message))
+                return
             log_event("session.tools", session=session.id, tools=len(message.tools))
 
     def _hello(self, hello: protocol.Hello) -> None:
@@ -244,8 +290,17 @@ class BridgeConnection:
                 DUPLICATE_HELLO, "this connection has already said hello"))
             return
         registry = self.registry
+        try:
+            metadata = page_metadata(hello.tools, dump_json(hello.client or {}),
+                                     registry.config.max_metadata_bytes)
+            if hello.session_id is None:
+                session = registry.create(metadata)
+        except SessionRefused as exc:
+            self.send(protocol.error_frame(exc.code, exc.message))
+            if exc.code == TOO_MANY_SESSIONS:
+                self.close(CLOSE_TRY_AGAIN, "too many sessions")
+            return
         if hello.session_id is None:
-            session = registry.create(hello.tools, hello.client)
             resumed = False
         else:
             found = registry.resume(hello.session_id, hello.resume_token)
@@ -258,8 +313,7 @@ class BridgeConnection:
                 ))
                 return
             session = found
-            session.update_tools(hello.tools)
-            session.client = hello.client or {}
+            session.update_tools(metadata)
             resumed = True
             log_event("session.resumed", session=session.id, pending=len(session.pending))
         self.session = session

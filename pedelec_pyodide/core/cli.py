@@ -137,9 +137,33 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         metavar="TOOL=MS", help="deadline for one tool; repeatable")
     parser.add_argument("--max-steps", type=_positive(int), default=8, metavar="N",
                         help="tool-calling steps a turn may take (default: 8)")
-    parser.add_argument("--session-ttl", type=_positive(float), default=600.0,
-                        metavar="SECONDS", help="how long a disconnected session waits to "
-                        "be resumed before it expires (default: 600)")
+    parser.add_argument("--session-ttl", type=_positive(float),
+                        default=CoreConfig.session_ttl, metavar="SECONDS",
+                        help="how long a disconnected session waits to be resumed before "
+                        f"it expires (default: {CoreConfig.session_ttl:g})")
+    parser.add_argument("--max-sessions", type=_positive(int), default=CoreConfig.max_sessions,
+                        metavar="N", help="sessions Core holds, connected or awaiting a "
+                        "resume; when full, the one disconnected longest is dropped, and "
+                        "with none a new page is refused TOO_MANY_SESSIONS "
+                        f"(default: {CoreConfig.max_sessions})")
+    parser.add_argument("--max-metadata-bytes", type=_positive(int),
+                        default=CoreConfig.max_metadata_bytes, metavar="N",
+                        help="a session's tool metadata and client info, as JSON bytes; "
+                        "over it a hello or tools.update is refused METADATA_TOO_LARGE "
+                        f"(default: {CoreConfig.max_metadata_bytes})")
+    parser.add_argument("--max-queued-bytes", type=_positive(int),
+                        default=CoreConfig.max_queued_bytes, metavar="N",
+                        help="frames queued for a page that is not reading them; over it "
+                        "its connection is closed (1008), its session kept for a resume "
+                        f"(default: {CoreConfig.max_queued_bytes})")
+    parser.add_argument("--max-pending", type=_positive(int), default=CoreConfig.max_pending,
+                        metavar="N", help="tool requests pending at once per session; "
+                        "more are answered TOO_MANY_PENDING "
+                        f"(default: {CoreConfig.max_pending})")
+    parser.add_argument("--max-history-bytes", type=_positive(int),
+                        default=CoreConfig.max_history_bytes, metavar="N",
+                        help="the agent's history kept per session, as JSON bytes; the "
+                        f"oldest turns are dropped first (default: {CoreConfig.max_history_bytes})")
     parser.add_argument("--max-frame-bytes", type=_positive(int), default=MAX_FRAME_BYTES,
                         metavar="N", help=f"largest WebSocket frame (default: {MAX_FRAME_BYTES})")
     parser.add_argument("--rate-limit", type=_positive(float), default=200.0, metavar="N",
@@ -201,6 +225,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         tool_timeout_ms=args.tool_timeout, tool_timeouts_ms=dict(args.tool_timeouts),
         max_steps=args.max_steps, session_ttl=args.session_ttl,
         kept_results=args.kept_results, result_retention=args.result_retention,
+        max_sessions=args.max_sessions, max_metadata_bytes=args.max_metadata_bytes,
+        max_queued_bytes=args.max_queued_bytes, max_pending=args.max_pending,
+        max_history_bytes=args.max_history_bytes,
     )
     return cfg, generated
 

@@ -81,7 +81,18 @@ class CoreConfig:
     #: tool-calling steps a turn may take
     max_steps: int = 8
     #: how long a disconnected session waits to be resumed before it expires
-    session_ttl: float = 600.0
+    session_ttl: float = 120.0
+    #: sessions Core holds, connected or awaiting a resume; when full, the session
+    #: disconnected longest is dropped to make room, else a new one is refused
+    max_sessions: int = 256
+    #: a session's tool metadata and client info, as JSON bytes (hello, tools.update)
+    max_metadata_bytes: int = MAX_FRAME_BYTES
+    #: frames queued for a connection that is not reading them (bytes of memory)
+    max_queued_bytes: int = 8 * MAX_FRAME_BYTES
+    #: tool requests pending at once per session
+    max_pending: int = 64
+    #: an agent's history per session, as JSON bytes (oldest turns dropped first)
+    max_history_bytes: int = 512 * 1024
     #: results of delivered requests remembered per session, to tell duplicates apart
     remembered_results: int = 256
     #: results of requests made outside turns (control API, MCP) kept per session for

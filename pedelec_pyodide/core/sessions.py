@@ -5,6 +5,10 @@ pending requests (their deadlines keep running) and waits ``session_ttl`` second
 resumed by id and token. Results are keyed by ``toolRequestId``: each pending request is
 resolved exactly once (by the page's result, its deadline, a cancellation or expiry);
 whatever arrives after that is refused with an ``error`` frame and changes nothing.
+
+Memory is bounded per session and in all: ``max_sessions`` (a new page takes the place of
+the session disconnected longest), metadata as JSON text of at most ``max_metadata_bytes``,
+``max_pending`` requests; the agent's history is bounded in turns.py.
 """
 
 from __future__ import annotations
@@ -12,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hmac
+import json
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .. import protocol
 from ..results import INVALID_ARGS, TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
@@ -32,6 +37,7 @@ from .store import (
     Snapshot,
     Store,
     TurnRecord,
+    dump_json,
 )
 
 if TYPE_CHECKING:
@@ -49,9 +55,46 @@ DUPLICATE_RESULT = "DUPLICATE_RESULT"
 LATE_RESULT = "LATE_RESULT"
 RATE_LIMITED = "RATE_LIMITED"
 SESSION_CLOSED = "SESSION_CLOSED"
+TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"  # then the connection is closed (CLOSE_TRY_AGAIN)
+METADATA_TOO_LARGE = "METADATA_TOO_LARGE"
 
 # Error results Core itself gives a caller (besides TOOL_TIMEOUT and TOOL_CANCELLED).
 SESSION_EXPIRED = "SESSION_EXPIRED"
+TOO_MANY_PENDING = "TOO_MANY_PENDING"
+
+# WebSocket close code: Core is full (too many sessions), try again later.
+CLOSE_TRY_AGAIN = 1013
+
+
+class SessionRefused(Exception):
+    """A hello or tools.update Core will not take; ``code`` is the error frame's."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class PageMetadata(NamedTuple):
+    """What a page told Core about itself, as a session keeps it: JSON text (decoded,
+    metadata takes up to ~24 times the memory of its JSON) and the tools' names."""
+
+    tools_json: str
+    client_json: str
+    names: tuple[str, ...]
+
+
+def page_metadata(tools: list[dict[str, Any]], client_json: str, limit: int
+                  ) -> PageMetadata:
+    """A hello's or tools.update's metadata, or :class:`SessionRefused` when the tools
+    and client info together are over ``limit`` bytes of JSON."""
+    tools_json = dump_json(tools)
+    size = protocol.frame_size(tools_json) + protocol.frame_size(client_json)
+    if size > limit:
+        raise SessionRefused(METADATA_TOO_LARGE, (
+            f"the tool metadata and client info are {size} bytes as JSON; a session may "
+            f"hold at most {limit} (--max-metadata-bytes)"))
+    return PageMetadata(tools_json, client_json, tuple(str(tool["name"]) for tool in tools))
 
 # WebSocket close code when another connection resumed the same session.
 
@@ -93,6 +136,12 @@ class PendingRequest:
 
 # a request's id and its tool.request frame, through checked_request_frame
 CheckedRequest = tuple[str, str]
+
+
+def _for_resend(turn: TurnRecord) -> TurnRecord:
+    """What an ended turn keeps in memory: enough to send its ``turn.end`` again (its
+    text and tool calls, which may be large, went to the store and the turn's caller)."""
+    return dataclasses.replace(turn, text="", tool_calls=[])
 
 
 def new_request_id() -> str:
@@ -152,11 +201,14 @@ def checked_request_frame(request: protocol.ToolRequest, max_frame_bytes: int) -
 class CoreSession:
     """One page session as Core holds it."""
 
-    def __init__(self, registry: Registry, record: SessionRecord) -> None:
+    def __init__(self, registry: Registry, record: SessionRecord,
+                 client_json: str = "{}") -> None:
         self.registry = registry
         self.record = record
         self.connection: Connection | None = None
-        self.client: dict[str, Any] = {}
+        self.client_json = client_json
+        self.tool_names: tuple[str, ...] = tuple(
+            str(tool["name"]) for tool in json.loads(record.tools))
         self.pending: dict[str, PendingRequest] = {}
         # requests resolved lately: id -> how ("delivered", "timeout", "cancelled", ...)
         self.finished: OrderedDict[str, str] = OrderedDict()
@@ -180,7 +232,9 @@ class CoreSession:
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        return self.record.tools
+        """The page's tool metadata, decoded afresh (the session keeps the JSON)."""
+        tools: list[dict[str, Any]] = json.loads(self.record.tools)
+        return tools
 
     @property
     def state(self) -> str:
@@ -205,9 +259,9 @@ class CoreSession:
         }
         if full:
             info["tools"] = self.tools
-            info["client"] = self.client
+            info["client"] = json.loads(self.client_json)
         else:
-            info["toolNames"] = [tool["name"] for tool in self.tools]
+            info["toolNames"] = list(self.tool_names)
         return info
 
     # --- connections --------------------------------------------------------------------
@@ -216,6 +270,7 @@ class CoreSession:
         """``connection`` now speaks for this session (after a good hello)."""
         previous = self.connection
         self.connection = connection
+        self.registry.disconnected.pop(self.id, None)
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
@@ -241,8 +296,13 @@ class CoreSession:
             return
         self.connection = None
         if not self.closed:
-            loop = asyncio.get_running_loop()
-            self._expiry = loop.call_later(self.registry.config.session_ttl, self.expire)
+            self._await_resume()
+
+    def _await_resume(self) -> None:
+        """Disconnected: expire after the TTL, or sooner if Core needs the room."""
+        self.registry.disconnected[self.id] = self
+        self._expiry = asyncio.get_running_loop().call_later(
+            self.registry.config.session_ttl, self.expire)
 
     def send(self, frame: str) -> bool:
         connection = self.connection
@@ -252,7 +312,7 @@ class CoreSession:
         return True
 
     def remember_end(self, turn: TurnRecord) -> None:
-        self.ended[turn.id] = turn
+        self.ended[turn.id] = _for_resend(turn)
         while len(self.ended) > RECENT_TURNS:
             self.ended.popitem(last=False)
 
@@ -264,13 +324,17 @@ class CoreSession:
         ), self.registry.config.max_frame_bytes)
         if self.send(frame):
             turn.end_delivered = True
-            self.registry.store.save_turn(turn)
+            self.registry.store.mark_end_delivered(turn.session_id, turn.id)
         else:
-            self.unsent_ends.append(turn)
+            self.unsent_ends.append(self.ended[turn.id])
+            del self.unsent_ends[:-RECENT_TURNS]
 
-    def update_tools(self, tools: list[dict[str, Any]]) -> None:
-        changed = tools != self.record.tools
-        self.record.tools = tools
+    def update_tools(self, metadata: PageMetadata) -> None:
+        """The page's tools (and, from a hello, its client info) changed."""
+        changed = metadata.tools_json != self.record.tools
+        self.record.tools = metadata.tools_json
+        self.tool_names = metadata.names
+        self.client_json = metadata.client_json
         self.registry.store.save_session(self.record)
         if changed:
             for listener in list(self.tool_listeners.values()):
@@ -331,9 +395,17 @@ class CoreSession:
         self.pending[record.id] = pending
         delay = max(0.0, record.deadline - time.time())
         pending.timer = asyncio.get_running_loop().call_later(delay, self._timeout, pending)
+        limit = self.registry.config.max_pending
+        if len(self.pending) > limit:  # answered at once; kept in a turn's journal
+            self._resolve(pending, tool_error(
+                TOO_MANY_PENDING,
+                f"this session already has {limit} tool requests pending (--max-pending)",
+                retryable=True), "none", "refused")
         return pending
 
     def send_request(self, pending: PendingRequest) -> None:
+        if pending.future.done():  # refused when it was opened
+            return
         if self.closed:
             self._resolve(pending, tool_error(
                 SESSION_CLOSED, "the session is closed", retryable=False), "none", "closed")
@@ -452,17 +524,30 @@ class Registry:
         self.store = store
         self.agent_factory = agent_factory
         self.sessions: dict[str, CoreSession] = {}
+        # sessions awaiting a resume, the longest disconnected first
+        self.disconnected: OrderedDict[str, CoreSession] = OrderedDict()
 
-    def create(self, tools: list[dict[str, Any]], client: dict[str, Any] | None) -> CoreSession:
+    def create(self, metadata: PageMetadata) -> CoreSession:
+        """A new session; :class:`SessionRefused` when Core holds ``max_sessions``, all
+        of them connected (else the one disconnected longest is expired to make room)."""
+        limit = self.config.max_sessions
+        while len(self.sessions) >= limit and self.disconnected:
+            _, oldest = self.disconnected.popitem(last=False)
+            log_event("session.evicted", session=oldest.id, sessions=len(self.sessions))
+            oldest.expire()
+        if len(self.sessions) >= limit:
+            log_event("session.refused", sessions=len(self.sessions))
+            raise SessionRefused(TOO_MANY_SESSIONS, (
+                f"Core already holds {limit} sessions, all connected (--max-sessions); "
+                "try again later"))
         record = SessionRecord(
             id=secrets.token_urlsafe(18), resume_token=secrets.token_urlsafe(32),
-            tools=tools, history=[], created_at=time.time(),
+            tools=metadata.tools_json, history="[]", created_at=time.time(),
         )
-        session = CoreSession(self, record)
-        session.client = client or {}
+        session = CoreSession(self, record, metadata.client_json)
         self.sessions[record.id] = session
         self.store.save_session(record)
-        log_event("session.created", session=record.id, tools=len(tools))
+        log_event("session.created", session=record.id, tools=len(metadata.names))
         return session
 
     def resume(self, session_id: str, resume_token: str | None) -> CoreSession | None:
@@ -481,6 +566,7 @@ class Registry:
 
     def remove(self, session: CoreSession) -> None:
         session.close()
+        self.disconnected.pop(session.id, None)
         if self.sessions.get(session.id) is session:
             del self.sessions[session.id]
             self.store.delete_session(session.id)
@@ -491,11 +577,10 @@ class Registry:
         """Rebuild sessions from the store; resume the turns that were running."""
         from .turns import TurnRunner
 
-        for record in snapshot.sessions:
+        for record in snapshot.sessions:  # oldest first
             session = CoreSession(self, record)
             self.sessions[record.id] = session
-            session._expiry = asyncio.get_running_loop().call_later(
-                self.config.session_ttl, session.expire)
+            session._await_resume()
         journals: dict[tuple[str, str], list[RequestRecord]] = {}
         kept: dict[str, list[RequestRecord]] = {}
         for request in snapshot.requests:
@@ -522,7 +607,7 @@ class Registry:
             else:
                 owner.remember_end(turn)
                 if not turn.end_delivered:
-                    owner.unsent_ends.append(turn)
+                    owner.unsent_ends.append(owner.ended[turn.id])
         keys: dict[str, list[IdempotencyRecord]] = {}
         for key in snapshot.keys:
             keys.setdefault(key.session_id, []).append(key)

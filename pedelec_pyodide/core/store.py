@@ -21,10 +21,13 @@ from typing import Any, Protocol
 
 @dataclass
 class SessionRecord:
+    """A session as stored. Its tool metadata and the agent's history are kept as compact
+    JSON text: decoded, they take up to ~24 times the memory of their JSON."""
+
     id: str
     resume_token: str
-    tools: list[dict[str, Any]]
-    history: list[dict[str, Any]]
+    tools: str  # JSON: the page's tool metadata
+    history: str  # JSON: the agent's own record of earlier turns
     created_at: float
 
 
@@ -114,6 +117,8 @@ class Store(Protocol):
 
     def delete_key(self, key_hash: str) -> None: ...
 
+    def mark_end_delivered(self, session_id: str, turn_id: str) -> None: ...
+
     async def flush(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -146,6 +151,9 @@ class MemoryStore:
         pass
 
     def delete_key(self, key_hash: str) -> None:
+        pass
+
+    def mark_end_delivered(self, session_id: str, turn_id: str) -> None:
         pass
 
     async def flush(self) -> None:
@@ -205,8 +213,14 @@ _Op = tuple[str, tuple[Any, ...]]
 _Item = _Op | asyncio.Future[None] | None
 
 
-def _dump(value: Any) -> str:
+def dump_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _json_text(text: str) -> str:
+    """``text`` if it is JSON (a damaged row fails at load, not later)."""
+    json.loads(text)
+    return text
 
 
 class SQLiteStore:
@@ -240,7 +254,7 @@ class SQLiteStore:
             "SELECT id, resume_token, tools, history, created_at FROM sessions ORDER BY created_at"
         ):
             snapshot.sessions.append(SessionRecord(
-                row[0], row[1], json.loads(row[2]), json.loads(row[3]), row[4]))
+                row[0], row[1], _json_text(row[2]), _json_text(row[3]), row[4]))
         for row in db.execute(
             "SELECT id, session_id, turn_id, step, idx, tool, args, deadline, result, handled_by,"
             " finished_at FROM requests ORDER BY rowid"
@@ -272,7 +286,7 @@ class SQLiteStore:
     def save_session(self, record: SessionRecord) -> None:
         self._submit(
             "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?)",
-            (record.id, record.resume_token, _dump(record.tools), _dump(record.history),
+            (record.id, record.resume_token, record.tools, record.history,
              record.created_at),
         )
 
@@ -286,8 +300,8 @@ class SQLiteStore:
         self._submit(
             "INSERT OR REPLACE INTO requests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (record.id, record.session_id, record.turn_id, record.step, record.index,
-             record.tool, _dump(record.args), record.deadline,
-             None if record.handled_by is None else _dump(record.result), record.handled_by,
+             record.tool, dump_json(record.args), record.deadline,
+             None if record.handled_by is None else dump_json(record.result), record.handled_by,
              record.finished_at),
         )
 
@@ -298,8 +312,9 @@ class SQLiteStore:
         self._submit(
             "INSERT OR REPLACE INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (record.id, record.session_id, record.text, record.status, record.final_text,
-             None if record.error is None else _dump(record.error), _dump(record.tool_calls),
-             int(record.end_delivered), record.created_at, _dump(record.usage)),
+             None if record.error is None else dump_json(record.error),
+             dump_json(record.tool_calls),
+             int(record.end_delivered), record.created_at, dump_json(record.usage)),
         )
 
     def save_key(self, record: IdempotencyRecord) -> None:
@@ -311,6 +326,10 @@ class SQLiteStore:
 
     def delete_key(self, key_hash: str) -> None:
         self._submit("DELETE FROM idempotency_keys WHERE key_hash = ?", (key_hash,))
+
+    def mark_end_delivered(self, session_id: str, turn_id: str) -> None:
+        self._submit("UPDATE turns SET end_delivered = 1 WHERE session_id = ? AND id = ?",
+                     (session_id, turn_id))
 
     async def flush(self) -> None:
         """Wait until every write queued so far is committed."""

@@ -16,6 +16,7 @@ turn ``failed`` with ``TURN_INTERRUPTED``: an honest failure, not a guess.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -23,7 +24,7 @@ from .. import protocol
 from .agent import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
 from .log import log_event
 from .sessions import CoreSession, PendingRequest, delta_frames
-from .store import RequestRecord, TurnRecord
+from .store import RequestRecord, TurnRecord, dump_json
 
 STEP_LIMIT_EXCEEDED = "STEP_LIMIT_EXCEEDED"
 AGENT_ERROR = "AGENT_ERROR"
@@ -45,8 +46,8 @@ class TurnRunner:
         self.agent = agent
         self.turn_id = record.id
         self.text = record.text
-        self.tools: list[dict[str, Any]] = list(session.tools)
-        self.history: list[dict[str, Any]] = session.record.history
+        self._tools_json = session.record.tools  # the tools as the turn started
+        self.history: list[dict[str, Any]] = json.loads(session.record.history)
         self.max_steps = session.registry.config.max_steps
         self.steps = 0
         self.usage: dict[str, int] = {}
@@ -59,6 +60,12 @@ class TurnRunner:
         self._started = time.perf_counter()
 
     # --- the Turn protocol ------------------------------------------------------------
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """Decoded when asked, not held for the whole turn (see :class:`PageMetadata`)."""
+        tools: list[dict[str, Any]] = json.loads(self._tools_json)
+        return tools
 
     async def call_tools(self, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
         if self.steps >= self.max_steps:
@@ -159,6 +166,8 @@ class TurnRunner:
         for step in self._journal:
             for request in step:
                 store.delete_request(request.id)
+        session.record.history = trimmed_history(
+            self.history, session.registry.config.max_history_bytes)
         store.save_session(session.record)  # the agent's history
         record.usage = dict(self.usage)
         store.save_turn(record)
@@ -204,6 +213,30 @@ class TurnRunner:
                 outcomes.append(self._record(request, call.call_id, request.result,
                                              request.handled_by or "none", 0.0))
         return outcomes
+
+
+def _turn_of(entry: Any) -> Any:
+    """The turn a history entry belongs to: ``turn`` (model adapters) or ``turn_id``
+    (the offline agent)."""
+    return entry.get("turn", entry.get("turn_id")) if isinstance(entry, dict) else None
+
+
+def trimmed_history(history: list[dict[str, Any]], limit: int) -> str:
+    """The agent's history as the JSON text a session keeps, at most ``limit`` bytes: the
+    oldest turns are dropped whole (a turn's entries are consecutive and share their
+    turn), so a model never sees a tool result without the call it answers."""
+    texts = [dump_json(entry) for entry in history]
+    sizes = [protocol.frame_size(text) + 1 for text in texts]  # + its comma
+    total = 1 + sum(sizes)  # + the brackets, less the last comma
+    start = 0
+    while start < len(texts) and total > limit:
+        turn = _turn_of(history[start])
+        while True:  # drop the oldest turn, all its entries
+            total -= sizes[start]
+            start += 1
+            if start == len(texts) or turn is None or _turn_of(history[start]) != turn:
+                break
+    return "[" + ",".join(texts[start:]) + "]"
 
 
 def _steps(journal: list[RequestRecord]) -> list[list[RequestRecord]]:

@@ -73,6 +73,8 @@ def test_help_explains_every_option() -> None:
     ["--rate-limit", "-1"], ["--port", "70000"], ["--port", "-1"],
     ["--kept-results", "0"], ["--kept-results", "1.5"], ["--result-retention", "nan"],
     ["--result-retention", "-5"],
+    ["--max-sessions", "0"], ["--max-metadata-bytes", "1.5"], ["--max-queued-bytes", "-1"],
+    ["--max-pending", "many"], ["--max-history-bytes", "0"],
 ])
 def test_out_of_range_options_are_refused_with_a_message(
         option: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,6 +97,15 @@ def test_the_longest_deadline_is_accepted() -> None:
     args = build_parser().parse_args(["serve", "--tool-timeout", "86400000",
                                       "--tool-timeouts", "save=86400000"])
     assert args.tool_timeout == 86_400_000 and args.tool_timeouts == [("save", 86_400_000)]
+
+
+def test_the_memory_bounds_reach_the_config() -> None:
+    cfg, _ = config_from_args(build_parser().parse_args([
+        "serve", "--max-sessions", "3", "--max-metadata-bytes", "4096",
+        "--max-queued-bytes", "65536", "--max-pending", "5", "--max-history-bytes", "2048",
+        "--session-ttl", "9"]))
+    assert (cfg.max_sessions, cfg.max_metadata_bytes, cfg.max_queued_bytes, cfg.max_pending,
+            cfg.max_history_bytes, cfg.session_ttl) == (3, 4096, 65536, 5, 2048, 9.0)
 
 
 def test_a_store_that_is_not_sqlite_is_a_clear_error(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from pedelec_pyodide import Session, define_tool
 CORPUS = Path(__file__).parent.parent / "corpus"
 DEMO_TOOLS = Path(__file__).parent.parent.parent / "web" / "demo" / "tools.py"
 MAX_FRAME = 65_536  # Core's frame limit in this module (the corpus' sizes assume it)
+MAX_METADATA = 16_384  # and its limit on a session's metadata
 
 
 def load(family: str) -> list[dict[str, Any]]:
@@ -59,7 +60,8 @@ class CoreThread:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.core: Core = self.call(start_core(config(max_frame_bytes=MAX_FRAME)))
+        self.core: Core = self.call(start_core(config(max_frame_bytes=MAX_FRAME,
+                                                      max_metadata_bytes=MAX_METADATA)))
 
     def call(self, coro: Coroutine[Any, Any, Any], timeout: float = 30.0) -> Any:
         return asyncio.run_coroutine_threadsafe(

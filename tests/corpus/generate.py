@@ -94,6 +94,16 @@ case("frames", "huge-far-over", "a frame over 4x the limit: closed unread (1009)
      {"stage": "session", "make": "repeat", "unit": "x", "count": 300_000},
      {"close": 1009})
 
+# metadata a session would hold (Core in these tests: max_metadata_bytes = 16384)
+frame("metadata-over-limit", "a tools.update whose metadata is 20,000 bytes of JSON",
+      {"json": {"type": "tools.update", "tools": [{**META, "description": "d" * 20_000}]}},
+      "METADATA_TOO_LARGE")
+frame("metadata-over-limit-empty-objects", "a tools.update of 18,000 bytes of empty "
+      "objects (the worst shape for memory, ~24x decoded)",
+      {"json": {"type": "tools.update", "tools": [{**META, "argsSchema": {
+          "type": "object", "properties": {"a": {"enum": [{}] * 6000}}}}]}},
+      "METADATA_TOO_LARGE")
+
 # type
 frame("missing-type", "an object without type", {"json": {"turnId": "t"}}, "MISSING_TYPE")
 frame("null-type", "type is null", {"json": {"type": None}}, "MISSING_TYPE")

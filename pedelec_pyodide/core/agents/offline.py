@@ -457,6 +457,20 @@ def no_match(tools: list[dict[str, Any]]) -> str:
 # --- the agent ---------------------------------------------------------------------------
 
 
+def _plan(text: str, tools: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | str:
+    """For text that is not ``/call`` lines: the call to make (tool name, args), or the
+    reply when there is none. Returns nothing of ``tools``, so the turn does not hold the
+    decoded metadata while it waits for the call."""
+    match = best_tool(text, tools)
+    if match is None:
+        return no_match(tools)
+    name = str(match.tool["name"])
+    args, missing = fill_args(match.tool.get("argsSchema"), text)
+    if missing:
+        return question(name, missing, args)
+    return name, args
+
+
 class _Reply:
     """The reply, streamed: every piece goes to ``turn.say`` as it is known."""
 
@@ -508,15 +522,11 @@ class OfflineAgent:
         return reply.text
 
     async def _answer(self, turn: Turn, reply: _Reply, calls: list[dict[str, Any]]) -> None:
-        match = best_tool(turn.text, turn.tools)
-        if match is None:
-            await reply.add(no_match(turn.tools))
+        planned = _plan(turn.text, turn.tools)
+        if isinstance(planned, str):
+            await reply.add(planned)
             return
-        name = str(match.tool["name"])
-        args, missing = fill_args(match.tool.get("argsSchema"), turn.text)
-        if missing:
-            await reply.add(question(name, missing, args))
-            return
+        name, args = planned
         if await self._within_steps(turn, reply, 1):
             await reply.add(f"Calling {name} {compact_json(args)}")
             await self._call(turn, reply, calls, ToolCallRequest(name, args))

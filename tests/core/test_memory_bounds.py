@@ -1,0 +1,440 @@
+"""Bounded memory per client and in all (issue 10, class 3), against real Cores.
+
+- sessions: a cap on their count (the session disconnected longest is dropped to make
+  room; with none, a new page is refused ``TOO_MANY_SESSIONS`` and closed 1013), a cap on
+  each one's metadata bytes (``METADATA_TOO_LARGE``), metadata kept as JSON text;
+- pending requests per session (``TOO_MANY_PENDING``), the agent's history per session
+  (the oldest turns dropped whole), and ended turns kept small;
+- the figures, against ``pedelec serve`` in a process of its own, RSS from /proc:
+  40 sessions with 1 MiB of metadata each, a page that never reads, 25 turns with 1 MiB
+  of args (``test_rss_*``).
+
+The metadata and args of the figures are the worst shape for memory: many small empty
+objects (``[{}, {}, ...]``), ~24 times their JSON size once decoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+from corekit import WAIT, Page, RawClient, config, run, running_core, tool_meta, until
+
+from pedelec_pyodide import Session, define_tool
+from pedelec_pyodide.core.agents.offline import OfflineAgent
+from pedelec_pyodide.core.sessions import (
+    METADATA_TOO_LARGE,
+    TOO_MANY_PENDING,
+    TOO_MANY_SESSIONS,
+)
+from pedelec_pyodide.core.turns import trimmed_history
+
+MIB = 1024 * 1024
+TOKEN = "memory-test-token"
+BRIDGE = "/pedelec/v1/bridge"
+
+
+def worst_tools(size: int) -> list[dict[str, Any]]:
+    """One tool whose metadata is ``size`` bytes of JSON, nearly all of it ``{},``."""
+    schema = {"type": "object", "properties": {"a": {"enum": [{}] * (size // 3)}}}
+    return [{"name": "t", "description": "d", "argsSchema": schema}]
+
+
+def worst_args(size: int) -> dict[str, Any]:
+    """Tool args that are ``size`` bytes of JSON, nearly all of it ``{},``."""
+    return {"a": [{}] * (size // 3)}
+
+
+def sink_session() -> Session:
+    session = Session()
+    session.add_tool(define_tool(name="sink", description="Takes anything.",
+                                 args_schema={"type": "object"}, handler=lambda a: {"ok": True}))
+    return session
+
+
+# --- sessions: count and metadata ----------------------------------------------------------
+
+
+def test_metadata_over_the_limit_is_refused_naming_the_limit() -> None:
+    async def main() -> None:
+        async with running_core(config(max_metadata_bytes=4096)) as core:
+            page = await RawClient.open(core.ws_url)
+            refused = await page.hello(worst_tools(8192))
+            assert refused["type"] == "error" and refused["code"] == METADATA_TOO_LARGE
+            assert "4096" in refused["message"] and "--max-metadata-bytes" in refused["message"]
+            assert not core.registry.sessions
+            # the connection stays: a hello that fits opens the session
+            welcome = await page.hello([tool_meta("small")])
+            assert welcome["type"] == "welcome"
+            await page.send({"type": "tools.update", "tools": worst_tools(8192)})
+            refused = await page.recv()
+            assert refused["code"] == METADATA_TOO_LARGE
+            info = await core.session_info(welcome["sessionId"])
+            assert [t["name"] for t in info["tools"]] == ["small"]  # unchanged
+            await page.close()
+
+    run(main())
+
+
+def test_a_full_core_drops_the_longest_disconnected_session_then_refuses() -> None:
+    async def main() -> None:
+        async with running_core(config(max_sessions=2)) as core:
+            first = await RawClient.open(core.ws_url)
+            old = await first.hello()
+            second = await RawClient.open(core.ws_url)
+            await second.hello()
+            await first.close()
+            await until(lambda: not core.registry.sessions[old["sessionId"]].connection,
+                        "the first page to be gone")
+            third = await RawClient.open(core.ws_url)
+            assert (await third.hello())["type"] == "welcome"  # made room
+            assert old["sessionId"] not in core.registry.sessions
+            again = await RawClient.open(core.ws_url)
+            refused = await again.hello(sessionId=old["sessionId"],
+                                        resumeToken=old["resumeToken"])
+            assert refused["code"] == "RESUME_REFUSED"
+            # every session connected: a new page is refused and closed, try again later
+            refused = await again.hello()
+            assert refused["type"] == "error" and refused["code"] == TOO_MANY_SESSIONS
+            assert "--max-sessions" in refused["message"]
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await asyncio.wait_for(again.ws.recv(), WAIT)
+            assert again.ws.close_code == 1013
+            assert len(core.registry.sessions) == 2
+            await second.close()
+            await third.close()
+
+    run(main())
+
+
+# --- pending requests ------------------------------------------------------------------------
+
+
+def test_requests_over_the_pending_limit_are_answered_at_once() -> None:
+    async def main() -> None:
+        async with running_core(config(max_pending=2)) as core:
+            page = await RawClient.open(core.ws_url)  # never answers
+            sid = (await page.hello([tool_meta("slow")]))["sessionId"]
+            waiting = [asyncio.create_task(core.tool_call(sid, "slow", {}, timeoutMs=5000))
+                       for _ in range(2)]
+            await until(lambda: len(core.registry.sessions[sid].pending) == 2, "two pending")
+            started = time.perf_counter()
+            over = (await core.tool_call(sid, "slow", {})).json()
+            assert time.perf_counter() - started < WAIT / 2
+            assert over["result"]["error"]["code"] == TOO_MANY_PENDING
+            assert "--max-pending" in over["result"]["error"]["message"]
+            requests = [await page.recv(), await page.recv()]
+            assert [f["type"] for f in requests] == ["tool.request", "tool.request"]
+            for frame in requests:  # the refused one was never sent
+                await page.send({"type": "tool.result", "toolRequestId": frame["toolRequestId"],
+                                 "result": {"ok": True}, "handledBy": "inline"})
+            for task in waiting:
+                assert (await task).json()["result"] == {"ok": True}
+            await page.close()
+
+    run(main())
+
+
+# --- history -----------------------------------------------------------------------------------
+
+
+def test_history_is_trimmed_by_whole_turns_oldest_first() -> None:
+    def turn(name: str, size: int) -> list[dict[str, Any]]:
+        return [
+            {"agent": "openai", "turn": name, "message": {"role": "user", "content": "x" * size}},
+            {"agent": "openai", "turn": name, "message": {"role": "assistant", "tool_calls": []}},
+            {"agent": "openai", "turn": name, "message": {"role": "tool", "content": "r"}},
+        ]
+
+    history = turn("t1", 100) + turn("t2", 100) + turn("t3", 100)
+    whole = trimmed_history(history, 10_000)
+    assert json.loads(whole) == history and len(whole) < 10_000
+    kept = json.loads(trimmed_history(history, len(whole) - 1))
+    assert kept == history[3:]  # t1 went whole: no tool result without its call
+    assert json.loads(trimmed_history(history, 50)) == []
+    offline = [{"agent": "offline", "turn_id": f"t{n}", "user": "u" * 100} for n in range(5)]
+    limit = len(json.dumps(offline[-2:], separators=(",", ":")))
+    assert json.loads(trimmed_history(offline, limit)) == offline[-2:]
+
+
+def test_the_offline_agents_history_stays_within_its_bytes() -> None:
+    async def main() -> None:
+        async with running_core(config(agent_factory=OfflineAgent,
+                                       max_history_bytes=2048)) as core:
+            page = await Page(sink_session()).connect(core.ws_url)
+            sid = page.session.session_id
+            assert sid is not None
+            for n in range(12):
+                answer = await core.turn(sid, f'/call sink {{"n": {n}, "pad": "{"p" * 200}"}}')
+                assert answer.json()["status"] == "completed"
+            history = core.registry.sessions[sid].record.history
+            assert len(history.encode()) <= 2048
+            kept = json.loads(history)
+            assert kept and kept[-1]["calls"][0]["args"]["n"] == 11  # the newest kept
+            assert len(kept) < 12
+            await page.drop()
+
+    run(main())
+
+
+def test_a_tools_update_does_not_serialise_the_history_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pedelec_pyodide.core import store
+
+    encoded: list[Any] = []
+
+    def counting(value: Any) -> str:
+        encoded.append(value)
+        return json.dumps(value)
+
+    monkeypatch.setattr(store, "dump_json", counting)
+
+    async def main() -> None:
+        async with running_core(config(agent_factory=OfflineAgent,
+                                       store=str(tmp_path / "core.sqlite"))) as core:
+            page = await Page(sink_session()).connect(core.ws_url)
+            sid = page.session.session_id
+            assert sid is not None
+            answer = await core.turn(sid, '/call sink {"n": 1}')
+            assert answer.json()["status"] == "completed"
+            history = core.registry.sessions[sid].record.history
+            assert '"n":1' in history
+            encoded.clear()
+            for n in range(5):
+                await page.ws.send(json.dumps({"type": "tools.update",
+                                               "tools": [tool_meta(f"t{n}")]}))
+            await until(lambda: core.registry.sessions[sid].tool_names == ("t4",), "updates")
+            await core.registry.store.flush()
+            assert encoded == []  # the row is written from the JSON the session keeps
+            await page.drop()
+
+    run(main())
+
+
+# --- the figures: Core in a process of its own -------------------------------------------------
+
+
+def rss(pid: int) -> int:
+    """Resident set size of ``pid`` in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+class Peak:
+    """The highest RSS of a process, sampled in a thread while the block runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.base = rss(pid)
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            with contextlib.suppress(OSError):
+                self.peak = max(self.peak, rss(self.pid))
+
+    def __enter__(self) -> Peak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(WAIT)
+        self.peak = max(self.peak, rss(self.pid))
+
+    @property
+    def growth_mib(self) -> float:
+        return (self.peak - self.base) / MIB
+
+
+@contextlib.contextmanager
+def core_process(tmp_path: Path, *args: str) -> Iterator[tuple[int, str]]:
+    """``pedelec serve`` on a free loopback port: ``(pid, base URL)``; stopped after."""
+    env = {**os.environ, "PEDELEC_ADMIN_TOKEN": TOKEN}
+    log = (tmp_path / "core.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port", "0",
+         "--no-provision", "--quiet", *args],
+        stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("pedelec serve: http://127.0.0.1:"), line
+        yield process.pid, line.split(": ", 1)[1].strip().rstrip("/")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+        log.close()
+
+
+def admin(url: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=url, timeout=WAIT * 3,
+                             headers={"Authorization": f"Bearer {TOKEN}"})
+
+
+def test_rss_40_sessions_with_1_mib_of_metadata_each(tmp_path: Path) -> None:
+    hello = json.dumps({"type": "hello", "protocol": 1, "tools": worst_tools(MIB - 200)},
+                       separators=(",", ":"))
+
+    async def main(url: str, pid: int) -> float:
+        ws_url = url.replace("http", "ws", 1) + BRIDGE
+        pages = []
+        with Peak(pid) as peak:
+            for _ in range(40):
+                page = await websockets.connect(ws_url, open_timeout=WAIT, max_size=None)
+                await page.send(hello)
+                assert json.loads(await asyncio.wait_for(page.recv(), WAIT))["type"] == "welcome"
+                pages.append(page)
+        async with admin(url) as http:
+            sessions = (await http.get("/pedelec/v1/sessions")).json()["sessions"]
+            assert len(sessions) == 40 and all(s["toolNames"] == ["t"] for s in sessions)
+        for page in pages:
+            await page.close()
+        return peak.growth_mib
+
+    with core_process(tmp_path) as (pid, url):
+        growth = run(main(url, pid), timeout=120)
+    print(f"RSS growth, 40 sessions x 1 MiB of metadata: {growth:.0f} MiB")
+    assert growth < 256
+
+
+def test_rss_25_turns_with_1_mib_of_args(tmp_path: Path) -> None:
+    args = json.dumps(worst_args(MIB - 400), separators=(",", ":"))
+
+    async def main(url: str, pid: int) -> float:
+        ws_url = url.replace("http", "ws", 1) + BRIDGE
+        page = await Page(sink_session()).connect(ws_url)
+        sid = page.session.session_id
+        async with admin(url) as http:
+            with Peak(pid) as peak:
+                for _ in range(25):
+                    answer = await http.post(f"/pedelec/v1/sessions/{sid}/turns",
+                                             json={"text": f"/call sink {args}"})
+                    assert answer.json()["status"] == "completed", answer.text
+        await page.drop()
+        return peak.growth_mib
+
+    with core_process(tmp_path, "--store", str(tmp_path / "core.sqlite")) as (pid, url):
+        growth = run(main(url, pid), timeout=180)
+    print(f"RSS growth, 25 turns with 1 MiB of args: {growth:.0f} MiB")
+    assert growth < 256
+
+
+class NeverReads:
+    """A WebSocket client on a bare socket that can stop reading: the kernel's receive
+    buffer is made small, so Core's writes back up into Core at once."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.settimeout(WAIT)
+        self.sock.connect((host, int(port)))
+        self.sock.sendall((f"GET {BRIDGE} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                           "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                           "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self._exactly(1)
+        assert head.startswith(b"HTTP/1.1 101"), head
+
+    def _exactly(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = self.sock.recv(count - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return data
+
+    def send(self, text: str) -> None:
+        payload = text.encode()
+        size = len(payload)
+        if size < 126:
+            head = bytes([0x81, 0x80 | size])
+        else:
+            head = bytes([0x81, 0x80 | 127]) + size.to_bytes(8, "big")
+        self.sock.sendall(head + b"\0\0\0\0" + payload)  # masked with a zero key
+
+    def recv(self) -> tuple[int, bytes]:
+        """The next frame: ``(opcode, payload)``; EOFError when the connection ended."""
+        first, second = self._exactly(2)
+        size = second & 0x7F
+        if size == 126:
+            size = int.from_bytes(self._exactly(2), "big")
+        elif size == 127:
+            size = int.from_bytes(self._exactly(8), "big")
+        return first & 0x0F, self._exactly(size)
+
+
+def test_rss_a_page_that_never_reads_is_closed_and_can_resume(tmp_path: Path) -> None:
+    pad = "x" * 900_000  # ~0.9 MiB per tool.request, 200 of them: ~180 MiB to send
+
+    async def main(url: str, pid: int) -> tuple[float, int | None]:
+        page = NeverReads(url)
+        page.send(json.dumps({"type": "hello", "protocol": 1, "tools": [tool_meta("t")]}))
+        opcode, payload = page.recv()
+        welcome = json.loads(payload)
+        sid = welcome["sessionId"]
+        # from here on the page reads nothing
+        async with admin(url) as http:
+            gate = asyncio.Semaphore(16)
+
+            async def call() -> str:
+                async with gate:
+                    answer = await http.post(f"/pedelec/v1/sessions/{sid}/tool-calls",
+                                             json={"tool": "t", "args": {"pad": pad},
+                                                   "timeoutMs": 300})
+                    return str(answer.json()["result"]["error"]["code"])
+
+            with Peak(pid) as peak:
+                codes = await asyncio.gather(*(call() for _ in range(200)))
+            assert set(codes) <= {"TOOL_TIMEOUT", TOO_MANY_PENDING}
+            info = (await http.get(f"/pedelec/v1/sessions/{sid}")).json()
+            assert info["connected"] is False  # cut off, not buffered for
+        close_code = None
+        with contextlib.suppress(EOFError, ConnectionError):
+            for _ in range(10_000):  # what the kernel held, then the close frame
+                opcode, payload = await asyncio.to_thread(page.recv)
+                if opcode == 8:
+                    close_code = int.from_bytes(payload[:2], "big")
+                    assert b"not reading" in payload
+                    break
+        page.sock.close()
+        ws_url = url.replace("http", "ws", 1) + BRIDGE
+        async with websockets.connect(ws_url, open_timeout=WAIT) as again:
+            await again.send(json.dumps({
+                "type": "hello", "protocol": 1, "tools": [tool_meta("t")],
+                "sessionId": sid, "resumeToken": welcome["resumeToken"]}))
+            resumed = json.loads(await asyncio.wait_for(again.recv(), WAIT))
+            assert resumed["type"] == "welcome" and resumed["resumed"] is True
+        return peak.growth_mib, close_code
+
+    with core_process(tmp_path) as (pid, url):
+        growth, close_code = run(main(url, pid), timeout=120)
+    print(f"RSS growth, a page that never reads: {growth:.0f} MiB (close {close_code})")
+    assert close_code in (1008, None)  # None: Core gave up offering the close frame
+    assert growth < 128
