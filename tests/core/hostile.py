@@ -80,19 +80,19 @@ class Scale:
     fill_bytes: int  # ... and the turn text they are read from
     unique_items: int  # items of a uniqueItems array in args
     sessions: int  # sessions of ~1 MiB metadata each (the issue's figure: 40)
-    never_read_turns: int  # turns started by a client that never reads
+    never_read_frames: int  # frames sent by a client that never reads, ~1 MiB answer each
     arg_turns: int  # turns with ~1 MiB of /call args (the issue's figure: 25)
     bad_frames: int  # bad frames each quoting a ~1 MiB value (the issue: 300)
 
 
 FULL = Scale("full", probes=200, cap=30.0, deadline=180.0, ref_chain_bytes=285 * KIB,
              words_bytes=117 * KIB, fill_properties=4000, fill_bytes=400 * KIB,
-             unique_items=60_000, sessions=40, never_read_turns=200, arg_turns=25,
+             unique_items=60_000, sessions=40, never_read_frames=400, arg_turns=25,
              bad_frames=300)
 QUICK = Scale("quick", probes=40, cap=3.0, deadline=30.0, ref_chain_bytes=96 * KIB,
               words_bytes=40 * KIB, fill_properties=1000, fill_bytes=100 * KIB,
-              unique_items=20_000, sessions=12, never_read_turns=60, arg_turns=8,
-              bad_frames=100)
+              unique_items=20_000, sessions=12, never_read_frames=200, arg_turns=8,
+              bad_frames=200)
 
 
 def rss_bound_mib(kind: str, scale: Scale) -> float:
@@ -387,14 +387,16 @@ def schema_with_default(size: int) -> dict[str, Any]:
 
 
 def one_line_description(size: int) -> str:
-    """A description of about ``size`` bytes on one line (the offline agent quotes a
-    tool's first line when no tool fits)."""
-    return " ".join(f"zz{i}" for i in range(size // 8))[:size]
+    """A description of ``size`` bytes on one line and without a word to match (the
+    offline agent quotes a tool's first line when no tool fits; no letters, so matching
+    it costs the agent little)."""
+    return "1 " * (size // 2)
 
 
 def quoting_frames(size: int) -> list[str]:
-    """Bad frames whose natural error message would quote a ``size``-byte value: an
-    unknown type, a bad handledBy, a bad tool name, a bad regular expression."""
+    """Bad frames whose natural error message would quote a ``size``-byte value, each
+    cheap to find bad: an unknown type, a bad handledBy, a bad tool name, a string where
+    a schema wants an integer."""
     value = "v" * size
     return [
         json.dumps({"type": value}),
@@ -405,7 +407,7 @@ def quoting_frames(size: int) -> list[str]:
         json.dumps({"type": "tools.update", "tools": [
             {"name": "t", "description": "d",
              "argsSchema": {"type": "object", "properties": {
-                 "s": {"type": "string", "pattern": "(" + value}}}}]}),
+                 "s": {"type": "string", "minLength": value}}}}]}),
     ]
 
 
@@ -429,6 +431,14 @@ def slow_validation_tool(unique_items: int) -> dict[str, Any]:
                 "propertyNames": {"pattern": "^(s|u|(a+)+)[0-9]*$"},
                 "patternProperties": {"^(a|aa)+$": {"type": "string", "pattern": "^(a+)+$"}},
             }}
+
+
+def long_pattern_tool(size: int) -> dict[str, Any]:
+    """A tool whose one pattern is ``size`` bytes of alternatives (compiling a regular
+    expression is linear, but slow: ~2 s a MiB for Python's re)."""
+    return {"name": "long_pattern", "description": "a long pattern",
+            "argsSchema": {"type": "object", "properties": {
+                "s": {"type": "string", "pattern": "(?:a|b)" * (size // 7)}}}}
 
 
 def slow_validation_args(unique_items: int) -> dict[str, Any]:
@@ -550,6 +560,10 @@ async def _answer_requests(ws: Any) -> dict[str, Any]:
 
 async def attack_validator(ctx: Context) -> None:
     scale = ctx.scale
+    ws = await connect(ctx.core.ws_url)
+    answer = await hello(ws, [long_pattern_tool(FRAME_ROOM)], scale.deadline)
+    ctx.notes.append(f"long pattern hello -> {answer.get('code') or answer['type']}")
+    await ws.close()
     page = EchoPage()
     page.ws = await connect(ctx.core.ws_url)
     answer = await hello(page.ws, [slow_validation_tool(scale.unique_items)], scale.deadline)
@@ -600,27 +614,34 @@ async def attack_sessions(ctx: Context) -> None:
 
 
 async def attack_never_reads(ctx: Context) -> None:
-    """A page whose tool list makes every reply ~1 MiB starts turn after turn and never
-    reads what Core sends back."""
+    """A page that stops reading, then makes Core send it ~1 MiB frames: it runs one turn
+    whose reply is ~1 MiB (no tool fits, so the agent lists its tool's one-line
+    description), then sends that turn's ``turn.start`` again and again (Core answers a
+    re-sent ``turn.start`` of an ended turn with its ``turn.end`` again: the page may
+    have lost it)."""
     scale = ctx.scale
     ws = await connect(ctx.core.ws_url, max_queue=1)
-    tool = {"name": "listed", "description": one_line_description(FRAME_ROOM // 2),
+    tool = {"name": "listed", "description": one_line_description(FRAME_ROOM),
             "argsSchema": {"type": "object"}}
     answer = await hello(ws, [tool], scale.cap)
     ctx.notes.append(f"hello -> {answer.get('code') or answer['type']}")
-    sent = 0
-    with contextlib.suppress(websockets.ConnectionClosed):
-        for i in range(scale.never_read_turns):
-            await asyncio.wait_for(ws.send(json.dumps(
-                {"type": "turn.start", "turnId": f"n{i}", "text": "nothing fits this"})),
-                scale.cap)
+    if answer["type"] != "welcome":
+        return
+    frame = json.dumps({"type": "turn.start", "turnId": "n", "text": "nothing fits this"})
+    end = (await run_turn(ws, "n", "nothing fits this", scale.cap))[-1]
+    ctx.notes.append(f"turn -> {end.get('status') or end.get('code')}, "
+                     f"{len(json.dumps(end))} bytes")
+    sent = 0  # from here on nothing is read
+    with contextlib.suppress(websockets.ConnectionClosed, TimeoutError):
+        for i in range(scale.never_read_frames):
+            await asyncio.wait_for(ws.send(frame), scale.cap)
             sent += 1
-            await asyncio.sleep(0.02)
-            if i % 10 == 0:
+            await asyncio.sleep(0.006)  # under the default rate limit (200/s, burst 400)
+            if i % 20 == 0:
                 ctx.mark_rss()
     await asyncio.sleep(1.0)
     ctx.mark_rss()
-    ctx.notes.append(f"{sent} turn.start sent, nothing read")
+    ctx.notes.append(f"{sent} turn.start sent again, nothing read")
     ws.transport.abort()
 
 
@@ -723,7 +744,8 @@ ATTACKS = [
            attack_word_matching),
     Attack("argument_filling", "many schema properties, a long turn message",
            attack_argument_filling),
-    Attack("validator", "backtracking patterns, big uniqueItems (metadata and args)",
+    Attack("validator", "a 1 MiB pattern; backtracking patterns, big uniqueItems (metadata "
+           "and args)",
            attack_validator),
     Attack("sessions", "sessions with ~1 MiB of metadata each", attack_sessions,
            rss_kind="sessions"),
