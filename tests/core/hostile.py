@@ -589,8 +589,8 @@ async def attack_sessions(ctx: Context) -> None:
                 codes[type(exc).__name__] = codes.get(type(exc).__name__, 0) + 1
                 continue
             sockets.append(ws)
-            await ws.send(frame)
             try:
+                await ws.send(frame)
                 answer = json.loads(await asyncio.wait_for(ws.recv(), scale.cap))
                 code = answer.get("code") or answer["type"]
             except websockets.ConnectionClosed as exc:
@@ -801,7 +801,10 @@ async def _measure(attack: Attack, scale: Scale, core: CoreProcess) -> Row:
             except TimeoutError:
                 ctx.failures.append(f"the attack did not finish within {scale.deadline} s")
             except (OSError, websockets.WebSocketException, httpx.HTTPError) as exc:
+                # Core may close a hostile client's connection: its own cost, not a failure
                 ctx.notes.append(f"the attacker's connection ended: {type(exc).__name__}")
+            except Exception as exc:  # what the attack did not expect: the next ones go on
+                ctx.failures.append(f"the attack failed: {type(exc).__name__}: {exc!s:.300}")
 
         attacked = await probe(core, scale, during)
         failures += ctx.failures
