@@ -460,6 +460,11 @@ class Context:
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def timed(self, what: str, started: float) -> None:
+        """Note what an answer was and how long it took (a stalled Core shows here beyond
+        the probes' cap)."""
+        self.notes.append(f"{what} in {time.perf_counter() - started:.1f} s")
+
     def mark_rss(self) -> None:
         """Sample Core's RSS now (an attack calls this while it still holds its state)."""
         with contextlib.suppress(OSError, RuntimeError):
@@ -500,8 +505,9 @@ async def attack_ref_chain(ctx: Context) -> None:
     ws = await connect(ctx.core.ws_url)
     tool = {"name": "chain", "description": "a long $ref chain",
             "argsSchema": ref_chain_schema(ctx.scale.ref_chain_bytes)}
+    started = time.perf_counter()
     answer = await hello(ws, [tool], ctx.scale.deadline)
-    ctx.notes.append(f"hello -> {answer.get('code') or answer['type']}")
+    ctx.timed(f"hello -> {answer.get('code') or answer['type']}", started)
     await ws.close()
 
 
@@ -510,12 +516,14 @@ async def attack_word_matching(ctx: Context) -> None:
     ws = await connect(ctx.core.ws_url)
     tool = {"name": "words", "description": distinct_words(size, 0x4E00),
             "argsSchema": {"type": "object"}}
+    started = time.perf_counter()
     answer = await hello(ws, [tool], ctx.scale.deadline)
-    ctx.notes.append(f"hello -> {answer.get('code') or answer['type']}")
+    ctx.timed(f"hello -> {answer.get('code') or answer['type']}", started)
     if answer["type"] == "welcome":
+        started = time.perf_counter()
         frames = await run_turn(ws, "words", distinct_words(size, 0x4E00 + 9000),
                                 ctx.scale.deadline)
-        ctx.notes.append(f"turn -> {frames[-1].get('status') or frames[-1].get('code')}")
+        ctx.timed(f"turn -> {frames[-1].get('status') or frames[-1].get('code')}", started)
     await ws.close()
 
 
@@ -525,14 +533,16 @@ async def attack_argument_filling(ctx: Context) -> None:
     tool = {"name": "fill", "description": "fill in the numbers",
             "argsSchema": {"type": "object", "properties": properties}}
     ws = await connect(ctx.core.ws_url)
+    started = time.perf_counter()
     answer = await hello(ws, [tool], ctx.scale.deadline)
-    ctx.notes.append(f"hello -> {answer.get('code') or answer['type']}")
+    ctx.timed(f"hello -> {answer.get('code') or answer['type']}", started)
     if answer["type"] == "welcome":
         reader = asyncio.create_task(_answer_requests(ws))
         text = "fill " + "p1 " * (scale.fill_bytes // 3)
+        started = time.perf_counter()
         await ws.send(json.dumps({"type": "turn.start", "turnId": "fill", "text": text}))
         end = await asyncio.wait_for(reader, scale.deadline)
-        ctx.notes.append(f"turn -> {end.get('status') or end.get('code')}")
+        ctx.timed(f"turn -> {end.get('status') or end.get('code')}", started)
     await ws.close()
 
 
@@ -552,21 +562,24 @@ async def _answer_requests(ws: Any) -> dict[str, Any]:
 async def attack_validator(ctx: Context) -> None:
     scale = ctx.scale
     ws = await connect(ctx.core.ws_url)
+    started = time.perf_counter()
     answer = await hello(ws, [long_pattern_tool(FRAME_ROOM)], scale.deadline)
-    ctx.notes.append(f"long pattern hello -> {answer.get('code') or answer['type']}")
+    ctx.timed(f"long pattern hello -> {answer.get('code') or answer['type']}", started)
     await ws.close()
     page = EchoPage()
     page.ws = await connect(ctx.core.ws_url)
+    started = time.perf_counter()
     answer = await hello(page.ws, [slow_validation_tool(scale.unique_items)], scale.deadline)
-    ctx.notes.append(f"hello -> {answer.get('code') or answer['type']}")
+    ctx.timed(f"hello -> {answer.get('code') or answer['type']}", started)
     if answer["type"] == "welcome":
         page.session_id = answer["sessionId"]
         page.task = asyncio.create_task(page._answer())
+        started = time.perf_counter()
         response = await ctx.http.post(
             f"/pedelec/v1/sessions/{page.session_id}/tool-calls",
             json={"tool": "slow", "args": slow_validation_args(scale.unique_items)},
             timeout=scale.deadline)
-        ctx.notes.append(f"tool call -> HTTP {response.status_code}")
+        ctx.timed(f"tool call -> HTTP {response.status_code}", started)
         if response.status_code >= 500:
             ctx.failures.append(f"the tool call got HTTP {response.status_code}")
     await page.close()
