@@ -45,7 +45,6 @@ import websockets
 from pedelec_pyodide.protocol import MAX_FRAME_BYTES
 
 KIB = 1024
-MIB = 1024 * 1024
 TOKEN = "hostile-admin-token"
 
 PROBE_RATE = 20.0  # health GETs per second
@@ -141,8 +140,10 @@ class CoreProcess:
             return math.inf
         return time.perf_counter() - started
 
-    def log_tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+    def log_tail(self, lines: int) -> str:
+        """The last lines Core wrote after its start-up banner (URL, admin token)."""
+        logged = self.log.read_text(errors="replace").splitlines()[2:]
+        return "\n".join(logged[-lines:]) or "(nothing)"
 
 
 @contextlib.contextmanager
@@ -844,6 +845,8 @@ async def _measure(attack: Attack, scale: Scale, core: CoreProcess) -> Row:
     stop = await asyncio.to_thread(core.stop)
     if stop > STOP_LIMIT:
         failures.append(f"SIGTERM did not stop Core within {STOP_LIMIT:.0f} s (killed)")
+    if failures:
+        ctx.notes.append("the end of Core's log: " + core.log_tail(5).replace("\n", " | "))
     return Row(attack.name, idle.percentile(0.5), idle.percentile(0.99),
                attacked.percentile(0.5), p99, attacked.unanswered, growth, bound, stop,
                failures, ctx.notes)
