@@ -7,7 +7,7 @@ import json.encoder
 import math
 from typing import Any
 
-from .schemas import json_path
+from .text import json_path
 
 DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
 
