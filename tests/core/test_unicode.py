@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from corekit import WAIT, Page, RawClient, config, run, running_core, tool_meta
+from test_model_adapters import KEY, TRANSCRIPTS, StandIn, results_sent
 
 from pedelec_pyodide import Session, define_tool, protocol
 from pedelec_pyodide.core.agent import ToolCallRequest
@@ -351,3 +352,101 @@ def test_core_never_sends_a_request_frame_with_a_lone_surrogate() -> None:
         assert "a lone surrogate at $.args" in refused.value.message
     fine = protocol.ToolRequest(tool_request_id="r1", tool="t", args={"a": "\U0001f600"})
     assert "\U0001f600" in checked_request_frame(fine, protocol.MAX_FRAME_BYTES)
+
+
+def surrogate_transcript(provider: str) -> dict[str, Any]:
+    """The recorded one-tool-call exchange, with the model's args ``{"delta": "\\ud800"}``,
+    and the request that must follow: the call kept as ``{}``, its result an error."""
+    transcript = json.loads((TRANSCRIPTS / f"{provider}_one_tool_call.json").read_text())
+    first, second = transcript["exchanges"]
+    for event in first["response"]["events"]:
+        text = json.dumps(event)
+        if "3}" in text:  # the last piece of the streamed args
+            event.clear()
+            event.update(json.loads(text.replace('3}', '\\"\\\\ud800\\"}')))
+    messages = second["request"]["body"]["messages"]
+    if provider == "openai":
+        messages[1]["tool_calls"][0]["function"]["arguments"] = "{}"
+        del messages[2]["content"]
+    else:
+        messages[1]["content"][0]["input"] = {}
+        messages[2]["content"][0] = {"type": "tool_result", "tool_use_id": "toolu_A1",
+                                     "is_error": True}
+    return transcript
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_models_args_with_a_lone_surrogate_are_invalid_args_to_the_model(
+        provider: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = StandIn(surrogate_transcript(provider))
+    server.thread.start()
+    prefix = provider.upper()
+    monkeypatch.setenv(f"{prefix}_BASE_URL", server.base_url)
+    monkeypatch.setenv(f"{prefix}_API_KEY", KEY)
+
+    async def main() -> None:
+        cfg = config(agent=f"{provider}:test-model", agent_factory=None)
+        async with running_core(cfg) as core:
+            session, counter = counter_session()
+            page = await Page(session).connect(core.ws_url)
+            answer = await core.turn(session.session_id or "", "Add 3 to the counter")
+            turn = answer.json()
+            assert turn["status"] == "completed", turn
+            (call,) = turn["toolCalls"]
+            assert call["args"] is None
+            assert call["result"]["error"]["code"] == "INVALID_ARGS"
+            assert page.frames("tool.request") == [] and counter["runs"] == 0
+            history = core.registry.get(session.session_id).record.history
+            assert lone_surrogate_at(history) is None
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 30))
+    finally:
+        server.stopping.set()
+        server.server.shutdown()
+        server.server.server_close()
+        server.thread.join(5)
+    assert not server.problems, server.problems
+    ((_, result, _),) = results_sent(server, 1)
+    assert result["error"]["message"] == (
+        "the args hold a lone surrogate at $.delta: text must be valid Unicode; "
+        "the call was not made")
+
+
+# --- error messages quote an excerpt -------------------------------------------------------
+
+
+def huge_frames(size: int) -> list[str]:
+    """Frames each refused with a message about a value of about ``size`` bytes."""
+    value = "v" * size
+    tool = {"name": "t", "description": "d", "argsSchema": {"type": "object"}}
+    return [json.dumps(frame) for frame in (
+        {"type": value},  # UNKNOWN_TYPE
+        {"type": "tool.result", "toolRequestId": "r", "result": 1, "handledBy": value},
+        {"type": "tools.update", "tools": [{**tool, "name": value}]},  # INVALID_TOOL
+        {"type": "tools.update", "tools": [{**tool, "annotations": {value: 1}}]},
+        {"type": "tools.update", "tools": [{**tool, "argsSchema": {
+            "type": "object", "properties": {"p": {"type": value}}}}]},
+        {"type": "tools.update", "tools": [{**tool, "argsSchema": {
+            "type": "object", "properties": {"p": {"minLength": [value]}}}}]},
+    )]
+
+
+def test_300_frames_quoting_a_1_mib_value_get_small_error_frames() -> None:
+    size = protocol.MAX_FRAME_BYTES - 300
+
+    async def main() -> None:
+        async with running_core() as core:
+            client = await RawClient.open(core.ws_url, max_size=None)
+            assert (await client.hello([]))["type"] == "welcome"
+            frames = huge_frames(size)
+            largest = 0
+            for index in range(300):
+                await client.send(frames[index % len(frames)])
+                error = await client.ws.recv()
+                assert '"type":"error"' in error and "vvvvv" in error, error[:300]
+                largest = max(largest, len(error))
+            assert largest < 1024, largest  # not 1 MiB: at most MAX_EXCERPT of the value
+            await client.close()
+
+    run(main(), timeout=180)
