@@ -35,6 +35,7 @@ from .results import (
     tool_error,
 )
 from .signatures import Invoker, leading_arity
+from .text import lone_surrogate_at, not_unicode
 from .tools import Tool
 
 logger = logging.getLogger("pedelec_pyodide")
@@ -644,6 +645,8 @@ class Session:
         self._check_open()
         if not self.connected:
             raise NotConnectedError("send_text needs a connection to Core (see connect())")
+        if lone_surrogate_at(text) is not None:  # a browser would send U+FFFD instead
+            raise ValueError(f"send_text: the text holds {not_unicode()}")
         # 128 random bits as hex, like uuid4().hex, without importing uuid (~15-20 ms
         # of the page's start in Pyodide)
         turn_id = os.urandom(16).hex()

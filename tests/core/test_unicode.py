@@ -173,8 +173,8 @@ def test_control_api_bodies_with_a_lone_surrogate_are_400_naming_the_field() -> 
                     f"the body is not Unicode text: a lone surrogate at {where}: "
                     "text must be valid Unicode")
             # a surrogate encoded in the bytes themselves (CESU-8) is not UTF-8
-            raw = await core.http.post(f"{base}/turns",
-                                       content='{"text": "\ud800"}'.encode("utf-8", "surrogatepass"))
+            cesu = '{"text": "\ud800"}'.encode("utf-8", "surrogatepass")
+            raw = await core.http.post(f"{base}/turns", content=cesu)
             assert raw.status_code == 400 and "not UTF-8" in raw.json()["error"]["message"]
             assert page.frames("tool.request") == [] and page.frames("turn.delta") == []
             good = await core.turn(sid, "hello \U0001f600")  # valid text still goes through
@@ -450,3 +450,25 @@ def test_300_frames_quoting_a_1_mib_value_get_small_error_frames() -> None:
             await client.close()
 
     run(main(), timeout=180)
+
+
+def test_the_pages_runtime_refuses_a_lone_surrogate_at_its_source() -> None:
+    """A handler's result (the caller gets TOOL_RESULT_INVALID at once, not a timeout)
+    and the user's text (send_text raises): a browser would otherwise send U+FFFD."""
+    async def main() -> None:
+        async with running_core() as core:
+            session = Session()
+            session.add_tool(define_tool(
+                name="echo", description="Echo.", args_schema={"type": "object"},
+                handler=lambda args: {"text": args["text"] + "\udc00"}))
+            page = await Page(session).connect(core.ws_url)
+            answer = await core.tool_call(session.session_id or "", "echo", {"text": "a"},
+                                          timeoutMs=60_000)
+            error = answer.json()["result"]["error"]
+            assert error["code"] == "TOOL_RESULT_INVALID"
+            assert error["details"]["path"] == "$.text"
+            with pytest.raises(ValueError, match="lone surrogate"):
+                await session.send_text("hi \ud800")
+            assert page.frames_out[-1]["type"] == "tool.result"  # no turn.start went out
+
+    run(main())
