@@ -22,10 +22,12 @@ from typing import Any
 import httpx
 import pytest
 from corekit import WAIT, Page, RawClient, config, run, running_core, tool_meta
-from test_model_adapters import KEY, TRANSCRIPTS, StandIn, results_sent
+from test_model_adapters import KEY, TRANSCRIPTS, StandIn, agent_for, results_sent, turn_with
+from test_model_adapters import run as run_agent
 
 from pedelec_pyodide import Session, define_tool, protocol
 from pedelec_pyodide.core.agent import ToolCallRequest
+from pedelec_pyodide.core.agents.model import ModelError
 from pedelec_pyodide.core.agents.offline import parse_call_message
 from pedelec_pyodide.core.agents.scripted import ScriptedAgent
 from pedelec_pyodide.core.sessions import checked_request_frame
@@ -472,3 +474,28 @@ def test_the_pages_runtime_refuses_a_lone_surrogate_at_its_source() -> None:
             assert page.frames_out[-1]["type"] == "tool.result"  # no turn.start went out
 
     run(main())
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_models_answer_naming_a_tool_with_a_lone_surrogate_fails_the_turn(
+        provider: str) -> None:
+    transcript = json.loads((TRANSCRIPTS / f"{provider}_one_tool_call.json").read_text())
+    del transcript["exchanges"][1:]
+    events = transcript["exchanges"][0]["response"]["events"]
+    for index, event in enumerate(events):
+        text = json.dumps(event)
+        if '"update_counter"' in text:
+            events[index] = json.loads(text.replace('"update_counter"', '"update_\\ud800"'))
+    server = StandIn(transcript)
+    server.thread.start()
+    try:
+        turn = turn_with("Add 3 to the counter")
+        with pytest.raises(ModelError, match="answer holds a lone surrogate at ") as failed:
+            run_agent(agent_for(server), turn)
+    finally:
+        server.stopping.set()
+        server.server.shutdown()
+        server.server.server_close()
+        server.thread.join(5)
+    assert lone_surrogate_at(str(failed.value)) is None  # the path is escaped
+    assert turn.batches == [] and lone_surrogate_at(turn.history) is None
