@@ -7,7 +7,7 @@ import json.encoder
 import math
 from typing import Any
 
-from .text import json_path, lone_surrogate_in_json, not_unicode
+from .text import excerpt, json_path, lone_surrogate_in_json, not_unicode
 
 DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
 
@@ -128,7 +128,7 @@ def encode_result(value: Any, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> tupl
             raise
         except Exception as exc:  # a container whose own methods fail while it is read
             raise ResultError(_describe(
-                "$", value, f"raised {type(exc).__name__} while it was read: {str(exc)[:300]}",
+                "$", value, f"raised {type(exc).__name__} while it was read: {excerpt(str(exc))}",
             )) from None
         wire = json.loads(text)
     where = lone_surrogate_in_json(text, wire)

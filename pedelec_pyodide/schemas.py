@@ -69,7 +69,7 @@ def _check(schema: Any, where: str, found: _Found) -> None:
     if "$id" in schema and where != found.root:
         found.nested_id = True
     for keyword, value in schema.items():
-        _check_keyword(keyword, value, f"{where}.{keyword}", found)
+        _check_keyword(keyword, value, f"{where}.{excerpt(keyword)}", found)
 
 
 def _check_keyword(keyword: str, value: Any, where: str, found: _Found) -> None:
@@ -86,7 +86,7 @@ def _check_keyword(keyword: str, value: Any, where: str, found: _Found) -> None:
         for name, sub in value.items():
             if keyword == "patternProperties":
                 _check_regex(name, f"{where}[{quote(name)}]")
-            _check(sub, f"{where}.{name}", found)
+            _check(sub, f"{where}.{excerpt(name)}", found)
     elif keyword in _SCHEMA_ARRAY_KEYWORDS:
         _check_schema_array(value, where, found)
     elif keyword in _COUNT_KEYWORDS:
@@ -104,7 +104,7 @@ def _check_keyword(keyword: str, value: Any, where: str, found: _Found) -> None:
         if not isinstance(value, dict):
             raise SchemaError(f"{where}: must be an object, got {_kind(value)}")
         for name, names in value.items():
-            _check_string_set(names, f"{where}.{name}")
+            _check_string_set(names, f"{where}.{excerpt(name)}")
     elif keyword == "enum" or keyword == "examples":
         if not isinstance(value, list):
             raise SchemaError(f"{where}: must be an array, got {_kind(value)}")

@@ -431,6 +431,8 @@ def huge_frames(size: int) -> list[str]:
             "type": "object", "properties": {"p": {"type": value}}}}]},
         {"type": "tools.update", "tools": [{**tool, "argsSchema": {
             "type": "object", "properties": {"p": {"minLength": [value]}}}}]},
+        {"type": "tools.update", "tools": [{**tool, "argsSchema": {  # a key in the path
+            "type": "object", "properties": {value: {"type": "bogus"}}}}]},
     )]
 
 
