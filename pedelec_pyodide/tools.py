@@ -8,7 +8,7 @@ from typing import Any, overload
 
 from .schemas import ArgsValidator, SchemaError, check_schema, compile_validator
 from .signatures import Invoker, derive_signature
-from .text import quote
+from .text import lone_surrogate_at, not_unicode, quote
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ANNOTATION_HINTS: dict[str, type] = {
@@ -68,6 +68,13 @@ def check_annotations(name: str, annotations: Any) -> None:
             )
 
 
+def check_text(name: str, fields: dict[str, Any]) -> None:
+    """The metadata is valid Unicode text (a page would send U+FFFD for a lone surrogate)."""
+    where = lone_surrogate_at(fields)
+    if where is not None:
+        raise ValueError(f"tool {name!r}: {not_unicode(where)}")
+
+
 def check_metadata(metadata: Any) -> None:
     """Tool metadata as it travels on the wire, checked by the same rules as define_tool."""
     if not isinstance(metadata, dict):
@@ -107,6 +114,8 @@ class Tool:
         check_args_schema(name, args_schema)
         if annotations is not None:
             check_annotations(name, annotations)
+        check_text(name, {"description": description, "args_schema": args_schema,
+                          "annotations": annotations})
         if handler is not None and not callable(handler):
             raise ValueError(f"tool {name!r}: handler must be callable")
         self.name = name
