@@ -81,11 +81,14 @@ def stop(process: subprocess.Popen[str]) -> tuple[int, float]:
     return code, time.monotonic() - started
 
 
+@pytest.mark.parametrize("store", ["sqlite", "memory"])
 def test_a_call_line_with_a_lone_surrogate_is_refused_and_core_keeps_serving(
-        tmp_path: Path) -> None:
+        tmp_path: Path, store: str) -> None:
     """The issue's scenario: with --store PATH.sqlite, the line used to kill the store's
-    writer, hang every session's tool calls and make SIGTERM powerless."""
-    process, url, token = serve("--agent", "offline", "--store", str(tmp_path / "core.sqlite"))
+    writer, hang every session's tool calls and make SIGTERM powerless; with the memory
+    store, it silenced the page's connection."""
+    spec = str(tmp_path / "core.sqlite") if store == "sqlite" else "memory"
+    process, url, token = serve("--agent", "offline", "--store", spec)
     try:
         async def main() -> None:
             ws_url = url.replace("http", "ws", 1) + "pedelec/v1/bridge"
