@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
+from .text import lone_surrogate_in_json, not_unicode, quote
 from .tools import check_metadata
 
 PROTOCOL_VERSION = 1
@@ -351,16 +352,13 @@ def _parse(text: str | bytes, direction: str, max_bytes: int) -> Message:
         raise ProtocolError(FRAME_TOO_DEEP, f"frame nests deeper than {MAX_DEPTH}")
     try:
         data = _DECODER.decode(text)
-        if "\\ud" in text or "\\uD" in text:  # an escaped surrogate: must be a pair
-            json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise ProtocolError(
-            FRAME_NOT_JSON, "frame has a lone surrogate escape (not Unicode text)"
-        ) from None
     except RecursionError:  # pragma: no cover - the scan above comes first
         raise ProtocolError(FRAME_TOO_DEEP, f"frame nests deeper than {MAX_DEPTH}") from None
     except ValueError as exc:
         raise ProtocolError(FRAME_NOT_JSON, f"frame is not JSON: {exc}") from None
+    where = lone_surrogate_in_json(text, data)
+    if where is not None:
+        raise ProtocolError(FRAME_NOT_JSON, f"frame is not Unicode text: {not_unicode(where)}")
     if not isinstance(data, dict):
         raise ProtocolError(
             FRAME_NOT_OBJECT, f"frame must be a JSON object, got {_json_type(data)}"
@@ -373,7 +371,8 @@ def _parse(text: str | bytes, direction: str, max_bytes: int) -> Message:
     cls = MESSAGE_TYPES.get(kind)
     if cls is None:
         known = sorted(t for t, c in MESSAGE_TYPES.items() if c.direction == direction)
-        raise ProtocolError(UNKNOWN_TYPE, f"unknown message type {kind!r}; expected one of {known}")
+        raise ProtocolError(
+            UNKNOWN_TYPE, f"unknown message type {quote(kind)}; expected one of {known}")
     if cls.direction != direction:
         sender = "Core" if cls.direction == "server" else "the page"
         raise ProtocolError(WRONG_DIRECTION, f"{kind!r} is sent by {sender}, not received by it")
@@ -441,10 +440,10 @@ def _check_field(kind_name: str, spec: _Field, value: Any) -> Any:
         if spec.wire == "protocol":
             raise ProtocolError(
                 UNSUPPORTED_PROTOCOL,
-                f"protocol {value!r} is not supported; this side speaks {PROTOCOL_VERSION}",
+                f"protocol {quote(value)} is not supported; this side speaks {PROTOCOL_VERSION}",
             )
         raise ProtocolError(
-            INVALID_FIELD, f"{where} must be one of {list(spec.choices)}, got {value!r}"
+            INVALID_FIELD, f"{where} must be one of {list(spec.choices)}, got {quote(value)}"
         )
     return value
 

@@ -7,7 +7,7 @@ import json.encoder
 import math
 from typing import Any
 
-from .schemas import json_path
+from .text import excerpt, json_path, lone_surrogate_in_json, not_unicode
 
 DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
 
@@ -128,10 +128,15 @@ def encode_result(value: Any, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> tupl
             raise
         except Exception as exc:  # a container whose own methods fail while it is read
             raise ResultError(_describe(
-                "$", value, f"raised {type(exc).__name__} while it was read: {str(exc)[:300]}",
+                "$", value, f"raised {type(exc).__name__} while it was read: {excerpt(str(exc))}",
             )) from None
         wire = json.loads(text)
-    size = len(text) if text.isascii() else _utf8_size(text)
+    where = lone_surrogate_in_json(text, wire)
+    if where is not None:  # no UTF-8 frame can carry it (a browser would mangle it)
+        raise ResultError(tool_error(
+            TOOL_RESULT_INVALID, f"the result is not valid Unicode text: {not_unicode(where)}",
+            details={"path": where, "type": "a str"}))
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > max_bytes:
         raise ResultError(
             tool_error(
@@ -161,13 +166,6 @@ def _is_plain(value: Any, depth: int) -> bool:
                 return False
         return True
     return kind in _SCALARS
-
-
-def _utf8_size(text: str) -> int:
-    try:
-        return len(text.encode("utf-8"))
-    except UnicodeEncodeError:  # lone surrogates: escaped on the wire, 6 bytes each
-        return len(json.dumps(text)) - 2
 
 
 def _invalid(value: Any) -> dict[str, Any]:

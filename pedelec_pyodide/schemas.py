@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .text import excerpt, json_path, quote
+
 JSON_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
 
 # Keywords whose value is a schema, a map of schemas, or a non-empty array of schemas.
@@ -63,11 +65,11 @@ def _check(schema: Any, where: str, found: _Found) -> None:
         raise SchemaError(f"{where}: a schema must be an object or a boolean, got {_kind(schema)}")
     for key in schema:
         if not isinstance(key, str):
-            raise SchemaError(f"{where}: keys must be strings, got {key!r}")
+            raise SchemaError(f"{where}: keys must be strings, got {quote(key)}")
     if "$id" in schema and where != found.root:
         found.nested_id = True
     for keyword, value in schema.items():
-        _check_keyword(keyword, value, f"{where}.{keyword}", found)
+        _check_keyword(keyword, value, f"{where}.{excerpt(keyword)}", found)
 
 
 def _check_keyword(keyword: str, value: Any, where: str, found: _Found) -> None:
@@ -83,26 +85,26 @@ def _check_keyword(keyword: str, value: Any, where: str, found: _Found) -> None:
             raise SchemaError(f"{where}: must be an object of schemas, got {_kind(value)}")
         for name, sub in value.items():
             if keyword == "patternProperties":
-                _check_regex(name, f"{where}[{name!r}]")
-            _check(sub, f"{where}.{name}", found)
+                _check_regex(name, f"{where}[{quote(name)}]")
+            _check(sub, f"{where}.{excerpt(name)}", found)
     elif keyword in _SCHEMA_ARRAY_KEYWORDS:
         _check_schema_array(value, where, found)
     elif keyword in _COUNT_KEYWORDS:
         if not _is_int(value) or value < 0:
-            raise SchemaError(f"{where}: must be a non-negative integer, got {value!r}")
+            raise SchemaError(f"{where}: must be a non-negative integer, got {quote(value)}")
     elif keyword in _NUMBER_KEYWORDS:
         if not _is_number(value):
-            raise SchemaError(f"{where}: must be a number, got {value!r}")
+            raise SchemaError(f"{where}: must be a number, got {quote(value)}")
     elif keyword == "multipleOf":
         if not _is_number(value) or value <= 0:
-            raise SchemaError(f"{where}: must be a number greater than 0, got {value!r}")
+            raise SchemaError(f"{where}: must be a number greater than 0, got {quote(value)}")
     elif keyword == "required":
         _check_string_set(value, where)
     elif keyword == "dependentRequired":
         if not isinstance(value, dict):
             raise SchemaError(f"{where}: must be an object, got {_kind(value)}")
         for name, names in value.items():
-            _check_string_set(names, f"{where}.{name}")
+            _check_string_set(names, f"{where}.{excerpt(name)}")
     elif keyword == "enum" or keyword == "examples":
         if not isinstance(value, list):
             raise SchemaError(f"{where}: must be an array, got {_kind(value)}")
@@ -115,7 +117,8 @@ def _check_keyword(keyword: str, value: Any, where: str, found: _Found) -> None:
             raise SchemaError(f"{where}: must be a string, got {_kind(value)}")
         if not value.startswith("#"):
             # A remote reference would make the validator fetch a URL: never do that.
-            raise SchemaError(f"{where}: only local references ('#...') are allowed, got {value!r}")
+            raise SchemaError(
+                f"{where}: only local references ('#...') are allowed, got {quote(value)}")
         found.refs.append((value, where))
     elif keyword in _STRING_KEYWORDS:
         if not isinstance(value, str):
@@ -137,9 +140,9 @@ def _check_references(root: Any, where: str, found: _Found) -> None:
         fragment = _unquote(ref[1:])
         if fragment and not fragment.startswith("/"):
             if fragment not in found.anchors:
-                raise SchemaError(f"{at}: {ref!r} names no $anchor in this schema")
+                raise SchemaError(f"{at}: {quote(ref)} names no $anchor in this schema")
         elif _resolve(root, fragment) is _NOWHERE:
-            raise SchemaError(f"{at}: {ref!r} points to nothing in this schema")
+            raise SchemaError(f"{at}: {quote(ref)} points to nothing in this schema")
     _check_no_loop(root, [ref for ref, _ in refs if ref == "#" or ref.startswith("#/")], where)
 
 
@@ -176,7 +179,7 @@ def _check_no_loop(root: Any, pointers: list[str], where: str) -> None:
         while frontier:
             for ref in _same_instance_refs(_resolve(root, _unquote(frontier.pop()[1:]))):
                 if ref == start:
-                    raise SchemaError(f"{where}: {start!r} leads back to itself without "
+                    raise SchemaError(f"{where}: {quote(start)} leads back to itself without "
                                       "descending into the arguments: validation would never end")
                 if ref not in seen:
                     seen.add(ref)
@@ -215,7 +218,7 @@ def _check_type(value: Any, where: str) -> None:
     for name in names:
         if name not in JSON_TYPES:
             raise SchemaError(
-                f"{where}: {name!r} is not a JSON Schema type (one of {', '.join(JSON_TYPES)})"
+                f"{where}: {quote(name)} is not a JSON Schema type (one of {', '.join(JSON_TYPES)})"
             )
 
 
@@ -228,9 +231,9 @@ def _check_schema_array(value: Any, where: str, found: _Found) -> None:
 
 def _check_string_set(value: Any, where: str) -> None:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise SchemaError(f"{where}: must be an array of strings, got {value!r}")
+        raise SchemaError(f"{where}: must be an array of strings, got {quote(value)}")
     if len(set(value)) != len(value):
-        raise SchemaError(f"{where}: must not repeat a name, got {value!r}")
+        raise SchemaError(f"{where}: must not repeat a name, got {quote(value)}")
 
 
 def _check_regex(pattern: str, where: str) -> None:
@@ -238,7 +241,7 @@ def _check_regex(pattern: str, where: str) -> None:
         re.compile(pattern)
     except re.error as exc:
         raise SchemaError(
-            f"{where}: {pattern!r} is not a valid regular expression ({exc})"
+            f"{where}: {quote(pattern)} is not a valid regular expression ({exc})"
         ) from None
 
 
@@ -274,7 +277,7 @@ def compile_validator(schema: dict[str, Any]) -> ArgsValidator:
         # jsonschema's messages quote the offending value: clipped, so that the error
         # result of a huge argument stays small (else its frame is over the limit)
         found = [
-            {"path": _clip(json_path(error.absolute_path)), "message": _clip(error.message)}
+            {"path": excerpt(json_path(error.absolute_path)), "message": excerpt(error.message)}
             for error in itertools.islice(validator.iter_errors(args), MAX_ARGS_ERRORS)
         ]
         found.sort(key=lambda error: error["path"])
@@ -284,32 +287,3 @@ def compile_validator(schema: dict[str, Any]) -> ArgsValidator:
 
 
 MAX_ARGS_ERRORS = 20
-MAX_ERROR_TEXT = 300
-
-
-def _clip(text: str) -> str:
-    if len(text) <= MAX_ERROR_TEXT:
-        return text
-    return text[: MAX_ERROR_TEXT - 1] + "\u2026"
-
-
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def json_path(parts: Any) -> str:
-    """``$.a[0].b`` from a sequence of keys and indexes."""
-    path = "$"
-    for part in parts:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif _IDENTIFIER.match(part):
-            path += f".{part}"
-        else:
-            path += "[" + _quote(part) + "]"
-    return path
-
-
-def _quote(key: str) -> str:
-    import json
-
-    return json.dumps(key, ensure_ascii=False)

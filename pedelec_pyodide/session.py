@@ -35,6 +35,7 @@ from .results import (
     tool_error,
 )
 from .signatures import Invoker, leading_arity
+from .text import excerpt, lone_surrogate_at, not_unicode
 from .tools import Tool
 
 logger = logging.getLogger("pedelec_pyodide")
@@ -63,9 +64,6 @@ class SessionClosedError(RuntimeError):
 class NotConnectedError(RuntimeError):
     """The operation needs Core, and the session has no connection to it."""
 
-
-#: how much of an exception's text a ``TOOL_HANDLER_ERROR`` message carries
-MAX_ERROR_TEXT = 1000
 
 #: ``TurnError.code`` of a turn whose session could not be resumed (its end is unknown)
 TURN_LOST = "TURN_LOST"
@@ -454,7 +452,7 @@ class Session:
                 return ctx, _Failure(tool_error(
                     TOOL_HANDLER_ERROR,
                     f"the args_schema of {name!r} could not be applied: "
-                    f"{type(exc).__name__}: {str(exc)[:MAX_ERROR_TEXT]}",
+                    f"{type(exc).__name__}: {excerpt(str(exc))}",
                 ))
             if errors:
                 return ctx, _Failure(tool_error(
@@ -644,6 +642,8 @@ class Session:
         self._check_open()
         if not self.connected:
             raise NotConnectedError("send_text needs a connection to Core (see connect())")
+        if lone_surrogate_at(text) is not None:  # a browser would send U+FFFD instead
+            raise ValueError(f"send_text: the text holds {not_unicode()}")
         # 128 random bits as hex, like uuid4().hex, without importing uuid (~15-20 ms
         # of the page's start in Pyodide)
         turn_id = os.urandom(16).hex()
@@ -744,9 +744,7 @@ def _handler_failure(
     if isinstance(exc, ToolError):
         return _Failure(exc.result)
     logger.error("tool handler %s raised", tool, exc_info=exc)
-    text = str(exc)
-    if len(text) > MAX_ERROR_TEXT:  # the whole text is in the log; the agent gets its start
-        text = f"{text[:MAX_ERROR_TEXT]}... ({len(text) - MAX_ERROR_TEXT} more characters)"
+    text = excerpt(str(exc))  # the whole text is in the log; the agent gets its start
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     hint = None
     if explain is not None:

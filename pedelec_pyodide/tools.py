@@ -8,6 +8,7 @@ from typing import Any, overload
 
 from .schemas import ArgsValidator, SchemaError, check_schema, compile_validator
 from .signatures import Invoker, derive_signature
+from .text import lone_surrogate_at, not_unicode, quote
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ANNOTATION_HINTS: dict[str, type] = {
@@ -24,7 +25,7 @@ Handler = Callable[..., Any]
 def check_name(name: Any) -> None:
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise ValueError(
-            f"tool name {name!r} is invalid: use 1 to 64 letters, digits, '_' or '-'"
+            f"tool name {quote(name)} is invalid: use 1 to 64 letters, digits, '_' or '-'"
         )
 
 
@@ -42,7 +43,7 @@ def check_args_schema(name: str, schema: Any) -> None:
     if declared != "object" and not (isinstance(declared, list) and "object" in declared):
         raise ValueError(
             f"tool {name!r}: args_schema must describe an object (type 'object'), "
-            f"got type {declared!r}"
+            f"got type {quote(declared)}"
         )
     try:
         check_schema(schema)
@@ -57,12 +58,21 @@ def check_annotations(name: str, annotations: Any) -> None:
         expected = ANNOTATION_HINTS.get(key)
         if expected is None:
             raise ValueError(
-                f"tool {name!r}: unknown annotation {key!r} (known: {', '.join(ANNOTATION_HINTS)})"
+                f"tool {name!r}: unknown annotation {quote(key)} "
+                f"(known: {', '.join(ANNOTATION_HINTS)})"
             )
         if not isinstance(value, expected):
             raise ValueError(
-                f"tool {name!r}: annotation {key!r} must be {expected.__name__}, got {value!r}"
+                f"tool {name!r}: annotation {key!r} must be {expected.__name__}, "
+                f"got {quote(value)}"
             )
+
+
+def check_text(name: str, fields: dict[str, Any]) -> None:
+    """The metadata is valid Unicode text (a page would send U+FFFD for a lone surrogate)."""
+    where = lone_surrogate_at(fields)
+    if where is not None:
+        raise ValueError(f"tool {name!r}: {not_unicode(where)}")
 
 
 def check_metadata(metadata: Any) -> None:
@@ -104,6 +114,8 @@ class Tool:
         check_args_schema(name, args_schema)
         if annotations is not None:
             check_annotations(name, annotations)
+        check_text(name, {"description": description, "args_schema": args_schema,
+                          "annotations": annotations})
         if handler is not None and not callable(handler):
             raise ValueError(f"tool {name!r}: handler must be callable")
         self.name = name

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .. import __version__, protocol
+from ..text import lone_surrogate_in_json, not_unicode, quote
 from ..tools import NAME_PATTERN
 from .config import MAX_TIMEOUT_MS, is_timeout_ms
 from .idempotency import HEADER, MAX_KEY_CHARS, TOOL_CALL, TURN, fingerprint, key_hash
@@ -77,7 +78,7 @@ def path_session(request: Request) -> CoreSession:
     session_id = request.path_params["session_id"]
     session = _registry(request).get(session_id)
     if session is None or session.closed:
-        raise ApiError(404, SESSION_NOT_FOUND, f"no session {session_id!r}")
+        raise ApiError(404, SESSION_NOT_FOUND, f"no session {quote(session_id)}")
     return session
 
 
@@ -91,13 +92,19 @@ async def _json_object(request: Request) -> dict[str, Any]:
             raise ApiError(413, PAYLOAD_TOO_LARGE,
                            f"the body is over {limit} bytes, the largest frame a page takes")
         chunks.append(chunk)
-    body = b"".join(chunks)
     try:
-        data = json.loads(body)
-        # what pages cannot take: NaN, Infinity, lone surrogates (their frames refuse them)
-        json.dumps(data, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (ValueError, UnicodeError, RecursionError) as exc:
+        text = b"".join(chunks).decode("utf-8")  # strict: no encoded surrogates either
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, BAD_REQUEST, f"the body is not UTF-8 text: {exc}") from None
+    try:
+        data = json.loads(text)
+        # what pages cannot take: NaN, Infinity (their frames refuse them)
+        json.dumps(data, allow_nan=False)
+    except (ValueError, RecursionError) as exc:
         raise ApiError(400, BAD_REQUEST, f"the body must be a JSON object: {exc}") from None
+    where = lone_surrogate_in_json(text, data)
+    if where is not None:
+        raise ApiError(400, BAD_REQUEST, f"the body is not Unicode text: {not_unicode(where)}")
     if not isinstance(data, dict):
         raise ApiError(400, BAD_REQUEST, "the body must be a JSON object")
     return data

@@ -38,6 +38,7 @@ from starlette.types import Receive, Scope, Send
 
 from .. import __version__
 from ..results import TOOL_HANDLER_NOT_FOUND, tool_error
+from ..text import quote
 from ..tools import NAME_PATTERN
 from .bridge import origin_allowed
 from .control import ApiError, authorize, path_session
@@ -136,7 +137,7 @@ class McpEndpoint:
             session = path_session(request)
             if not origin_allowed(request.headers, self.allowed_origins):
                 raise ApiError(403, FORBIDDEN_ORIGIN,
-                               f"Origin {request.headers.get('origin')!r} is not allowed")
+                               f"Origin {quote(request.headers.get('origin'))} is not allowed")
         except ApiError as exc:
             await exc.response()(scope, receive, send)
             return
@@ -151,7 +152,7 @@ class McpEndpoint:
         session_id = _http_request(ctx).path_params["session_id"]
         session = self.registry.get(session_id)
         if session is None or session.closed:
-            raise MCPError(types.INVALID_REQUEST, f"no session {session_id!r}")
+            raise MCPError(types.INVALID_REQUEST, f"no session {quote(session_id)}")
         return session
 
     async def _list_tools(
@@ -165,7 +166,8 @@ class McpEndpoint:
         session = self._session(ctx)
         if not NAME_PATTERN.match(params.name):
             return call_result(tool_error(
-                TOOL_HANDLER_NOT_FOUND, f"{params.name!r} is not a tool name", retryable=False))
+                TOOL_HANDLER_NOT_FOUND, f"{quote(params.name)} is not a tool name",
+                retryable=False))
         log_event("mcp.tool_call", session=session.id, tool=params.name)
         _, result, _ = await session.call_tool(params.name, params.arguments or {})
         return call_result(result)

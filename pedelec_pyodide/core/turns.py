@@ -21,9 +21,11 @@ import time
 from typing import Any
 
 from .. import protocol
+from ..results import INVALID_ARGS, tool_error
+from ..text import excerpt, lone_surrogate_at, not_unicode
 from .agent import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
 from .log import log_event
-from .sessions import CoreSession, PendingRequest, delta_frames
+from .sessions import CoreSession, PendingRequest, delta_frames, new_request_id
 from .store import RequestRecord, TurnRecord, dump_json
 
 STEP_LIMIT_EXCEEDED = "STEP_LIMIT_EXCEEDED"
@@ -73,8 +75,18 @@ class TurnRunner:
                 f"the turn reached its limit of {self.max_steps} tool-calling steps")
         step = self.steps
         self.steps += 1
+        # a call that is not valid Unicode text is answered here: no row, no frame
+        refusals = [_refusal(call) for call in calls]
+        sendable = [call for call, refused in zip(calls, refusals, strict=True)
+                    if refused is None]
         if step < len(self._journal):
-            return await self._replay(step, calls)
+            sent = iter(await self._replay(step, sendable))
+        else:
+            sent = iter(await self._send(step, sendable))
+        return [next(sent) if refused is None else self._refused(call, refused)
+                for call, refused in zip(calls, refusals, strict=True)]
+
+    async def _send(self, step: int, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
         session = self.session
         opened = [
             session.open_request(call.tool, call.args, turn_id=self.turn_id, step=step,
@@ -89,6 +101,7 @@ class TurnRunner:
         return [await self._outcome(pending, call) for pending, call in pairs]
 
     async def say(self, text: str) -> None:
+        _check_text(text, "the reply text")
         if self.steps < len(self._journal):
             return  # replaying after a restart: the page has seen this text already
         session = self.session
@@ -115,6 +128,7 @@ class TurnRunner:
             text = await self.agent.run(self)
             if not isinstance(text, str):
                 raise TypeError(f"the agent returned {type(text).__name__}, not str")
+            _check_text(text, "the reply text")
             record.status, record.final_text = "completed", text
         except asyncio.CancelledError:
             record.status = "cancelled"
@@ -127,7 +141,7 @@ class TurnRunner:
             record.error = {"code": TURN_INTERRUPTED, "message": str(exc)}
         except Exception as exc:
             record.status = "failed"
-            detail = str(exc)
+            detail = excerpt(str(exc))
             record.error = {
                 "code": AGENT_ERROR,
                 "message": f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__,
@@ -197,6 +211,19 @@ class TurnRunner:
         })
         return outcome
 
+    def _refused(self, call: ToolCallRequest, why: str) -> ToolCallOutcome:
+        """An INVALID_ARGS outcome for a call that was never sent (its tool and args are
+        recorded only as excerpts: they are not valid text)."""
+        result = tool_error(INVALID_ARGS, f"{why}; the call was not made", retryable=True)
+        outcome = ToolCallOutcome(tool_request_id=new_request_id(), tool=excerpt(call.tool),
+                                  args=None, result=result, handled_by="none",
+                                  call_id=call.call_id)
+        self.record.tool_calls.append({
+            "toolRequestId": outcome.tool_request_id, "tool": outcome.tool, "args": None,
+            "result": result, "handledBy": "none", "durationMs": 0.0,
+        })
+        return outcome
+
     async def _replay(self, step: int, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
         recorded = self._journal[step]
         asked = [(call.tool, call.args) for call in calls]
@@ -240,10 +267,26 @@ def trimmed_history(history: list[dict[str, Any]], limit: int) -> str:
 
 
 def _steps(journal: list[RequestRecord]) -> list[list[RequestRecord]]:
+    """The journal by step number (a step whose calls were all refused stored none)."""
     by_step: dict[int, list[RequestRecord]] = {}
     for request in journal:
         by_step.setdefault(request.step, []).append(request)
-    return [sorted(by_step[step], key=lambda r: r.index) for step in sorted(by_step)]
+    return [sorted(by_step.get(step, []), key=lambda r: r.index)
+            for step in range(max(by_step, default=-1) + 1)]
+
+
+def _refusal(call: ToolCallRequest) -> str | None:
+    """Why ``call`` cannot be sent, or None: its tool name or args hold a lone surrogate."""
+    if lone_surrogate_at(call.tool) is not None:
+        return f"the tool name holds {not_unicode()}"
+    where = lone_surrogate_at(call.args)
+    return None if where is None else f"the args hold {not_unicode(where)}"
+
+
+def _check_text(text: str, what: str) -> None:
+    """An agent's text goes into frames and rows: refuse a lone surrogate in it."""
+    if lone_surrogate_at(text) is not None:
+        raise ValueError(f"{what} of the agent holds {not_unicode()}")
 
 
 def start_turn(session: CoreSession, turn_id: str, text: str) -> TurnRunner:

@@ -183,6 +183,37 @@ for version in (0, 2, -1, 10**20):
           {"json": {**GOOD["hello"], "protocol": version}}, "UNSUPPORTED_PROTOCOL",
           "before_hello")
 
+# a lone surrogate ("\ud800" once decoded) in each field: refused, whatever the field
+SURROGATE_FIELDS: list[tuple[str, str, dict[str, Any]]] = [
+    ("hello-tool-name", "before_hello", {**GOOD["hello"], "tools": [{**META, "name": "t\ud800"}]}),
+    ("hello-tool-description", "before_hello",
+     {**GOOD["hello"], "tools": [{**META, "description": "\udc00"}]}),
+    ("hello-schema-key", "before_hello", {**GOOD["hello"], "tools": [
+        {**META, "argsSchema": {"type": "object", "properties": {"\ud800": {}}}}]}),
+    ("hello-schema-const", "before_hello", {**GOOD["hello"], "tools": [
+        {**META, "argsSchema": {"type": "object", "const": ["\ud83d"]}}]}),
+    ("hello-annotation-title", "before_hello",
+     {**GOOD["hello"], "tools": [{**META, "annotations": {"title": "\udfff"}}]}),
+    ("hello-client-value", "before_hello", {**GOOD["hello"], "client": {"ua": "\ud800"}}),
+    ("hello-client-key", "before_hello", {**GOOD["hello"], "client": {"\ud800": 1}}),
+    ("hello-session-id", "before_hello", {**GOOD["hello"], "sessionId": "\ud800",
+                                          "resumeToken": "$OTHER_TOKEN"}),
+    ("tools-update-description", "session",
+     {**GOOD["tools.update"], "tools": [{**META, "description": "d\ud800"}]}),
+    ("turn-start-text", "session", {**GOOD["turn.start"], "text": "/call t {}\ud800"}),
+    ("turn-start-turn-id", "session", {**GOOD["turn.start"], "turnId": "t\udc00"}),
+    ("result-nested-value", "session", {**RESULT, "result": {"a": [{"b": "\ud800"}]}}),
+    ("result-key", "session", {**RESULT, "result": {"\udc00": 1}}),
+    ("result-error-message", "session", {**RESULT, "result": {"error": {
+        "code": "E", "message": "\ud800"}}}),
+    ("result-request-id", "session", {**RESULT, "toolRequestId": "\ud800"}),
+    ("result-handled-by", "session", {**RESULT, "handledBy": "named\ud800"}),
+    ("turn-cancel-turn-id", "session", {"type": "turn.cancel", "turnId": "\udfff"}),
+]
+for cid, stage, body in SURROGATE_FIELDS:
+    frame(f"surrogate-{cid}", f"a lone surrogate in {cid.replace('-', ' ')}", {"json": body},
+          "FRAME_NOT_JSON", stage)
+
 # tool metadata breaking define_tool's rules
 BAD_META: list[tuple[str, Any]] = [
     ("not-object", "t"), ("no-name", {"description": "d", "argsSchema": {}}),
@@ -417,6 +448,10 @@ for cid, body in (("empty", ""), ("not-json", "tool=echo"), ("array", "[]"), ("s
                   ("nan-args", '{"tool": "echo", "args": NaN}'),
                   ("infinity-timeout", '{"tool": "echo", "timeoutMs": Infinity}'),
                   ("lone-surrogate", '{"tool": "echo", "args": {"s": "\\ud800"}}'),
+                  ("lone-surrogate-key", '{"tool": "echo", "args": {"\\udc00": 1}}'),
+                  ("lone-surrogate-nested",
+                   '{"tool": "echo", "args": {"a": [1, {"b": "x\\ud83d"}]}}'),
+                  ("lone-surrogate-tool", '{"tool": "echo\\ud800"}'),
                   ("deep-body", "[" * 60_000),
                   ("deep-args", '{"tool": "echo", "args": ' + "[" * 150 + "]" * 150 + "}"),
                   ("no-tool", '{"args": {}}'), ("tool-number", '{"tool": 1}'),
@@ -436,9 +471,14 @@ control("tool-calls-not-utf8", "tool-calls body: bytes that are not UTF-8",
         "BAD_REQUEST")
 for cid, body in (("empty", ""), ("no-text", "{}"), ("text-number", '{"text": 1}'),
                   ("text-null", '{"text": null}'), ("text-array", '{"text": ["x"]}'),
-                  ("lone-surrogate", '{"text": "\\udc00"}'), ("array", "[]")):
+                  ("lone-surrogate", '{"text": "\\udc00"}'), ("array", "[]"),
+                  ("lone-surrogate-other-field",
+                   '{"text": "/call echo {}", "extra": ["\\ud800"]}')):
     control(f"turns-{cid}", f"turns body: {cid}", {"method": "POST", "path": TURNS,
                                                   "body": body}, 400, "BAD_REQUEST")
+control("turns-encoded-surrogate", "turns body: a surrogate encoded in the bytes (CESU-8)",
+        {"method": "POST", "path": TURNS, "body_hex": '{"text": "\ud800"}'.encode(
+            "utf-8", "surrogatepass").hex()}, 400, "BAD_REQUEST")
 control("tool-calls-big-body", "a tool-calls body over the frame limit",
         {"method": "POST", "path": TOOL_CALLS, "make": {"kind": "big_body", "bytes": 200_000}},
         413, "PAYLOAD_TOO_LARGE")

@@ -396,7 +396,7 @@ async def test_a_huge_exception_text_is_clipped_in_the_error_result() -> None:
 
     session.on_tool("t", verbose)
     message = (await session.dispatch("t", {}))["error"]["message"]
-    assert message == "ValueError: " + "x" * 1000 + "... (4000 more characters)"
+    assert message == "ValueError: " + "x" * 200 + "… (4800 more characters)"
 
 
 async def test_a_schema_the_validator_cannot_apply_is_an_error_result_not_a_crash() -> None:

@@ -8,6 +8,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -96,7 +97,16 @@ def test_nan_and_infinity_are_refused() -> None:
             raise AssertionError(f"{bad} accepted")
 
 
-def test_lone_surrogates_are_sized_as_escaped() -> None:
-    wire, text = encode_result("\ud800")
-    assert wire == "\ud800"
-    assert json.loads(text) == "\ud800"
+@pytest.mark.parametrize("value, path", [
+    ("\ud800", "$"), ({"a": ["ok", "x\udfff"]}, "$.a[1]"), ({"k\ud83d": 1}, '$["k\\ud83d"]'),
+    ((["\udc00"],), "$[0][0]"),  # the slow path (a tuple) too
+])
+def test_a_lone_surrogate_in_a_result_is_refused_naming_its_path(value: Any, path: str) -> None:
+    with pytest.raises(ResultError) as refused:
+        encode_result(value)
+    error = refused.value.result["error"]
+    assert error["code"] == "TOOL_RESULT_INVALID"
+    assert error["details"]["path"] == path
+    assert "lone surrogate" in error["message"]
+    wire, text = encode_result({"emoji": "\U0001f600"})  # a pair is valid text
+    assert json.loads(text) == wire == {"emoji": "\U0001f600"}

@@ -8,7 +8,8 @@ import pytest
 from jsonschema import Draft202012Validator, SchemaError
 
 from pedelec_pyodide.schemas import SchemaError as OurSchemaError
-from pedelec_pyodide.schemas import check_schema, json_path
+from pedelec_pyodide.schemas import check_schema
+from pedelec_pyodide.text import json_path
 
 VALID = [
     {}, True, False,

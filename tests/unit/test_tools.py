@@ -261,3 +261,18 @@ async def test_typed_handler_args_are_validated_against_the_derived_schema() -> 
     assert wrong["error"]["details"]["errors"] == [
         {"path": "$.a", "message": "'1' is not of type 'integer'"}
     ]
+
+
+@pytest.mark.parametrize("fields, where", [
+    ({"description": "d\ud800"}, "$.description"),
+    ({"args_schema": {"type": "object", "properties": {"a\udc00": {}}}},
+     '$.args_schema.properties["a\\udc00"]'),
+    ({"annotations": {"title": "\ud83d"}}, "$.annotations.title"),
+])
+def test_metadata_with_a_lone_surrogate_is_refused_naming_the_field(
+        fields: dict[str, Any], where: str) -> None:
+    options: dict[str, Any] = {"description": "d", "args_schema": {"type": "object"}, **fields}
+    with pytest.raises(ValueError) as refused:
+        define_tool(name="t", handler=lambda args: args, **options)
+    assert str(refused.value) == (
+        f"tool 't': a lone surrogate at {where}: text must be valid Unicode")

@@ -29,6 +29,7 @@ from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 from ...results import INVALID_ARGS, TOOL_HANDLER_NOT_FOUND, tool_error
+from ...text import excerpt, lone_surrogate_at, not_unicode, quote
 from ..agent import AgentInfo, StepLimitExceeded, ToolCallRequest, Turn
 from ..log import log_event
 
@@ -217,7 +218,7 @@ def parse_arguments(call: ModelCall, known: set[str]) -> dict[str, Any] | ToolCa
         listed = ", ".join(sorted(known)) if known else "none"
         return tool_error(
             TOOL_HANDLER_NOT_FOUND,
-            f"there is no tool named {call.name!r} in this session; the tools are: {listed}",
+            f"there is no tool named {quote(call.name)} in this session; the tools are: {listed}",
             retryable=False,
         )
     raw = call.arguments.strip() or "{}"
@@ -226,10 +227,9 @@ def parse_arguments(call: ModelCall, known: set[str]) -> dict[str, Any] | ToolCa
     except (json.JSONDecodeError, RecursionError) as exc:
         where = f" ({exc.msg} at character {exc.pos + 1})" if isinstance(
             exc, json.JSONDecodeError) else ""
-        shown = raw if len(raw) <= 200 else raw[:199] + "…"
         return tool_error(
             INVALID_ARGS,
-            f"the arguments for {call.name} are not valid JSON{where}: {shown}; "
+            f"the arguments for {call.name} are not valid JSON{where}: {excerpt(raw)}; "
             "call the tool again with one JSON object",
             retryable=True,
         )
@@ -243,13 +243,16 @@ def parse_arguments(call: ModelCall, known: set[str]) -> dict[str, Any] | ToolCa
 
 
 def well_formed(arguments: str) -> dict[str, Any]:
-    """The arguments as an object, or ``{}`` when malformed: what the history keeps, so a
-    request built from it is always valid (the error result tells the model what it sent)."""
+    """The arguments as an object, or ``{}`` when malformed or not valid Unicode text: what
+    the history keeps, so a request built from it is always valid (the error result tells
+    the model what it sent)."""
     try:
         parsed = json.loads(arguments.strip() or "{}")
     except (json.JSONDecodeError, RecursionError):
         return {}
-    return parsed if isinstance(parsed, dict) else {}
+    if not isinstance(parsed, dict) or lone_surrogate_at(parsed) is not None:
+        return {}
+    return parsed
 
 
 class _Reply:
@@ -429,6 +432,9 @@ class ModelAgent(ABC):
                 waited += delay
                 await asyncio.sleep(delay)
                 continue
+            where = lone_surrogate_at(answer.message)  # names and ids, kept in the history
+            if where is not None:
+                raise ModelError(f"{self.provider}'s answer holds {not_unicode(where)}")
             answer.usage.requests = 1
             usage.add(answer.usage)
             log_event("agent.request", provider=self.provider, model=self.model,

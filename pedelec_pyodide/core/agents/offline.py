@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ...text import lone_surrogate_at, not_unicode
 from ...tools import NAME_PATTERN
 from ..agent import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
 
@@ -110,6 +111,9 @@ def _parse_call(line: str) -> ToolCallRequest | str:
     if not isinstance(args, dict):
         kind = "an array" if isinstance(args, list) else "not an object"
         return f"the args for {name} must be a JSON object like {{\"key\": 1}}, got {kind}"
+    where = lone_surrogate_at(args)  # "\ud800" decodes to text no frame or row can hold
+    if where is not None:
+        return f"the args for {name} hold {not_unicode(where)}"
     return ToolCallRequest(name, args)
 
 
