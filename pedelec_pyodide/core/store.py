@@ -396,10 +396,11 @@ class SQLiteStore:
             try:
                 await asyncio.wait_for(done, limit)
             except TimeoutError:
+                reason = (f"the store did not commit within {limit:g} s (--store-timeout): "
+                          f"{self.path} is locked by another process, slow or stuck")
+                self._last_failure = reason  # until a batch commits again
                 log_event("store.flush_timeout", level=logging.WARNING, seconds=limit)
-                raise StoreError(
-                    f"the store did not commit within {limit:g} s (--store-timeout): "
-                    f"{self.path} is locked by another process, slow or stuck") from None
+                raise StoreError(reason) from None
         if self._dead is not None:
             raise StoreError(self._dead)
         with self._lock:
@@ -446,7 +447,8 @@ class SQLiteStore:
                 self._failures.popitem(last=False)
         if of_store:
             self._last_failure = reason
-        log_event("store.write_failed", level=logging.WARNING, key=key, error=reason)
+        log_event("store.write_failed", level=logging.WARNING,
+                  key=key.encode("utf-8", "backslashreplace").decode(), error=reason)
 
     def _ensure_started(self) -> None:
         if not self._started:
