@@ -420,3 +420,35 @@ def test_sigterm_stops_core_within_5_seconds(tmp_path: Path, state: str) -> None
     elapsed = run(main())
     print(f"SIGTERM to exit ({state}): {elapsed:.2f} s")
     assert elapsed < 5, elapsed
+
+
+def test_the_issue_s_chat_line_costs_no_other_session_its_store(tmp_path: Path) -> None:
+    """The line that stopped every session of a Core with --store (issue 10): the offline
+    agent decodes the escape into a lone surrogate. Its turn ends (however it is refused),
+    another session's call still goes through, the writer lives and health is ok."""
+
+    def counter_page() -> Page:
+        session = Session()
+        session.add_tool(define_tool(
+            name="update_counter", description="Add delta to the counter.",
+            args_schema={"type": "object", "properties": {"delta": {}}},
+            handler=lambda a: {"value": 1}))
+        return Page(session)
+
+    async def main() -> None:
+        cfg = config(store=str(tmp_path / "core.sqlite"), agent_factory=None,
+                     agent="offline")
+        async with running_core(cfg) as core:
+            attacker = await counter_page().connect(core.ws_url)
+            other = await echo_page().connect(core.ws_url)
+            reply = await asyncio.wait_for(
+                attacker.session.send_text('/call update_counter {"delta": "\\ud800"}'), WAIT)
+            assert isinstance(reply, str)
+            sid = other.session.session_id
+            assert sid is not None
+            answer = (await core.tool_call(sid, "echo", {"n": 1})).json()
+            assert answer["result"] == {"n": 1}
+            assert core.registry.store.problem is None
+            assert (await core.http.get("/pedelec/v1/health")).json()["status"] == "ok"
+
+    run(main())
