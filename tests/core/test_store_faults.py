@@ -4,9 +4,11 @@ clear: each test runs on a real SQLite file (and, where it says so, a real Core)
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
+import re
 import secrets
 import signal
 import sqlite3
@@ -212,6 +214,8 @@ def test_if_the_writer_dies_every_waiter_fails_and_health_says_why(
 
 # --- damaged rows are skipped at start --------------------------------------------------------
 
+CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "store-rows.jsonl"
+# no constraints, so that NULLs and wrong types get in as they could in a damaged file
 _LOOSE_SCHEMA = """
 CREATE TABLE sessions (id, token_hash, tools, history, created_at);
 CREATE TABLE requests (id, session_id, turn_id, step, idx, tool, args, deadline, result,
@@ -219,78 +223,86 @@ CREATE TABLE requests (id, session_id, turn_id, step, idx, tool, args, deadline,
 CREATE TABLE turns (id, session_id, text, status, final_text, error, tool_calls,
                     end_delivered, created_at, usage);
 """
+GOOD_TOKEN = "good-token"
+_HEX = re.compile(r"(?:[0-9a-f]{2})+")
+
+
+def _base_row(table: str, index: int, owner: str) -> dict[str, Any]:
+    """A good row of ``table``; ``owner``: the good session a request or turn is of."""
+    if table == "sessions":
+        return {"id": f"s-{index}", "token_hash": hash_token(GOOD_TOKEN),
+                "tools": json.dumps([tool_meta("echo")]), "history": "[]", "created_at": 1.0}
+    if table == "requests":
+        return {"id": f"r-{index}", "session_id": owner, "turn_id": None, "step": 0,
+                "idx": 0, "tool": "echo", "args": "{}", "deadline": 1e12, "result": None,
+                "handled_by": None}
+    return {"id": f"t-{index}", "session_id": owner, "text": "hi", "status": "completed",
+            "final_text": "ok", "error": None, "tool_calls": "[]", "end_delivered": 0,
+            "created_at": 1.0, "usage": "{}"}
+
+
+def _insert(db: sqlite3.Connection, table: str, row: dict[str, Any]) -> int:
+    marks, values = [], []
+    for value in row.values():
+        if isinstance(value, dict):  # {"utf8_hex": ...}: text of these bytes, as they are
+            assert _HEX.fullmatch(value["utf8_hex"])
+            marks.append(f"CAST(X'{value['utf8_hex']}' AS TEXT)")
+        else:
+            marks.append("?")
+            values.append(value)
+    cursor = db.execute(f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join(marks)})",
+                        values)
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
 
 
 def test_damaged_rows_are_skipped_with_a_warning_and_core_starts(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Rows written straight into the file (a schema without constraints, so NULLs and
-    wrong types get in): Core starts, lists and resumes the good session, and warns once
-    per damaged row."""
+    """Every case of tests/corpus/store-rows.jsonl written straight into one store file,
+    beside good rows: Core starts, lists (HTTP 200) and resumes exactly the good sessions,
+    and warns once for each damaged row, naming it."""
     path = tmp_path / "core.sqlite"
-    good_hash = hash_token("good-token")
-    tools = '[{"name": "echo", "description": "Echo.", "argsSchema": {"type": "object"}}]'
+    cases = [json.loads(line) for line in CORPUS.read_text().splitlines()]
     db = sqlite3.connect(path)
     db.executescript(_LOOSE_SCHEMA)
-    sessions: list[tuple[Any, ...]] = [
-        ("good", good_hash, tools, "[]", 1.0),
-        ("bad-json", good_hash, "[", "[]", 2.0),
-        ("tools-not-list", good_hash, '{"a": 1}', "[]", 3.0),
-        ("tool-not-object", good_hash, "[1]", "[]", 4.0),
-        ("tool-bad-name", good_hash, '[{"name": "no spaces", "description": "d",'
-         ' "argsSchema": {"type": "object"}}]', "[]", 5.0),
-        ("null-history", good_hash, "[]", None, 6.0),
-        ("text-time", good_hash, "[]", "[]", "yesterday"),
-        ("null-hash", None, "[]", "[]", 7.0),
-        (None, good_hash, "[]", "[]", 8.0),
-        ("surrogate", good_hash, "[]", '[{"a": "\\ud800"}]', 9.0),
-    ]
-    db.executemany("INSERT INTO sessions VALUES (?, ?, ?, ?, ?)", sessions)
-    db.execute("INSERT INTO sessions VALUES ('bad-utf8', ?, CAST(X'5BFF5D' AS TEXT), '[]', 11)",
-               (good_hash,))
-    requests: list[tuple[Any, ...]] = [
-        ("req-good", "good", None, 0, 0, "echo", '{"n": 1}', 1e12, None, None),
-        ("req-orphan", "nobody", None, 0, 0, "echo", "{}", 1e12, None, None),
-        ("req-step", "good", None, "x", 0, "echo", "{}", 1e12, None, None),
-        ("req-args", "good", None, 0, 0, "echo", "{", 1e12, None, None),
-        ("req-deadline", "good", None, 0, 0, "echo", "{}", None, None, None),
-    ]
-    db.executemany("INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", requests)
-    turns: list[tuple[Any, ...]] = [
-        ("t-good", "good", "hi", "completed", "ok", None, "[]", 1, 1.0, "{}"),
-        ("t-orphan", "nobody", "hi", "completed", "ok", None, "[]", 0, 1.0, "{}"),
-        ("t-status", "good", "hi", "weird", "ok", None, "[]", 0, 2.0, "{}"),
-        ("t-calls", "good", "hi", "completed", "ok", None, "{", 0, 3.0, "{}"),
-        ("t-usage", "good", "hi", "completed", "ok", None, "[]", 0, 4.0, "[1]"),
-        ("t-delivered", "good", "hi", "completed", "ok", None, "[]", "yes", 5.0, "{}"),
-        ("t-error", "good", "hi", "failed", "", '"boom"', "[]", 0, 6.0, "{}"),
-        ("t-text", "good", None, "completed", "ok", None, "[]", 0, 7.0, "{}"),
-    ]
-    db.executemany("INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", turns)
+    good = ["good"]
+    _insert(db, "sessions", _base_row("sessions", 0, "") | {"id": "good"})
+    _insert(db, "requests", _base_row("requests", 0, "good") | {"args": '{"n": 1}'})
+    expected: dict[tuple[str, int], str] = {}
+    for index, case in enumerate(cases, start=1):
+        table = case["input"]["table"]
+        owner = f"owner-{index}"
+        if table != "sessions":
+            good.append(owner)
+            _insert(db, "sessions", _base_row("sessions", index, "") | {"id": owner})
+        row = _base_row(table, index, owner) | case["input"]["columns"]
+        expected[(table, _insert(db, table, row))] = case["id"]
     db.commit()
     db.close()
-    damaged = len(sessions) + 1 + len(requests) + len(turns) - 3
 
     async def main() -> None:
         async with running_core(config(store=str(path))) as core:
             listed = await core.http.get("/pedelec/v1/sessions")
             assert listed.status_code == 200, listed.text
-            assert [s["sessionId"] for s in listed.json()["sessions"]] == ["good"]
-            info = await core.session_info("good")
-            assert info["pendingToolRequests"] == 1
-            health = (await core.http.get("/pedelec/v1/health")).json()
-            assert health["status"] == "ok"
+            assert sorted(s["sessionId"] for s in listed.json()["sessions"]) == sorted(good)
+            assert (await core.session_info("good"))["pendingToolRequests"] == 1
+            assert (await core.http.get("/pedelec/v1/health")).json()["status"] == "ok"
             page = await RawClient.open(core.ws_url)
             welcome = await page.hello([tool_meta("echo")], sessionId="good",
-                                       resumeToken="good-token")
+                                       resumeToken=GOOD_TOKEN)
             assert (welcome["type"], welcome["resumed"]) == ("welcome", True)
-            assert welcome["resumeToken"] == "good-token"
-            assert (await page.recv())["type"] == "tool.request"  # the restored request
+            assert welcome["resumeToken"] == GOOD_TOKEN
+            assert (await page.recv())["args"] == {"n": 1}  # the restored request
             await page.close()
 
     with caplog.at_level(logging.WARNING, logger="pedelec.core"):
         run(main())
-    skipped = [r.getMessage() for r in caplog.records if "store.row_skipped" in r.getMessage()]
-    assert len(skipped) == damaged, "\n".join(skipped)
+    skipped = [re.search(r"table=(\w+) rowid=(\d+)", r.getMessage())
+               for r in caplog.records if "store.row_skipped" in r.getMessage()]
+    found = {(m.group(1), int(m.group(2))) for m in skipped if m is not None}
+    missed = sorted(case for key, case in expected.items() if key not in found)
+    assert not missed, f"loaded, not skipped: {missed}"
+    assert len(skipped) == len(expected)
 
 
 # --- files and tokens ---------------------------------------------------------------------
