@@ -249,7 +249,11 @@ def _checked(params: tuple[Any, ...]) -> tuple[Any, ...]:
 def _private(path: Path) -> None:
     """Create the database file ``0600`` before SQLite opens it (its -wal and -shm take
     the database's mode), and tighten files an older Core left readable by others."""
-    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    except OSError as exc:  # as SQLite would have said it: Core's CLI reports it so
+        raise sqlite3.OperationalError(f"unable to open database file ({exc.strerror})"
+                                       ) from None
     for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         try:
             if file.exists() and file.stat().st_mode & 0o077:
