@@ -59,7 +59,7 @@ SESSION_EXPIRED = "SESSION_EXPIRED"
 # work as for a known one, so timing says nothing about which sessions exist.
 _NO_SESSION_HASH = hash_token("")
 # Core's stop: at most this long for running turns to end, then for the store
-SHUTDOWN_SECONDS = 2.0
+SHUTDOWN_SECONDS = 1.5
 
 
 class Connection(Protocol):
