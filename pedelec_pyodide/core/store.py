@@ -44,6 +44,9 @@ DEFAULT_STORE_TIMEOUT = 5.0
 MAX_REMEMBERED_FAILURES = 1024
 # the longest reason quoted in an error or a log line
 MAX_REASON_CHARS = 200
+# characters of text queued for the writer, not yet written: past it (a stuck or slow store), a new
+# write fails at once rather than holding its values in memory
+MAX_QUEUED_CHARS = 64 * 1024 * 1024
 
 
 class StoreError(Exception):
@@ -235,6 +238,10 @@ def _reason(exc: BaseException) -> str:
     return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS] + "..."
 
 
+def _size(params: tuple[Any, ...]) -> int:
+    return sum(len(value) for value in params if isinstance(value, str))
+
+
 def _checked(params: tuple[Any, ...]) -> tuple[Any, ...]:
     """The parameters, if SQLite can take every one: text that encodes as UTF-8 (no lone
     surrogate) and numbers; raised here, on the caller's side, not in the writer."""
@@ -289,6 +296,7 @@ class SQLiteStore:
         self._failures: OrderedDict[str, str] = OrderedDict()
         self._dead: str | None = None
         self._last_failure: str | None = None  # cleared by the next batch that commits
+        self._queued_chars = 0  # of text in queued writes (guarded by _lock)
 
     def _hash_clear_tokens(self) -> None:
         """A database written before tokens were hashed: hash them, once."""
@@ -438,6 +446,15 @@ class SQLiteStore:
         except Exception as exc:  # unserialisable, NaN, a lone surrogate, too deep
             self._fail(key, f"a value cannot be stored ({_reason(exc)})")
             return
+        size = _size(values)
+        with self._lock:
+            behind = self._queued_chars + size > MAX_QUEUED_CHARS
+            if not behind:
+                self._queued_chars += size
+        if behind:
+            self._fail(key, f"the store is over {MAX_QUEUED_CHARS} characters behind: "
+                       f"{self.path} is stuck or too slow", of_store=True)
+            return
         self._ensure_started()
         self._queue.put((key, sql, values))
 
@@ -482,6 +499,9 @@ class SQLiteStore:
                         ops.append(item)
                 if ops:
                     self._apply(ops)
+                    written = sum(_size(params) for _key, _sql, params in ops)
+                    with self._lock:
+                        self._queued_chars -= written
                 for waiter in waiters:
                     _settle_soon(waiter, None)
                 waiters = []

@@ -22,6 +22,7 @@ from corekit import TOKEN, WAIT, Page, RawClient, config, run, running_core, too
 from test_core_resume import core_process, free_port
 
 from pedelec_pyodide import Session, define_tool
+from pedelec_pyodide.core import store as store_module
 from pedelec_pyodide.core.store import (
     STORE_FAILED,
     RequestRecord,
@@ -464,3 +465,31 @@ def test_the_issue_s_chat_line_costs_no_other_session_its_store(tmp_path: Path) 
             assert (await core.http.get("/pedelec/v1/health")).json()["status"] == "ok"
 
     run(main())
+
+
+def test_writes_queued_behind_a_stuck_store_are_bounded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the writer is stuck (another process holds the lock), queued text is capped:
+    a write past the cap fails at once instead of being held in memory."""
+    monkeypatch.setattr(store_module, "MAX_QUEUED_CHARS", 1_000_000)
+    path = tmp_path / "core.sqlite"
+
+    async def main() -> None:
+        store = SQLiteStore(path)
+        store.save_session(SessionRecord("s1", hash_token("t"), [], [], 1.0))
+        await store.flush("s1")
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        store.save_request(request("first", {"blob": "x" * 600_000}))
+        store.save_request(request("second", {"blob": "y" * 600_000}))
+        holder.execute("ROLLBACK")
+        holder.close()
+        await store.flush("first")
+        with pytest.raises(StoreError, match="characters behind"):
+            await store.flush("second")
+        store.save_request(request("third", {"blob": "z" * 600_000}))  # room again
+        await store.flush("third")
+        await store.close()
+
+    run(main())
+    assert [r.id for r in SQLiteStore(path).load().requests] == ["first", "third"]
