@@ -292,7 +292,8 @@ class SQLiteStore:
         self._hash_clear_tokens()
         self._thread = threading.Thread(target=self._run, name="pedelec-store", daemon=True)
         self._started = False
-        self._lock = threading.Lock()  # guards _failures (the writer and the loop write it)
+        # guards _failures and _queued_chars (the writer and the loop both write them)
+        self._lock = threading.Lock()
         self._failures: OrderedDict[str, str] = OrderedDict()
         self._dead: str | None = None
         self._last_failure: str | None = None  # cleared by the next batch that commits
@@ -306,9 +307,17 @@ class SQLiteStore:
             return
         db.execute("BEGIN IMMEDIATE")
         db.execute("ALTER TABLE sessions RENAME COLUMN resume_token TO token_hash")
-        for rowid, token in db.execute("SELECT rowid, token_hash FROM sessions").fetchall():
+        db.text_factory = bytes  # a token that is not UTF-8 spoils its row only
+        try:
+            rows = db.execute("SELECT rowid, token_hash FROM sessions").fetchall()
+        finally:
+            db.text_factory = str
+        for rowid, token in rows:
             # a token that is not text cannot be matched: its row is skipped at load
-            hashed = hash_token(token) if isinstance(token, str) else ""
+            try:
+                hashed = hash_token(token.decode("utf-8")) if isinstance(token, bytes) else ""
+            except UnicodeDecodeError:
+                hashed = ""
             db.execute("UPDATE sessions SET token_hash = ? WHERE rowid = ?", (hashed, rowid))
         db.execute("COMMIT")
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # and none left in the -wal either

@@ -362,6 +362,8 @@ def test_a_store_with_tokens_in_clear_is_migrated_to_hashes(tmp_path: Path) -> N
     db.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, resume_token TEXT NOT NULL,"
                " tools TEXT NOT NULL, history TEXT NOT NULL, created_at REAL NOT NULL)")
     db.execute("INSERT INTO sessions VALUES ('s-old', ?, '[]', '[]', 1)", (token,))
+    # and a damaged one: a token that is not UTF-8 (skipped, not an exit at start)
+    db.execute("INSERT INTO sessions VALUES ('s-bad', CAST(X'FF41' AS TEXT), '[]', '[]', 2)")
     db.commit()
     db.close()
     assert token.encode() in store_bytes(path)
@@ -369,6 +371,7 @@ def test_a_store_with_tokens_in_clear_is_migrated_to_hashes(tmp_path: Path) -> N
     async def main() -> None:
         async with running_core(config(store=str(path))) as core:
             assert token.encode() not in store_bytes(path)
+            assert list(core.registry.sessions) == ["s-old"]
             await refused_then_resumed(core.ws_url, "s-old", token)
         assert token.encode() not in store_bytes(path)
 
