@@ -318,8 +318,9 @@ class BridgeConnection:
             log_event("session.resumed", session=session.id, pending=len(session.pending))
         self.session = session
         session.attach(self)
+        token = session.resume_token
+        assert token is not None  # set by create and by a good resume
         self.send(protocol.Welcome(
-            session_id=session.id, resume_token=session.record.resume_token,
-            resumed=resumed, state=session.state,
+            session_id=session.id, resume_token=token, resumed=resumed, state=session.state,
         ).encode())
         session.resend()

@@ -23,6 +23,7 @@ from .config import (
 from .log import configure
 from .public import check_allow_host
 from .server import agent_factory_for, run
+from .store import DEFAULT_STORE_TIMEOUT
 
 
 def _directory(value: str) -> Path:
@@ -115,6 +116,11 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
     parser.add_argument("--store", default="memory",
                         help="where sessions live: memory (default; lost on exit) or "
                         "PATH.sqlite (survives restarts of Core)")
+    parser.add_argument("--store-timeout", type=_positive(float),
+                        default=DEFAULT_STORE_TIMEOUT, metavar="SECONDS",
+                        help="how long a tool request waits for the store to commit it; "
+                        "past that it fails STORE_FAILED, unsent "
+                        f"(default: {DEFAULT_STORE_TIMEOUT:g})")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                         type=_origin,
                         help="a web origin (e.g. https://app.example) whose pages may open "
@@ -219,6 +225,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         app_dir=getattr(args, "app", None), pyodide_dir=args.pyodide,
         provision=args.pyodide is None and not args.no_provision,
         demo=args.command == "demo", agent=args.agent, store=args.store,
+        store_timeout=args.store_timeout,
         allow_origins=tuple(args.allow_origin), allow_hosts=tuple(args.allow_host),
         max_frame_bytes=args.max_frame_bytes,
         rate_limit=args.rate_limit, rate_burst=args.rate_burst,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..protocol import MAX_FRAME_BYTES
 from .agent import Agent
+from .store import DEFAULT_STORE_TIMEOUT
 
 ADMIN_TOKEN_ENV = "PEDELEC_ADMIN_TOKEN"
 DEFAULT_PORT = 8765
@@ -66,6 +67,8 @@ class CoreConfig:
     agent_factory: Callable[[], Agent] | None = None
     #: ``memory`` or a path to an SQLite file
     store: str = "memory"
+    #: how long a request waits for the store to commit it before it fails STORE_FAILED
+    store_timeout: float = DEFAULT_STORE_TIMEOUT
     #: extra WebSocket origins allowed besides Core's own (``--allow-origin``)
     allow_origins: tuple[str, ...] = ()
     #: host names Core answers to besides its bind address and loopback names

@@ -224,12 +224,17 @@ def _guarded(handler: Any) -> Any:
 
 async def health(request: Request) -> Response:
     registry = _registry(request)
-    return JSONResponse({
+    answer: dict[str, Any] = {
         "status": "ok",
         "version": __version__,
         "sessions": len(registry.sessions),
         "pyodide": request.app.state.pyodide.status,
-    })
+    }
+    problem = registry.store.problem
+    if problem is not None:  # Core answers, but what it is told may not survive a restart
+        answer["status"] = "degraded"
+        answer["reason"] = f"store: {problem}"
+    return JSONResponse(answer)
 
 
 @_guarded

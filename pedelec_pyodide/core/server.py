@@ -38,13 +38,19 @@ from .public import (
     serve_public,
     store_files,
 )
-from .sessions import Registry
+from .sessions import SHUTDOWN_SECONDS, Registry
 from .store import open_store
 
 for _suffix, _type in ((".mjs", "text/javascript"), (".js", "text/javascript"),
                        (".wasm", "application/wasm"), (".whl", "application/zip"),
                        (".json", "application/json"), (".zip", "application/zip")):
     mimetypes.add_type(_type, _suffix)
+
+# On SIGTERM: open connections get GRACEFUL_SECONDS to finish, then turns and the store
+# get SHUTDOWN_SECONDS, then the store's writer CLOSE_SECONDS: Core stops within 5 s
+# whatever a page, a caller or the store is doing.
+GRACEFUL_SECONDS = 1
+CLOSE_SECONDS = 0.5
 
 
 def agent_factory_for(spec: str) -> Callable[[], Agent]:
@@ -166,7 +172,7 @@ class LazyMcp:
 def create_app(config: CoreConfig) -> Starlette:
     """The whole of Core as an ASGI app; start and stop it with its lifespan."""
     agent_factory = config.agent_factory or agent_factory_for(config.agent)
-    store = open_store(config.store)
+    store = open_store(config.store, config.store_timeout)
     registry = Registry(config, store, agent_factory)
     private = store_files(config.store)  # never served, wherever --store points
     pyodide = PyodideFiles(config.pyodide_dir, private)
@@ -190,8 +196,8 @@ def create_app(config: CoreConfig) -> Starlette:
             if provisioning is not None:
                 provisioning.cancel()
             await mcp_endpoint.stop()
-            await registry.shutdown()
-            await store.close()
+            await registry.shutdown(SHUTDOWN_SECONDS)
+            await store.close(CLOSE_SECONDS)
             log_event("core.stopped")
 
     routes: list[BaseRoute] = [
@@ -262,7 +268,7 @@ def uvicorn_config(app: Starlette, config: CoreConfig) -> uvicorn.Config:
     return uvicorn.Config(
         app, host=config.host, port=config.port, log_level="warning", access_log=False,
         ws_max_size=4 * config.max_frame_bytes, ws_per_message_deflate=False, lifespan="on",
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=GRACEFUL_SECONDS,
     )
 
 

@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import hmac
 import json
+import logging
 import secrets
 import time
 from collections import OrderedDict
@@ -31,13 +32,16 @@ from .idempotency import CallerMemory
 from .log import log_event
 from .store import (
     RECENT_TURNS,
+    STORE_FAILED,
     IdempotencyRecord,
     RequestRecord,
     SessionRecord,
     Snapshot,
     Store,
+    StoreError,
     TurnRecord,
     dump_json,
+    hash_token,
 )
 
 if TYPE_CHECKING:
@@ -96,7 +100,11 @@ def page_metadata(tools: list[dict[str, Any]], client_json: str, limit: int
             f"hold at most {limit} (--max-metadata-bytes)"))
     return PageMetadata(tools_json, client_json, tuple(str(tool["name"]) for tool in tools))
 
-# WebSocket close code when another connection resumed the same session.
+# What a wrong resume token is compared with when the session is unknown: the same
+# work as for a known one, so timing says nothing about which sessions exist.
+_NO_SESSION_HASH = hash_token("")
+# Core's stop: at most this long for running turns to end, then for the store
+SHUTDOWN_SECONDS = 1.5
 
 
 class Connection(Protocol):
@@ -205,6 +213,9 @@ class CoreSession:
                  client_json: str = "{}") -> None:
         self.registry = registry
         self.record = record
+        # the resume token in clear, known once the page created or resumed the session
+        # in this process: the store keeps only its hash
+        self.resume_token: str | None = None
         self.connection: Connection | None = None
         self.client_json = client_json
         self.tool_names: tuple[str, ...] = tuple(
@@ -369,9 +380,24 @@ class CoreSession:
         if key is not None:
             key.target_id = pending.id
             self.callers.add_key(key)
-        await self.registry.store.flush()
+        await self.store_requests([pending], *([key.key_hash] if key is not None else []))
         self.send_request(pending)
         return pending
+
+    async def store_requests(self, opened: list[PendingRequest], *keys: str) -> None:
+        """Flush the store before ``opened`` go out (with the writes of ``keys``, e.g.
+        their turn's). If it cannot take them, each is answered ``STORE_FAILED`` and never
+        sent: a page must not run what a restart of Core would not know of."""
+        try:
+            await self.registry.store.flush(*(pending.id for pending in opened), *keys)
+        except StoreError as exc:
+            log_event("store.requests_failed", session=self.id, requests=len(opened),
+                      error=str(exc))
+            for pending in opened:
+                if self.pending.get(pending.id) is pending:
+                    self._resolve(pending, tool_error(
+                        STORE_FAILED, f"Core could not store this request, so it was not "
+                        f"sent to the page: {exc}", retryable=True), "none", "store_failed")
 
     async def call_tool(
         self, tool: str, args: Any, *, timeout_ms: int | None = None,
@@ -404,8 +430,8 @@ class CoreSession:
         return pending
 
     def send_request(self, pending: PendingRequest) -> None:
-        if pending.future.done():  # refused when it was opened
-            return
+        if self.pending.get(pending.id) is not pending:
+            return  # resolved already (cancelled, or the store could not take it)
         if self.closed:
             self._resolve(pending, tool_error(
                 SESSION_CLOSED, "the session is closed", retryable=False), "none", "closed")
@@ -540,11 +566,13 @@ class Registry:
             raise SessionRefused(TOO_MANY_SESSIONS, (
                 f"Core already holds {limit} sessions, all connected (--max-sessions); "
                 "try again later"))
+        token = secrets.token_urlsafe(32)
         record = SessionRecord(
-            id=secrets.token_urlsafe(18), resume_token=secrets.token_urlsafe(32),
+            id=secrets.token_urlsafe(18), token_hash=hash_token(token),
             tools=metadata.tools_json, history="[]", created_at=time.time(),
         )
         session = CoreSession(self, record, metadata.client_json)
+        session.resume_token = token
         self.sessions[record.id] = session
         self.store.save_session(record)
         log_event("session.created", session=record.id, tools=len(metadata.names))
@@ -553,12 +581,13 @@ class Registry:
     def resume(self, session_id: str, resume_token: str | None) -> CoreSession | None:
         """The session, if the token is right; None says nothing about why."""
         session = self.sessions.get(session_id)
-        expected = session.record.resume_token if session is not None else "-" * 43
+        expected = session.record.token_hash if session is not None else _NO_SESSION_HASH
         given = resume_token or ""
         # compare even when the session is unknown, so timing says nothing either
-        ok = hmac.compare_digest(expected.encode(), given.encode())
+        ok = hmac.compare_digest(expected.encode(), hash_token(given).encode())
         if session is None or not ok or session.closed:
             return None
+        session.resume_token = given
         return session
 
     def get(self, session_id: str) -> CoreSession | None:
@@ -620,13 +649,20 @@ class Registry:
         log_event("store.restored", sessions=len(self.sessions),
                   pending=sum(len(s.pending) for s in self.sessions.values()))
 
-    async def shutdown(self) -> None:
-        """Cancel running turns (they end ``cancelled``), stop timers, flush the store."""
+    async def shutdown(self, timeout: float = SHUTDOWN_SECONDS) -> None:
+        """Cancel running turns (they end ``cancelled``), stop timers, flush the store:
+        all within ``timeout`` seconds, whatever the store is doing."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         runners = [s.turn for s in self.sessions.values() if s.turn is not None]
         for runner in runners:
             runner.cancel("Core is shutting down")
-        if runners:
-            await asyncio.wait([r.task for r in runners if r.task is not None], timeout=5)
+        tasks = [r.task for r in runners if r.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
         for session in self.sessions.values():
             session.close()
-        await self.store.flush()
+        try:
+            await self.store.flush(timeout=max(0.0, deadline - loop.time()))
+        except StoreError as exc:
+            log_event("store.shutdown_failed", level=logging.WARNING, error=str(exc))

@@ -26,7 +26,7 @@ from ..text import excerpt, lone_surrogate_at, not_unicode
 from .agent import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
 from .log import log_event
 from .sessions import CoreSession, PendingRequest, delta_frames, new_request_id
-from .store import RequestRecord, TurnRecord, dump_json
+from .store import RequestRecord, StoreError, TurnRecord, dump_json, turn_key
 
 STEP_LIMIT_EXCEEDED = "STEP_LIMIT_EXCEEDED"
 AGENT_ERROR = "AGENT_ERROR"
@@ -94,7 +94,7 @@ class TurnRunner:
             for index, call in enumerate(calls)
         ]
         self._requests.extend(opened)
-        await session.registry.store.flush()
+        await session.store_requests(opened, turn_key(session.id, self.turn_id))
         for pending in opened:
             session.send_request(pending)
         pairs = zip(opened, calls, strict=True)
@@ -155,8 +155,8 @@ class TurnRunner:
         # again while the page has moved on (its next turn.start refused TURN_BUSY).
         # Until then the turn is still the session's: a re-sent turn.start is ignored.
         try:
-            await session.registry.store.flush()
-        except Exception as exc:  # the page still hears the end; the operator, the failure
+            await session.registry.store.flush(session.id, turn_key(session.id, record.id))
+        except StoreError as exc:  # the page still hears the end; the operator, the failure
             log_event("store.failed", session=session.id, turn=record.id, error=str(exc))
         if session.turn is self:
             session.turn = None

@@ -402,8 +402,7 @@ class SimPage:
 
     async def one_turn(self, plan: list[list[list[Any]]]) -> None:
         stats = self.stats
-        inc = self.current
-        await asyncio.wait_for(inc.welcomed.wait(), TURN_BOUND)
+        inc = await self._welcomed()
         if inc is not self.current or not inc.session.connected:
             return  # reloaded or dropped meanwhile: try a new turn
         text = json.dumps({"plan": plan})
@@ -427,6 +426,19 @@ class SimPage:
                 stats.problem(f"turn {turn_id} ended {end.status}: {end.error}")
             return
         self.check_reply(plan, end.text, turn_id)
+
+    async def _welcomed(self) -> Incarnation:
+        """The page once welcomed; a reload before its welcome (the old page's never
+        comes) waits for the new page's."""
+        deadline = time.monotonic() + TURN_BOUND
+        while True:
+            inc = self.current
+            if inc.welcomed.is_set():
+                return inc
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"page {self.link} was not welcomed in {TURN_BOUND}s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(inc.welcomed.wait(), 0.1)
 
     async def _await_end(self, task: asyncio.Future[str], turn_id: str, text: str,
                          deadline: float) -> TurnEnd | None:

@@ -492,7 +492,7 @@ def test_control(core: CoreThread, case: dict[str, Any]) -> None:
 
 def test_corpus_shape() -> None:
     """Every case has the agreed fields; ids are unique; at least 200 cases in all."""
-    families = ["frames", "args", "results", "page-results", "control"]
+    families = ["frames", "args", "results", "page-results", "control", "store-rows"]
     seen: set[str] = set()
     total = 0
     for family in families:

@@ -24,7 +24,13 @@ from test_core_turns import GatedTools
 
 from pedelec_pyodide import Session
 from pedelec_pyodide.core.idempotency import key_hash
-from pedelec_pyodide.core.store import IdempotencyRecord, RequestRecord, SQLiteStore
+from pedelec_pyodide.core.store import (
+    IdempotencyRecord,
+    RequestRecord,
+    SessionRecord,
+    SQLiteStore,
+    hash_token,
+)
 
 KEY = "Idempotency-Key"
 
@@ -357,10 +363,13 @@ def test_keys_are_stored_hashed_and_go_with_their_session(tmp_path: Path) -> Non
 
     async def write() -> None:
         store = SQLiteStore(path)
+        for sid in ("s1", "s2"):  # rows of an unknown session are skipped at load
+            store.save_session(SessionRecord(sid, hash_token("t"), "[]", "[]", 1.0))
         store.save_request(RequestRecord("r1", "s1", None, 0, 0, "t", {}, 9e9, {"v": 1},
                                          "named", 5.0))
         store.save_key(IdempotencyRecord(hashed, "s1", "tool-call", "f" * 64, "r1", 4.0))
-        store.save_key(IdempotencyRecord(key_hash("s2", "x"), "s2", "turn", "f", "t9", 4.0))
+        store.save_key(IdempotencyRecord(key_hash("s2", "x"), "s2", "turn", "f" * 64, "t9",
+                                         4.0))
         await store.close()
 
     asyncio.run(write())
@@ -394,6 +403,7 @@ def test_a_database_from_before_kept_results_gains_the_column(tmp_path: Path) ->
 
     async def write() -> None:
         store = SQLiteStore(path)
+        store.save_session(SessionRecord("s0", hash_token("t"), "[]", "[]", 1.0))
         store.save_request(RequestRecord("r1", "s0", None, 0, 0, "t", {}, 2.0, 7, "named",
                                          3.0))
         await store.close()

@@ -521,6 +521,67 @@ for method, path in [("GET", "/pedelec/v1/health"), *ROUTES]:
                  "body": '{"tool": "echo", "args": {}, "text": "x"}'}, status, None)
 
 
+# --- damaged rows in a store file -------------------------------------------------------
+# input: table, and the columns that differ from a good row of that table (the runner's
+# base row; requests and turns belong to a good session of their own unless they say
+# otherwise). A value is JSON (null: SQL NULL), or {"utf8_hex": ...}: text made of these
+# bytes, which need not be UTF-8. Every case is skipped with a warning at start.
+
+def store_row(cid: str, description: str, table: str, columns: dict[str, Any]) -> None:
+    case("store-rows", cid, description, "store", {"table": table, "columns": columns},
+         {"skipped": True})
+
+
+TOOL = json.dumps([META])
+for column, value, what in (
+        ("id", None, "a NULL id"), ("id", 7, "a number for an id"),
+        ("id", "x" * 129, "an id over 128 characters"),
+        ("token_hash", None, "a NULL token hash"),
+        ("token_hash", "a-token-in-clear", "a token hash that is not sha256 hex"),
+        ("tools", "[", "tools that are not JSON"), ("tools", '{"a": 1}', "tools not a list"),
+        ("tools", "[1]", "a tool that is not an object"),
+        ("tools", json.dumps([{**META, "name": "no spaces"}]), "a tool with a bad name"),
+        ("tools", TOOL[:-1] + ", " + TOOL[1:], "a tool listed twice"),
+        ("tools", {"utf8_hex": "5bff5d"}, "tools that are not UTF-8"),
+        ("tools", None, "NULL tools"),
+        ("history", '[{"a": "\\ud800"}]', "a lone surrogate escaped in the history"),
+        ("history", "[1]", "a history entry that is not an object"),
+        ("history", "[NaN]", "NaN in the history"),
+        ("history", "[" * 100_000, "a history nested past the recursion limit"),
+        ("created_at", "yesterday", "a creation time that is text"),
+        ("created_at", None, "a NULL creation time")):
+    store_row(f"session-{column}-{len(cases.get('store-rows', []))}", f"session: {what}",
+              "sessions", {column: value})
+for column, value, what in (
+        ("session_id", "nobody", "a request of an unknown session"),
+        ("session_id", None, "a request with a NULL session"),
+        ("turn_id", 5, "a number for a turn id"),
+        ("step", "x", "a step that is text"), ("step", -1, "a negative step"),
+        ("step", 1.5, "a step that is not whole"), ("idx", None, "a NULL index"),
+        ("tool", None, "a NULL tool"), ("args", "{", "args that are not JSON"),
+        ("args", None, "NULL args"), ("deadline", None, "a NULL deadline"),
+        ("deadline", "soon", "a deadline that is text"),
+        ("result", "{", "a result that is not JSON"),
+        ("handled_by", 3, "a number for handled_by")):
+    store_row(f"request-{column}-{len(cases['store-rows'])}", f"request: {what}", "requests",
+              {column: value})
+for column, value, what in (
+        ("session_id", "nobody", "a turn of an unknown session"),
+        ("text", None, "a NULL text"), ("status", "weird", "an unknown status"),
+        ("final_text", 3, "a number for the final text"),
+        ("error", '"boom"', "an error that is not an object"),
+        ("error", "{", "an error that is not JSON"),
+        ("tool_calls", "{", "tool calls that are not JSON"),
+        ("tool_calls", "[1]", "a tool call that is not an object"),
+        ("end_delivered", "yes", "end_delivered that is text"),
+        ("end_delivered", 2, "end_delivered neither 0 nor 1"),
+        ("created_at", None, "a NULL creation time"),
+        ("usage", "[1]", "usage that is not an object"),
+        ("usage", '{"input_tokens": "many"}', "usage counts that are not numbers")):
+    store_row(f"turn-{column}-{len(cases['store-rows'])}", f"turn: {what}", "turns",
+              {column: value})
+
+
 def main() -> None:
     for family, items in cases.items():
         ids = [c["id"] for c in items]
