@@ -167,15 +167,17 @@ def _check_references(root: Any, where: Where, found: _Found) -> None:
     Skipped when a subschema has its own ``$id`` (its references resolve against it)."""
     if found.nested_id:
         return
-    refs = found.refs
-    for ref, at in refs:
+    targets: dict[str, Any] = {}  # each pointer resolved once
+    for ref, at in found.refs:
         fragment = _unquote(ref[1:])
         if fragment and not fragment.startswith("/"):
             if fragment not in found.anchors:
                 raise SchemaError(f"{at}: {ref!r} names no $anchor in this schema")
-        elif _resolve(root, fragment) is _NOWHERE:
-            raise SchemaError(f"{at}: {ref!r} points to nothing in this schema")
-    _check_no_loop(root, [ref for ref, _ in refs if ref == "#" or ref.startswith("#/")], where)
+        elif ref not in targets:
+            targets[ref] = _resolve(root, fragment)
+            if targets[ref] is _NOWHERE:
+                raise SchemaError(f"{at}: {ref!r} points to nothing in this schema")
+    _check_no_loop(targets, where)
 
 
 # keywords that apply a subschema to the same instance: a $ref cycle through only these
@@ -183,15 +185,15 @@ def _check_references(root: Any, where: Where, found: _Found) -> None:
 _SAME_INSTANCE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
 
 
-def _same_instance_edges(root: Any, node: Any) -> list[tuple[Any, str | None]]:
+def _same_instance_edges(targets: dict[str, Any], node: Any) -> list[tuple[Any, str | None]]:
     """The subschemas applied to the same instance as ``node``: its local pointer ``$ref``'s
     target (with the reference) and its same-instance keywords' subschemas (with None)."""
     if not isinstance(node, dict):
         return []
     edges: list[tuple[Any, str | None]] = []
     ref = node.get("$ref")
-    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
-        edges.append((_resolve(root, _unquote(ref[1:])), ref))
+    if isinstance(ref, str) and ref in targets:
+        edges.append((targets[ref], ref))
     for keyword in _SAME_INSTANCE:
         value = node.get(keyword)
         if isinstance(value, list):
@@ -202,21 +204,21 @@ def _same_instance_edges(root: Any, node: Any) -> list[tuple[Any, str | None]]:
     return edges
 
 
-def _check_no_loop(root: Any, pointers: list[str], where: Where) -> None:
-    """No pointer leads back to itself through same-instance keywords only.
+def _check_no_loop(targets: dict[str, Any], where: Where) -> None:
+    """No pointer (``targets``: each one's subschema) leads back to itself through
+    same-instance keywords only.
 
     One depth-first walk over the graph of subschemas (same-instance keywords and local
     pointer references), each subschema entered once: linear in the schema, however the
     references chain (a walk from every pointer was quadratic in a chain of them).
     """
     done: set[int] = set()
-    for start in pointers:
-        target = _resolve(root, _unquote(start[1:]))
+    for start, target in targets.items():
         if id(target) in done:
             continue
         # the path from the start: (node, the reference that led to it, its edges left)
         path: list[tuple[Any, str | None, list[tuple[Any, str | None]]]] = [
-            (target, start, _same_instance_edges(root, target))]
+            (target, start, _same_instance_edges(targets, target))]
         on_path = {id(target): 0}
         while path:
             node, _, edges = path[-1]
@@ -233,7 +235,7 @@ def _check_no_loop(root: Any, pointers: list[str], where: Where) -> None:
                                   "descending into the arguments: validation would never end")
             if id(sub) not in done and isinstance(sub, dict):
                 on_path[id(sub)] = len(path)
-                path.append((sub, ref, _same_instance_edges(root, sub)))
+                path.append((sub, ref, _same_instance_edges(targets, sub)))
 
 
 def _unquote(text: str) -> str:
