@@ -11,13 +11,17 @@ bound is generous (the machine is noisy), the freezes it catches were tens of se
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable
 from typing import Any
 
-from corekit import WAIT, Core, RawClient, config, run, running_core
+import pytest
+from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta
 
+from pedelec_pyodide import protocol
 from pedelec_pyodide.core.agents import OfflineAgent
+from pedelec_pyodide.core.bridge import PARSE_IN_THREAD_CHARS
 
 HEALTH_BOUND = 2.0  # seconds: the slowest health answer allowed while the payload works
 
@@ -106,3 +110,28 @@ def test_a_turn_the_offline_agent_reads_for_many_properties() -> None:
             assert slowest < HEALTH_BOUND, slowest
             await client.close()
     run(main())
+
+
+def test_a_long_frame_is_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checking is linear, but a 1 MiB hello of tiny subschemas still takes ~0.5 s: in a
+    worker thread, the event loop gets the GIL every few ms and health keeps answering."""
+    parsed_in: list[tuple[int, str]] = []
+    parse = protocol.parse_client_frame
+
+    def spy(data: str | bytes, **options: Any) -> protocol.ClientMessage:
+        parsed_in.append((len(data), threading.current_thread().name))
+        return parse(data, **options)
+
+    monkeypatch.setattr(protocol, "parse_client_frame", spy)
+
+    async def main() -> None:
+        async with running_core(config()) as core:
+            client = await RawClient.open(core.ws_url)
+            long = {**tool_meta("t"), "description": "d" * PARSE_IN_THREAD_CHARS}
+            assert (await client.hello([long]))["type"] == "welcome"
+            assert (await client.hello())["code"] == "DUPLICATE_HELLO"
+            await client.close()
+    run(main())
+    (long_size, long_thread), (short_size, short_thread) = parsed_in
+    assert long_size > PARSE_IN_THREAD_CHARS and long_thread.startswith("pedelec-parse")
+    assert short_size < PARSE_IN_THREAD_CHARS and short_thread == threading.main_thread().name
