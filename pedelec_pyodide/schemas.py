@@ -8,6 +8,7 @@ The validator itself (jsonschema) is built on first use and kept for the tool's 
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import re
 from collections.abc import Callable
@@ -31,6 +32,10 @@ _NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"
 _STRING_KEYWORDS = ("$id", "$schema", "$anchor", "$dynamicAnchor", "$dynamicRef", "$comment",
                     "title", "description", "format", "contentEncoding", "contentMediaType")
 _BOOL_KEYWORDS = ("uniqueItems", "readOnly", "writeOnly", "deprecated")
+#: the longest ``pattern`` (or ``patternProperties`` name) a schema may hold
+MAX_PATTERN_LENGTH = 1000
+#: the deepest nesting of groups in a pattern
+MAX_PATTERN_NESTING = 50
 
 
 class SchemaError(ValueError):
@@ -39,10 +44,35 @@ class SchemaError(ValueError):
 
 def check_schema(schema: Any, where: str = "$") -> None:
     """Raise :class:`SchemaError` if ``schema`` is not a valid JSON Schema, or if one of
-    its local ``$ref``s points to nothing (else every call would fail on it)."""
+    its local ``$ref``s points to nothing (else every call would fail on it).
+
+    Linear in the size of the schema: it runs on what any page sends Core."""
     found = _Found(where)
     _check(schema, where, found)
     _check_references(schema, where, found)
+
+
+class _Where:
+    """Where a subschema is (``$.properties.a``), made into text only for an error
+    message: text built at every node would copy its parents' keys again at each one,
+    quadratic under a long key."""
+
+    __slots__ = ("parent", "part")
+
+    def __init__(self, parent: Where, part: str) -> None:
+        self.parent = parent
+        self.part = part
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        node: Where = self
+        while isinstance(node, _Where):
+            parts.append(node.part)
+            node = node.parent
+        return node + "".join(reversed(parts))
+
+
+Where = _Where | str
 
 
 class _Found:
@@ -53,12 +83,12 @@ class _Found:
 
     def __init__(self, root: str) -> None:
         self.root = root  # where the schema itself is
-        self.refs: list[tuple[str, str]] = []  # (reference, where)
+        self.refs: list[tuple[str, Where]] = []  # (reference, where)
         self.anchors: set[str] = set()
         self.nested_id = False
 
 
-def _check(schema: Any, where: str, found: _Found) -> None:
+def _check(schema: Any, where: Where, found: _Found) -> None:
     if isinstance(schema, bool):
         return
     if not isinstance(schema, dict):
@@ -66,13 +96,13 @@ def _check(schema: Any, where: str, found: _Found) -> None:
     for key in schema:
         if not isinstance(key, str):
             raise SchemaError(f"{where}: keys must be strings, got {quote(key)}")
-    if "$id" in schema and where != found.root:
+    if "$id" in schema and where is not found.root:
         found.nested_id = True
     for keyword, value in schema.items():
-        _check_keyword(keyword, value, f"{where}.{excerpt(keyword)}", found)
+        _check_keyword(keyword, value, _Where(where, "." + excerpt(keyword)), found)
 
 
-def _check_keyword(keyword: str, value: Any, where: str, found: _Found) -> None:
+def _check_keyword(keyword: str, value: Any, where: Where, found: _Found) -> None:
     if keyword == "type":
         _check_type(value, where)
     elif keyword in _SCHEMA_KEYWORDS:
@@ -85,8 +115,8 @@ def _check_keyword(keyword: str, value: Any, where: str, found: _Found) -> None:
             raise SchemaError(f"{where}: must be an object of schemas, got {_kind(value)}")
         for name, sub in value.items():
             if keyword == "patternProperties":
-                _check_regex(name, f"{where}[{quote(name)}]")
-            _check(sub, f"{where}.{excerpt(name)}", found)
+                _check_regex(name, _Where(where, f"[{quote(name)}]"))
+            _check(sub, _Where(where, "." + excerpt(name)), found)
     elif keyword in _SCHEMA_ARRAY_KEYWORDS:
         _check_schema_array(value, where, found)
     elif keyword in _COUNT_KEYWORDS:
@@ -104,7 +134,7 @@ def _check_keyword(keyword: str, value: Any, where: str, found: _Found) -> None:
         if not isinstance(value, dict):
             raise SchemaError(f"{where}: must be an object, got {_kind(value)}")
         for name, names in value.items():
-            _check_string_set(names, f"{where}.{excerpt(name)}")
+            _check_string_set(names, _Where(where, "." + excerpt(name)))
     elif keyword == "enum" or keyword == "examples":
         if not isinstance(value, list):
             raise SchemaError(f"{where}: must be an array, got {_kind(value)}")
@@ -130,20 +160,22 @@ def _check_keyword(keyword: str, value: Any, where: str, found: _Found) -> None:
     # Any other keyword (const, default, vendor extensions) may hold any value.
 
 
-def _check_references(root: Any, where: str, found: _Found) -> None:
+def _check_references(root: Any, where: Where, found: _Found) -> None:
     """Each ``#/json/pointer`` resolves in ``root``, each ``#name`` names an ``$anchor``.
     Skipped when a subschema has its own ``$id`` (its references resolve against it)."""
     if found.nested_id:
         return
-    refs = found.refs
-    for ref, at in refs:
+    targets: dict[str, Any] = {}  # each pointer resolved once
+    for ref, at in found.refs:
         fragment = _unquote(ref[1:])
         if fragment and not fragment.startswith("/"):
             if fragment not in found.anchors:
                 raise SchemaError(f"{at}: {quote(ref)} names no $anchor in this schema")
-        elif _resolve(root, fragment) is _NOWHERE:
-            raise SchemaError(f"{at}: {quote(ref)} points to nothing in this schema")
-    _check_no_loop(root, [ref for ref, _ in refs if ref == "#" or ref.startswith("#/")], where)
+        elif ref not in targets:
+            targets[ref] = _resolve(root, fragment)
+            if targets[ref] is _NOWHERE:
+                raise SchemaError(f"{at}: {quote(ref)} points to nothing in this schema")
+    _check_no_loop(targets, where)
 
 
 # keywords that apply a subschema to the same instance: a $ref cycle through only these
@@ -151,39 +183,57 @@ def _check_references(root: Any, where: str, found: _Found) -> None:
 _SAME_INSTANCE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
 
 
-def _same_instance_refs(schema: Any) -> list[str]:
-    """The local pointer ``$ref``s applied to the same instance as ``schema``."""
-    found: list[str] = []
-    pending = [schema]
-    while pending:
-        node = pending.pop()
-        if not isinstance(node, dict):
+def _same_instance_edges(targets: dict[str, Any], node: Any) -> list[tuple[Any, str | None]]:
+    """The subschemas applied to the same instance as ``node``: its local pointer ``$ref``'s
+    target (with the reference) and its same-instance keywords' subschemas (with None)."""
+    if not isinstance(node, dict):
+        return []
+    edges: list[tuple[Any, str | None]] = []
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref in targets:
+        edges.append((targets[ref], ref))
+    for keyword in _SAME_INSTANCE:
+        value = node.get(keyword)
+        if isinstance(value, list):
+            edges.extend((sub, None) for sub in value)
+        elif isinstance(value, dict):
+            subs = value.values() if keyword == "dependentSchemas" else [value]
+            edges.extend((sub, None) for sub in subs)
+    return edges
+
+
+def _check_no_loop(targets: dict[str, Any], where: Where) -> None:
+    """No pointer (``targets``: each one's subschema) leads back to itself through
+    same-instance keywords only.
+
+    One depth-first walk over the graph of subschemas (same-instance keywords and local
+    pointer references), each subschema entered once: linear in the schema, however the
+    references chain (a walk from every pointer was quadratic in a chain of them).
+    """
+    done: set[int] = set()
+    for start, target in targets.items():
+        if id(target) in done:
             continue
-        ref = node.get("$ref")
-        if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
-            found.append(ref)
-        for keyword in _SAME_INSTANCE:
-            value = node.get(keyword)
-            if isinstance(value, list):
-                pending.extend(value)
-            elif isinstance(value, dict):
-                pending.extend(value.values() if keyword == "dependentSchemas" else [value])
-    return found
-
-
-def _check_no_loop(root: Any, pointers: list[str], where: str) -> None:
-    """No pointer leads back to itself through same-instance keywords only."""
-    for start in set(pointers):
-        seen: set[str] = set()
-        frontier = [start]
-        while frontier:
-            for ref in _same_instance_refs(_resolve(root, _unquote(frontier.pop()[1:]))):
-                if ref == start:
-                    raise SchemaError(f"{where}: {quote(start)} leads back to itself without "
-                                      "descending into the arguments: validation would never end")
-                if ref not in seen:
-                    seen.add(ref)
-                    frontier.append(ref)
+        # the path from the start: (node, the reference that led to it, its edges left)
+        path: list[tuple[Any, str | None, list[tuple[Any, str | None]]]] = [
+            (target, start, _same_instance_edges(targets, target))]
+        on_path = {id(target): 0}
+        while path:
+            node, _, edges = path[-1]
+            if not edges:
+                path.pop()
+                del on_path[id(node)]
+                done.add(id(node))
+                continue
+            sub, ref = edges.pop()
+            if id(sub) in on_path:  # a cycle: name a reference on it (one always is)
+                loop = [via for _, via, _ in path[on_path[id(sub)] + 1:]] + [ref]
+                named = next(via for via in loop if via is not None)
+                raise SchemaError(f"{where}: {quote(named)} leads back to itself without "
+                                  "descending into the arguments: validation would never end")
+            if id(sub) not in done and isinstance(sub, dict):
+                on_path[id(sub)] = len(path)
+                path.append((sub, ref, _same_instance_edges(targets, sub)))
 
 
 def _unquote(text: str) -> str:
@@ -211,7 +261,7 @@ def _resolve(root: Any, pointer: str) -> Any:
     return node
 
 
-def _check_type(value: Any, where: str) -> None:
+def _check_type(value: Any, where: Where) -> None:
     names = value if isinstance(value, list) else [value]
     if isinstance(value, list) and (not value or len(set(map(repr, value))) != len(value)):
         raise SchemaError(f"{where}: must be a non-empty array of distinct type names")
@@ -222,23 +272,42 @@ def _check_type(value: Any, where: str) -> None:
             )
 
 
-def _check_schema_array(value: Any, where: str, found: _Found) -> None:
+def _check_schema_array(value: Any, where: Where, found: _Found) -> None:
     if not isinstance(value, list) or not value:
         raise SchemaError(f"{where}: must be a non-empty array of schemas")
     for index, sub in enumerate(value):
-        _check(sub, f"{where}[{index}]", found)
+        _check(sub, _Where(where, f"[{index}]"), found)
 
 
-def _check_string_set(value: Any, where: str) -> None:
+def _check_string_set(value: Any, where: Where) -> None:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise SchemaError(f"{where}: must be an array of strings, got {quote(value)}")
     if len(set(value)) != len(value):
         raise SchemaError(f"{where}: must not repeat a name, got {quote(value)}")
 
 
-def _check_regex(pattern: str, where: str) -> None:
+# The parser re.compile runs first (Python 3.11+); it is loaded with re itself.
+_RE_PARSER: Any = importlib.import_module("re._parser")
+# What is not a group's parenthesis: an escape, a character class, any other character.
+_NOT_A_GROUP = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]?|[^()]", re.DOTALL)
+
+
+def _check_regex(pattern: str, where: Where) -> None:
+    """Parsed, never compiled: compiling a page's pattern is where re's cost explodes
+    (``(?i)[\\u0100-\\uffff]`` takes ~10 ms per class) and Core never runs one. A pattern
+    re can parse but not compile (a look-behind of varying width) fails when the page
+    validates args with it, as a schema the validator cannot apply. The parser recurses
+    into groups: their nesting is bounded first."""
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise SchemaError(f"{where}: the regular expression {quote(pattern)} has "
+                          f"{len(pattern)} characters; the limit is {MAX_PATTERN_LENGTH}")
+    parens = _NOT_A_GROUP.sub("", pattern)
+    if max(itertools.accumulate(1 if p == "(" else -1 for p in parens), default=0) > (
+            MAX_PATTERN_NESTING):
+        raise SchemaError(f"{where}: the regular expression {quote(pattern)} nests "
+                          f"groups deeper than {MAX_PATTERN_NESTING}")
     try:
-        re.compile(pattern)
+        _RE_PARSER.parse(pattern)
     except re.error as exc:
         raise SchemaError(
             f"{where}: {quote(pattern)} is not a valid regular expression ({exc})"

@@ -16,6 +16,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from starlette.websockets import WebSocket
@@ -51,6 +52,12 @@ RESULT_ENVELOPE_BYTES = 1024
 # the request or turn it was for ends now rather than waiting for ever
 _RESULT_FRAME = re.compile(r'\{"type":"tool\.result","toolRequestId":"([0-9A-Za-z_-]{1,128})"')
 _TURN_START_FRAME = re.compile(r'\{"type":"turn\.start","turnId":"([0-9A-Za-z_-]{1,128})"')
+#: frames longer than this (characters) are parsed off the event loop. Parsing is linear,
+#: but a 1 MiB hello of tiny subschemas or patterns takes ~0.5 s to check: the other
+#: connections and /health must not wait for it (a thread gives the loop the GIL every
+#: few ms). Two threads for all connections: a flood of big frames queues, nothing else.
+PARSE_IN_THREAD_CHARS = 16 * 1024
+_PARSER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pedelec-parse")
 
 
 def origin_allowed(headers: Mapping[str, str], allowed: frozenset[str]) -> bool:
@@ -165,7 +172,7 @@ class BridgeConnection:
                 data = message.get("text")
                 if data is None:
                     data = message.get("bytes") or b""
-                if not self.handle(data):
+                if not await self.receive(data):
                     break
                 del message, data  # an idle connection keeps no frame (each up to MiBs)
         finally:
@@ -196,17 +203,35 @@ class BridgeConnection:
         ))
         return "refused"
 
+    async def receive(self, data: str | bytes) -> bool:
+        """:meth:`handle`, a long frame parsed in a worker thread (frames of one connection
+        are still handled one after the other, in order)."""
+        if len(data) <= PARSE_IN_THREAD_CHARS:
+            return self.handle(data)
+        parsed = await asyncio.get_running_loop().run_in_executor(_PARSER, self._parse, data)
+        return self._handle_parsed(data, parsed)
+
     def handle(self, data: str | bytes) -> bool:
         """One frame from the page; False when the connection is cut off. Never raises.
 
         A result Core is waiting for is not charged to the rate limit (Core sets that
         pace itself); every other frame is, bad ones included."""
+        return self._handle_parsed(data, self._parse(data))
+
+    def _parse(self, data: str | bytes) -> protocol.ClientMessage | ProtocolError:
+        text = data if isinstance(data, str) else ""
+        limit = self.max_bytes + (RESULT_ENVELOPE_BYTES if _RESULT_FRAME.match(text) else 0)
+        try:
+            return protocol.parse_client_frame(data, max_bytes=limit)
+        except ProtocolError as exc:
+            return exc
+
+    def _handle_parsed(self, data: str | bytes,
+                       message: protocol.ClientMessage | ProtocolError) -> bool:
         text = data if isinstance(data, str) else ""
         result_of = _RESULT_FRAME.match(text)
-        limit = self.max_bytes + (RESULT_ENVELOPE_BYTES if result_of else 0)
-        try:
-            message = protocol.parse_client_frame(data, max_bytes=limit)
-        except ProtocolError as exc:
+        if isinstance(message, ProtocolError):
+            exc = message
             if result_of and exc.code == protocol.FRAME_TOO_LARGE and self._too_large(
                     result_of.group(1), protocol.frame_size(result_of.string)):
                 return True

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +32,21 @@ from pedelec_pyodide.core.agents import (
     ScriptedAgent,
     make_agent,
 )
-from pedelec_pyodide.core.agents.offline import render_result
+from pedelec_pyodide.core.agents.offline import (
+    _NO_VALUE,
+    _QUOTED,
+    _QUOTED_RE,
+    MAX_FILL_NAMES,
+    MAX_PHRASE_LOOKUPS,
+    MAX_READ_CHARS,
+    _convert,
+    _Filler,
+    _members,
+    _unquote,
+    best_tool,
+    fill_args,
+    render_result,
+)
 from pedelec_pyodide.results import tool_error
 
 
@@ -603,6 +620,125 @@ def test_offline_agent_never_raises_for_any_schema(args_schema: Any, text: str) 
     tools = [{"name": "do_thing", "description": "Do the thing to the page counter.",
               "argsSchema": args_schema}]
     offline("do the thing to the counter " + text, tools, handlers={"do_thing": lambda a: a})
+
+
+# --- bounded work: linear in the message and the metadata, capped -----------------------
+
+
+def seconds(work: Callable[[], Any], repeat: int = 5) -> float:
+    """The best of a few runs of ``work`` (ten calls each): the least noisy figure."""
+    best = math.inf
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for _ in range(10):
+            work()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def growth(work: Callable[[int], Any], size: int) -> float:
+    """How much longer ``work`` takes at 4x ``size``: ~4 when linear, ~16 when quadratic."""
+    return seconds(lambda: work(4 * size)) / seconds(lambda: work(size))
+
+
+def prefixed(count: int, letter: str) -> str:
+    """Distinct words sharing their first four letters."""
+    return " ".join("abcd" + letter + "".join(chr(97 + i // 26**k % 26) for k in range(3))
+                    for i in range(count))
+
+
+LINEAR = 9.0  # the growth allowed for 4x the input: generous, quadratic is ~16
+
+
+def test_word_matching_is_linear_in_text_and_description() -> None:
+    """Every text word was compared with every description word sharing its first four
+    letters: 28.6 s for 117 KiB of each."""
+    def match(n: int) -> Any:
+        return best_tool(prefixed(n, "a"), [{"name": "t", "description": prefixed(n, "b")}])
+    assert growth(match, 100) < LINEAR
+
+
+@pytest.mark.parametrize("case", ["properties", "quotes", "numbers in quotes", "enum",
+                                  "phrases", "equals"])
+def test_filling_args_is_linear_in_the_message_and_the_schema(case: str) -> None:
+    """One regular expression per property over the whole message: 22 s for 4,000
+    properties and 400 KiB; each opening quote tried to the end of its line; each number
+    checked against every quoted string; each enum value searched for in the message."""
+    def fill(n: int) -> Any:
+        k = n // 64  # up to 64 names at 4x: the most that are read
+        if case == "properties":
+            return fill_args(schema({f"p{i}": {"type": "string"} for i in range(k)}),
+                             "x " * n)
+        if case == "quotes":
+            return fill_args(schema({"a": {"type": "string"}}), "\u201c" * n)
+        if case == "numbers in quotes":
+            return fill_args(schema({"a": {"type": "integer"}}), '"1" ' * (n // 4))
+        if case == "enum":
+            return fill_args(schema({"a": {"enum": [f"v{i}" for i in range(k)]}}), "x " * n)
+        if case == "phrases":
+            return fill_args(schema({f"a b{i}": {"type": "integer"} for i in range(k)}),
+                             "a a " * (n // 4))
+        return fill_args(schema({"a": {"type": "integer"}}), "a=" * (n // 2))
+    assert growth(fill, 1000) < LINEAR
+
+
+def test_the_agent_reads_the_first_characters_of_a_message() -> None:
+    tool = {"name": "set_level", "description": "Set the level.",
+            "argsSchema": schema({"level": {"type": "integer"}}, ["level"])}
+    padding = " " * (MAX_READ_CHARS - len("set level level=5"))
+    _, turn = offline("set level" + padding + " level=5", [tool])
+    assert turn.calls == [("set_level", {"level": 5})]
+    reply, turn = offline("set level" + padding + "  level=5", [tool])
+    assert turn.batches == [] and reply.startswith("To call set_level I need a value for level")
+    reply, _ = offline(" " * MAX_READ_CHARS + "set level 5", [tool])
+    assert reply.startswith("No tool fits that.")
+
+
+def test_the_first_names_and_enum_values_are_looked_for() -> None:
+    names = {f"p{i}": {"type": "integer", "default": 0} for i in range(MAX_FILL_NAMES + 1)}
+    args, _ = fill_args(schema(names), f"p0=1 p{MAX_FILL_NAMES - 1}=2 p{MAX_FILL_NAMES}=3")
+    assert (args["p0"], args[f"p{MAX_FILL_NAMES - 1}"], args[f"p{MAX_FILL_NAMES}"]) == (1, 2, 0)
+    values = [f"v{i}" for i in range(MAX_FILL_NAMES + 1)]
+    args, _ = fill_args(schema({"e": {"enum": values}}), f"v{MAX_FILL_NAMES} then v7")
+    assert args == {"e": "v7"}
+    phrases = {f"a b{i}": {"type": "integer"} for i in range(MAX_PHRASE_LOOKUPS + 1)}
+    text = " ".join(f"a b{i}=1" for i in range(MAX_PHRASE_LOOKUPS + 1))
+    args, _ = fill_args(schema(phrases), text)
+    assert sorted(args) == sorted(list(phrases)[:MAX_PHRASE_LOOKUPS])
+
+
+_texts = st.lists(st.sampled_from(list("ab A-_=:;, \n\"'\u201c\u201d\u2018\u2019.!?)09+x")),
+                  max_size=40).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_texts)
+def test_quoted_strings_are_found_as_the_expression_finds_them(text: str) -> None:
+    assert _Filler(text).quoted == [m.span() for m in _QUOTED_RE.finditer(text)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(list("abA -_x.")), min_size=1, max_size=4).map("".join),
+       st.sampled_from(["integer", "string", "boolean", "enum"]), _texts)
+def test_names_are_read_as_one_expression_per_name_reads_them(
+        name: str, kind: str, text: str) -> None:
+    """The indexed reading gives what one regular expression per name gave (linear)."""
+    spec: dict[str, Any] = {"enum": ["a", "b x", 1]} if kind == "enum" else {"type": kind}
+    pattern = re.compile(
+        rf"(?<![\w-]){re.escape(name)}(?![\w-])(\s*[:=]\s*|\s+)({_QUOTED}|[^\s,;]+)",
+        re.IGNORECASE)
+    expected: Any = None
+    for found in pattern.finditer(text):
+        raw = found.group(2)
+        if _unquote(raw) is None:
+            raw = raw.rstrip(".!?)") or raw
+        members = _members(spec) if kind == "enum" else {}
+        value = _convert(raw, found.group(1).strip() != "", kind, members)
+        if value is not _NO_VALUE:
+            expected = value
+            break
+    got = _Filler(text).named(name, kind, spec)
+    assert (None if got is _NO_VALUE else got) == expected
 
 
 # --- the scripted agent ------------------------------------------------------------------

@@ -232,6 +232,17 @@ BAD_META: list[tuple[str, Any]] = [
         "s": {"type": "string", "pattern": "("}}}}),
     ("schema-negative-min", {**META, "argsSchema": {"type": "object", "properties": {
         "s": {"type": "string", "minLength": -1}}}}),
+    # shapes that cost super-linear work before they were refused (issue 10)
+    ("schema-ref-chain-loop", {**META, "argsSchema": {
+        "type": "object", "allOf": [{"$ref": "#/$defs/d0"}], "$defs": {
+            **{f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}]} for i in range(999)},
+            "d999": {"anyOf": [{"$ref": "#/$defs/d0"}]}}}}),
+    ("schema-pattern-too-long", {**META, "argsSchema": {"type": "object", "properties": {
+        "s": {"type": "string", "pattern": "(?i)" + "[\u0100-\uffff]" * 200}}}}),
+    ("schema-pattern-property-too-long", {**META, "argsSchema": {
+        "type": "object", "patternProperties": {"a" * 1001: {}}}}),
+    ("schema-pattern-nested-groups", {**META, "argsSchema": {"type": "object", "properties": {
+        "s": {"type": "string", "pattern": "(" * 450 + ")" * 450}}}}),
     ("bad-annotation", {**META, "annotations": {"readOnlyHint": "yes"}}),
     ("unknown-annotation", {**META, "annotations": {"dangerHint": True}}),
 ]

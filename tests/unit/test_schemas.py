@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator, SchemaError
 
+from pedelec_pyodide.schemas import (
+    MAX_PATTERN_LENGTH,
+    MAX_PATTERN_NESTING,
+    check_schema,
+)
 from pedelec_pyodide.schemas import SchemaError as OurSchemaError
-from pedelec_pyodide.schemas import check_schema
-from pedelec_pyodide.text import json_path
+from pedelec_pyodide.text import MAX_EXCERPT, json_path
 
 VALID = [
     {}, True, False,
@@ -92,3 +97,128 @@ def test_a_local_reference_to_nothing_is_refused_where_it_is(schema: Any, said: 
     with pytest.raises(OurSchemaError) as refused:
         check_schema(schema)
     assert said in str(refused.value)
+
+
+# --- the work is linear in the schema, whatever a page sends ------------------------------
+
+
+class Counting(dict):  # type: ignore[type-arg]
+    """A dict that counts every read of it: the check's work, independent of the clock."""
+
+    reads = 0
+
+    def __getitem__(self, key: Any) -> Any:
+        Counting.reads += 1
+        return super().__getitem__(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        Counting.reads += 1
+        return super().get(key, default)
+
+    def __contains__(self, key: Any) -> bool:
+        Counting.reads += 1
+        return super().__contains__(key)
+
+    def items(self) -> Any:
+        Counting.reads += 1
+        return super().items()
+
+
+def reads_to_check(schema: Any) -> int:
+    Counting.reads = 0
+    check_schema(schema)
+    return Counting.reads
+
+
+def ref_chain(n: int, *, loop: bool = False) -> dict[str, Any]:
+    """``d0 -> d1 -> ... -> dn`` through allOf (the issue's 285 KiB hello at n ~ 6,000)."""
+    defs = {f"d{i}": Counting(allOf=[Counting({"$ref": f"#/$defs/d{i + 1}"})]) for i in range(n)}
+    defs[f"d{n}"] = Counting({"$ref": "#/$defs/d0"}) if loop else Counting(type="object")
+    return Counting({"type": "object", "$defs": Counting(defs),
+                     "allOf": [Counting({"$ref": "#/$defs/d0"})]})
+
+
+def test_the_reference_check_is_linear_in_a_chain_of_references() -> None:
+    """A walk from every pointer along the chain was quadratic: 38 s for one hello."""
+    small, large = reads_to_check(ref_chain(200)), reads_to_check(ref_chain(800))
+    assert large <= 5 * small, (small, large)  # 4x the chain; quadratic was ~16x
+
+
+def test_a_loop_at_the_end_of_a_long_chain_is_found_and_named() -> None:
+    with pytest.raises(OurSchemaError, match="leads back to itself") as refused:
+        check_schema(ref_chain(3000, loop=True))
+    assert "'#/$defs/d" in str(refused.value)
+
+
+@pytest.mark.parametrize(("schema", "said"), [
+    # a cycle entered through a subschema of a referenced one: the ref on the cycle is named
+    ({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}]},
+                "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
+      "$ref": "#/$defs/a/allOf/0"}, "'#/$defs/"),
+    # two spellings of one pointer are one subschema
+    ({"$defs": {"a": {"allOf": [{"$ref": "#/%24defs/a"}]}}, "$ref": "#/$defs/a"},
+     "'#/%24defs/a' leads back"),
+    ({"$defs": {"a": {"not": {"$ref": "#"}}}, "$ref": "#/$defs/a"}, "leads back to itself"),
+])
+def test_loops_are_found_wherever_they_start(schema: Any, said: str) -> None:
+    with pytest.raises(OurSchemaError, match="leads back to itself") as refused:
+        check_schema(schema)
+    assert said in str(refused.value)
+
+
+def test_shared_references_that_descend_are_not_loops() -> None:
+    # many pointers into one subschema, and a recursion through properties: all valid
+    shared = {f"p{i}": {"$ref": "#/$defs/node"} for i in range(500)}
+    node = {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}},
+            "allOf": [{"$ref": "#/$defs/leaf"}]}
+    schema = {"$defs": {"node": node, "leaf": {"type": "object"}}, "properties": shared}
+    check_schema(schema)
+    Draft202012Validator(schema).is_valid({"p1": {"next": {}}})
+
+
+def test_a_long_key_is_not_copied_into_every_path_below_it() -> None:
+    """Paths were text built at each node: a 500 KiB key over 100,000 subschemas made
+    50 GB of copies. Now a path is made only for an error, its long keys cut short."""
+    def seconds(size: int) -> float:
+        schema = {"properties": {"k" * (200 * size): {"anyOf": [{}] * size}}}
+        return min(_timed(lambda: check_schema(schema)) for _ in range(3))
+    small, large = seconds(1000), seconds(4000)
+    assert large <= 8 * small + 0.01, (small, large)  # 4x the input; quadratic was ~16x
+    with pytest.raises(OurSchemaError) as refused:
+        check_schema({"properties": {"k" * 100_000: {"anyOf": [{}, {"type": 1}]}}})
+    assert len(str(refused.value)) < 2 * MAX_EXCERPT  # the key is quoted as an excerpt
+    assert str(refused.value).startswith("$.properties.kkkk")
+
+
+def _timed(work: Any) -> float:
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started
+
+
+def test_patterns_are_parsed_not_compiled() -> None:
+    """Compiling is where re's cost explodes: (?i) over a wide range costs ~10 ms a class
+    (112 s for a 20 KiB pattern). Parsing is linear; Core never runs a page's pattern."""
+    def seconds(pattern: str) -> float:
+        schema = {"properties": {f"p{i}": {"pattern": f"{pattern}{i}"} for i in range(40)}}
+        return min(_timed(lambda: check_schema(schema)) for _ in range(3))
+    wide = "(?i)" + "[\u0100-\uffff]" * 20
+    plain = "a" * len(wide)
+    assert seconds(wide) <= 10 * seconds(plain) + 0.01
+    # parsed, so accepted: a look-behind of varying width (re compiles only fixed ones)
+    check_schema({"pattern": "(?<=a+)b"})
+
+
+@pytest.mark.parametrize(("pattern", "said"), [
+    ("a)" + "b" * 900, "is not a valid regular expression (unbalanced parenthesis"),
+    ("(" * 51 + ")" * 51, f"nests groups deeper than {MAX_PATTERN_NESTING}"),
+    ("(" * 450 + ")" * 450, f"nests groups deeper than {MAX_PATTERN_NESTING}"),
+    ("a" * (MAX_PATTERN_LENGTH + 1), f"1001 characters; the limit is {MAX_PATTERN_LENGTH}"),
+    ("\\p{L}", "is not a valid regular expression (bad escape"),
+])
+def test_patterns_too_long_or_too_deep_are_refused(pattern: str, said: str) -> None:
+    for schema in ({"pattern": pattern}, {"patternProperties": {pattern: {}}}):
+        with pytest.raises(OurSchemaError) as refused:
+            check_schema(schema)
+        assert said in str(refused.value)
+        assert len(str(refused.value)) < 3 * MAX_EXCERPT  # the pattern, quoted in short

@@ -13,10 +13,12 @@ Same tools, same text, same results ⇒ same calls and same reply, byte for byte
 
 from __future__ import annotations
 
+import bisect
 import copy
 import json
 import math
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,6 +156,8 @@ def parse_call_message(text: str) -> CallMessage | None:
 
 # --- matching text to a tool -------------------------------------------------------------
 
+#: characters of a message (one with no /call line), and of each tool's description, read
+MAX_READ_CHARS = 4096
 NAME_WORD_SCORE = 3
 DESCRIPTION_WORD_SCORE = 1
 MIN_SCORE = 2  # one name word, or two description words
@@ -179,28 +183,27 @@ def words(text: str) -> list[str]:
 
 
 class _TextIndex:
-    """The message's words, bucketed by their first four letters for quick lookups."""
+    """The message's words, as sets: each lookup is a few set lookups, whatever the
+    number of words (scanning the words that share a prefix was text x description).
+
+    Two words of at least four letters have the same stem when they are equal over the
+    first five letters, or over all of the shorter one: counter/counters,
+    selected/selection, title/titled."""
 
     def __init__(self, text: str) -> None:
         self.exact = set(words(text))
-        self.buckets: dict[str, list[str]] = {}
-        for word in self.exact:
-            if len(word) >= 4:
-                self.buckets.setdefault(word[:4], []).append(word)
+        self.four = {word for word in self.exact if len(word) == 4}
+        self.prefix4 = {word[:4] for word in self.exact if len(word) >= 4}
+        self.prefix5 = {word[:5] for word in self.exact if len(word) >= 5}
 
     def mentions(self, word: str) -> bool:
         if word in self.exact:
             return True
         if len(word) < 4:
             return False
-        return any(_same_stem(word, seen) for seen in self.buckets.get(word[:4], ()))
-
-
-def _same_stem(a: str, b: str) -> bool:
-    """Equal over the first five letters, or all of the shorter word (both have at least
-    four): counter/counters, selected/selection, title/titled."""
-    size = min(5, len(a), len(b))
-    return a[:size] == b[:size]
+        if len(word) == 4:  # the whole of it starts a word of the text
+            return word in self.prefix4
+        return word[:5] in self.prefix5 or word[:4] in self.four
 
 
 @dataclass(frozen=True)
@@ -215,13 +218,15 @@ def best_tool(text: str, tools: list[dict[str, Any]]) -> Match | None:
     when none scores :data:`MIN_SCORE`.
 
     Each of a tool's name words the text mentions scores 3, each other description word 1.
-    Ties: more name words first, then the earlier tool in the session's list.
+    Ties: more name words first, then the earlier tool in the session's list. Reads the
+    first :data:`MAX_READ_CHARS` characters of the text and of each description.
     """
-    index = _TextIndex(text)
+    index = _TextIndex(text[:MAX_READ_CHARS])
     best: Match | None = None
     for tool in tools:
         name_words = words(tool["name"])
-        other_words = [w for w in words(tool["description"]) if w not in name_words]
+        description = tool["description"][:MAX_READ_CHARS]
+        other_words = [w for w in words(description) if w not in name_words]
         hits = sum(1 for w in name_words if index.mentions(w))
         score = NAME_WORD_SCORE * hits + DESCRIPTION_WORD_SCORE * sum(
             1 for w in other_words if index.mentions(w)
@@ -235,16 +240,29 @@ def best_tool(text: str, tools: list[dict[str, Any]]) -> Match | None:
 
 # --- arguments from the text -------------------------------------------------------------
 
+#: properties of a schema, and values of an enum, looked for in a message (in order)
+MAX_FILL_NAMES = 64
+#: names and values of more than one word looked for in one message (each is a search)
+MAX_PHRASE_LOOKUPS = 16
+
 # "...", '...' and the typographic pairs \u201c...\u201d and \u2018...\u2019
+_QUOTES = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019"}
 _QUOTED = r'"[^"\n]*"|\'[^\'\n]*\'|\u201c[^\u201d\n]*\u201d|\u2018[^\u2019\n]*\u2019'
 _QUOTED_RE = re.compile(rf"(?<!\w)(?:{_QUOTED})")
 _NUMBER_RE = re.compile(r"(?<![\w.])([-+]?)(\d+(?:\.\d+)?)(?!\w|\.\d)")
 _NEGATING = re.compile(r"\b(?:decreas\w*|decrement\w*|subtract\w*|minus|reduc\w*|down)\b")
 _BOOLEAN_WORDS = {"yes": True, "true": True, "no": False, "false": False}
 _BOOLEAN_RE = re.compile(r"\b(yes|true|no|false)\b")
+_WORD = re.compile(r"[\w-]+")  # a name stands alone: no such character just before or after
+_WORD_CHAR = re.compile(r"[\w-]")
+_LETTER = re.compile(r"\w")
+_SEPARATORS = (re.compile(r"\s*[:=]\s*"), re.compile(r"\s+"))  # name=value, name value
+_VALUE_END = re.compile(r"[\s,;]")
 _KINDS = ("integer", "number", "boolean", "string")
 _NO_VALUE: Any = object()  # "the text gives no value for this property"
 _EXAMPLES: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "string": "..."}
+
+Span = tuple[int, int]
 
 
 def _kind(schema: Any) -> str | None:
@@ -271,20 +289,37 @@ def _number(sign: str, digits: str, kind: str) -> int | float | None:
     return float(sign + digits) if "." in digits else int(sign + digits)
 
 
-def _convert(raw: str, explicit: bool, kind: str | None, schema: dict[str, Any]) -> Any:
-    """``raw`` as a value of ``kind``, or ``_NO_VALUE``. Bare strings need ``name=``."""
+def _shown(member: Any) -> str:
+    """An enum value as the text would say it."""
+    return member if isinstance(member, str) else compact_json(member)
+
+
+def _lower(text: str) -> str:
+    """``text`` in lower case, character for character (positions stay the same)."""
+    lowered = text.lower()
+    if len(lowered) == len(text):
+        return lowered
+    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+
+def _members(schema: dict[str, Any]) -> dict[str, Any]:
+    """An enum's first values by how the text says them, in any case (the first wins)."""
+    found: dict[str, Any] = {}
+    for member in schema["enum"][:MAX_FILL_NAMES]:
+        found.setdefault(_lower(_shown(member)), member)
+    return found
+
+
+def _convert(raw: str, explicit: bool, kind: str | None, members: dict[str, Any]) -> Any:
+    """``raw`` as a value of ``kind`` (an enum's values: ``members``), or ``_NO_VALUE``.
+    Bare strings need ``name=``."""
     inner = _unquote(raw)
     if kind == "string":
         if inner is not None:
             return inner
         return raw if explicit else _NO_VALUE
     if kind == "enum":
-        wanted = (inner if inner is not None else raw).lower()
-        for member in schema["enum"]:
-            shown = member if isinstance(member, str) else compact_json(member)
-            if shown.lower() == wanted:
-                return member
-        return _NO_VALUE
+        return members.get(_lower(inner if inner is not None else raw), _NO_VALUE)
     if kind == "boolean":
         return _BOOLEAN_WORDS.get(raw.lower(), _NO_VALUE)
     if kind in ("integer", "number"):
@@ -295,45 +330,140 @@ def _convert(raw: str, explicit: bool, kind: str | None, schema: dict[str, Any])
     return _NO_VALUE
 
 
+def _next(positions: list[int], after: int) -> int | None:
+    """The first of the sorted ``positions`` greater than ``after``."""
+    index = bisect.bisect_right(positions, after)
+    return positions[index] if index < len(positions) else None
+
+
 class _Filler:
-    """Reads values out of the text; each stretch of text gives at most one value."""
+    """Reads values out of the text; each stretch of text gives at most one value.
+
+    The text is read once: its words indexed, its quotes and value ends found. A name
+    looked up is then a dictionary lookup, not a pass over the text (a regular expression
+    per property was properties x text: 22 s for 4,000 properties and 400 KiB).
+    """
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.taken: list[tuple[int, int]] = []
-        self.quoted = [m.span() for m in _QUOTED_RE.finditer(text)]
+        self.lowered = _lower(text)
+        self.taken: list[Span] = []
+        self.words: dict[str, list[int]] = {}
+        for word in _WORD.finditer(self.lowered):
+            self.words.setdefault(word.group(), []).append(word.start())
+        self.phrases_left = MAX_PHRASE_LOOKUPS
+        self.newlines = [m.start() for m in re.finditer("\n", text)]
+        self.closers = {closer: [m.start() for m in re.finditer(closer, text)]
+                        for closer in set(_QUOTES.values())}
+        self.value_ends = [m.start() for m in _VALUE_END.finditer(text)]
+        self.quoted = self._quoted_strings()
+        self.mentions: dict[int, tuple[bool, Span] | None] = {}
 
-    def _free(self, span: tuple[int, int], also_avoid: list[tuple[int, int]]) -> bool:
-        start, end = span
-        return all(end <= s or start >= e for s, e in (*self.taken, *also_avoid))
+    def _quote_at(self, start: int) -> int | None:
+        """The end of the quoted string opening at ``start``, if one does (closed before
+        the line ends)."""
+        closer = _QUOTES.get(self.text[start])
+        if closer is None:
+            return None
+        end = _next(self.closers[closer], start)
+        line_end = _next(self.newlines, start)
+        return None if end is None or (line_end is not None and line_end < end) else end + 1
+
+    def _quoted_strings(self) -> list[Span]:
+        """The quoted strings, as ``_QUOTED_RE.finditer`` finds them, in linear time (the
+        expression tries each opening quote to the end of its line: quadratic)."""
+        found: list[Span] = []
+        for opening in re.finditer("|".join(_QUOTES), self.text):
+            start = opening.start()
+            if found and start < found[-1][1]:
+                continue
+            if start and _LETTER.match(self.text, start - 1):  # (?<!\w)
+                continue
+            end = self._quote_at(start)
+            if end is not None:
+                found.append((start, end))
+        return found
+
+    def occurrences(self, name: str) -> Iterator[Span]:
+        """Where ``name`` stands in the text (any case), not part of a longer word, in
+        order. A word is looked up; a phrase (several words, or other characters) is
+        searched for, at most :data:`MAX_PHRASE_LOOKUPS` times a message."""
+        key = _lower(name)
+        if _WORD.fullmatch(key):
+            yield from ((start, start + len(key)) for start in self.words.get(key, ()))
+            return
+        if self.phrases_left <= 0 or len(key) > len(self.lowered):
+            return
+        self.phrases_left -= 1
+        start = self.lowered.find(key)
+        while start >= 0:
+            end = start + len(key)
+            before = start > 0 and _WORD_CHAR.match(self.lowered, start - 1)
+            if not before and not _WORD_CHAR.match(self.lowered, end):
+                yield start, end
+            start = self.lowered.find(key, start + 1)
+
+    def _mention(self, end: int) -> tuple[bool, Span] | None:
+        """What follows a name ending at ``end``: ``=value``, ``: value`` or `` value``
+        (quoted, or up to a space, comma or semicolon), as (explicit, the value's span)."""
+        if end not in self.mentions:
+            self.mentions[end] = None
+            for explicit, separator in zip((True, False), _SEPARATORS, strict=True):
+                found = separator.match(self.text, end)
+                start = found.end() if found else len(self.text)
+                if start == len(self.text):
+                    continue
+                value_end = self._quote_at(start)
+                if value_end is None:
+                    value_end = _next(self.value_ends, start - 1)
+                    value_end = len(self.text) if value_end is None else value_end
+                if value_end > start:
+                    self.mentions[end] = (explicit, (start, value_end))
+                    break
+        return self.mentions[end]
 
     def named(self, name: str, kind: str | None, schema: dict[str, Any]) -> Any:
         """``name=value``, ``name: value`` or ``name value`` (quoted, number, boolean)."""
-        pattern = re.compile(
-            rf"(?<![\w-]){re.escape(name)}(?![\w-])(\s*[:=]\s*|\s+)({_QUOTED}|[^\s,;]+)",
-            re.IGNORECASE,
-        )
-        for found in pattern.finditer(self.text):
-            explicit = found.group(1).strip() != ""
-            raw = found.group(2)
+        members = _members(schema) if kind == "enum" else {}
+        searched = 0  # each mention read ends where its value does, as one pass would
+        for start, end in self.occurrences(name):
+            mention = None if start < searched else self._mention(end)
+            if mention is None:
+                continue
+            explicit, (value_start, value_end) = mention
+            raw = self.text[value_start:value_end]
             if _unquote(raw) is None:
                 raw = raw.rstrip(".!?)") or raw  # "delta=5." ends a sentence
-            value = _convert(raw, explicit, kind, schema)
+            value = _convert(raw, explicit, kind, members)
             if value is not _NO_VALUE:
-                self.taken.append(found.span())
+                self.taken.append((start, value_end))
                 return value
+            searched = value_end
         return _NO_VALUE
 
-    def first(
-        self, pattern: re.Pattern[str], also_avoid: list[tuple[int, int]]
-    ) -> re.Match[str] | None:
-        """The first match of ``pattern`` in text no other value used, now taken."""
-        match = next(
-            (m for m in pattern.finditer(self.text) if self._free(m.span(), also_avoid)), None
-        )
-        if match is not None:
-            self.taken.append(match.span())
-        return match
+    def first(self, spans: Iterable[Span], also_avoid: list[Span]) -> Span | None:
+        """The first of ``spans`` (in order, not overlapping each other) in text no other
+        value used, now taken. One pass over both."""
+        blocked = sorted((*self.taken, *also_avoid))
+        index, reach = 0, -1  # how far the blocked spans starting before this one reach
+        for start, end in spans:
+            while index < len(blocked) and blocked[index][0] < end:
+                reach = max(reach, blocked[index][1])
+                index += 1
+            if reach <= start:
+                self.taken.append((start, end))
+                return start, end
+        return None
+
+    def earliest(self, members: list[Any]) -> Any:
+        """The value of ``members`` the text names first."""
+        earliest: tuple[int, int] | None = None
+        for index, member in enumerate(members[:MAX_FILL_NAMES]):
+            shown = _shown(member)
+            found = next(self.occurrences(shown), None) if shown else None
+            if found is not None and (earliest is None or found[0] < earliest[0]):
+                earliest = (found[0], index)
+        return _NO_VALUE if earliest is None else members[earliest[1]]
 
 
 def fill_args(
@@ -345,16 +475,19 @@ def fill_args(
     (negated when the text says decrease, subtract, minus, reduce or down and gives no
     sign); the first quoted string for the only string property; the earliest enum value
     named; yes/no/true/false for the only boolean property; then schema defaults.
+    Reads the first :data:`MAX_READ_CHARS` characters of the text, and looks for the first
+    :data:`MAX_FILL_NAMES` properties (the others get their defaults, or are asked for).
     """
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
         return {}, []
     properties: dict[str, Any] = schema["properties"]
-    kinds = {name: _kind(spec) for name, spec in properties.items()}
-    filler = _Filler(text)
+    kinds = {name: _kind(spec) for name, spec in list(properties.items())[:MAX_FILL_NAMES]}
+    filler = _Filler(text[:MAX_READ_CHARS])
     args: dict[str, Any] = {}
-    for name, spec in properties.items():
+    for name in kinds:
         if not name.strip():  # a blank name cannot be mentioned
             continue
+        spec = properties[name]
         value = filler.named(name, kinds[name], spec if isinstance(spec, dict) else {})
         if value is not _NO_VALUE:
             args[name] = value
@@ -365,26 +498,27 @@ def fill_args(
 
     numeric = only("integer", "number")
     if numeric is not None:
-        number = filler.first(_NUMBER_RE, filler.quoted)  # not inside quotes
-        if number is not None:
+        numbers = {m.span(): m for m in _NUMBER_RE.finditer(filler.text)}
+        span = filler.first(numbers, filler.quoted)  # not inside quotes
+        if span is not None:
+            number = numbers[span]
             value = _number(number.group(1), number.group(2), str(kinds[numeric]))
             if value is not None:
-                negate = not number.group(1) and _NEGATING.search(text.lower()) is not None
+                negate = not number.group(1) and _NEGATING.search(filler.lowered) is not None
                 args[numeric] = -value if negate else value
     string = only("string")
     if string is not None:
-        quoted = filler.first(_QUOTED_RE, [])
+        quoted = filler.first(filler.quoted, [])
         if quoted is not None:
-            args[string] = quoted.group()[1:-1]
-    lowered = text.lower()
+            args[string] = filler.text[quoted[0] + 1 : quoted[1] - 1]
     for name, kind in kinds.items():
         if kind == "enum" and name not in args:
-            choice = _earliest_member(properties[name]["enum"], lowered)
+            choice = filler.earliest(properties[name]["enum"])
             if choice is not _NO_VALUE:
                 args[name] = choice
     boolean = only("boolean")
     if boolean is not None:
-        said = _BOOLEAN_RE.search(lowered)
+        said = _BOOLEAN_RE.search(filler.lowered)
         if said is not None:
             args[boolean] = _BOOLEAN_WORDS[said.group(1)]
     for name, spec in properties.items():
@@ -398,18 +532,6 @@ def fill_args(
         if name not in args
     ]
     return args, missing
-
-
-def _earliest_member(members: list[Any], lowered: str) -> Any:
-    earliest: tuple[int, int] | None = None
-    for index, member in enumerate(members):
-        shown = member if isinstance(member, str) else compact_json(member)
-        if not shown:
-            continue
-        found = re.search(rf"(?<![\w-]){re.escape(shown.lower())}(?![\w-])", lowered)
-        if found is not None and (earliest is None or found.start() < earliest[0]):
-            earliest = (found.start(), index)
-    return _NO_VALUE if earliest is None else members[earliest[1]]
 
 
 def _describe_property(name: str, schema: Any) -> str:
