@@ -1,0 +1,5 @@
+ok = True
+
+
+def f(:
+    pass
