@@ -48,7 +48,7 @@ test("a Python error in the page's code names the block", async ({ page }) => {
 
 test("a syntax error in a src= block names the file and the line", async ({ page }) => {
   const error = await failure(page, `${app.url}/python-error-src.html`);
-  expect(error).toContain('Python error in block src="python-error-src.py", line 4:');
+  expect(error).toContain('Python error in block src="syntax-error.py.txt", line 5:');
   expect(error).toContain("    def f(:");
   expect(error).toContain("SyntaxError: invalid syntax");
   expect(error).not.toContain("pyodide/");

@@ -1,5 +1,0 @@
-ok = True
-
-
-def f(:
-    pass
