@@ -91,6 +91,38 @@ def page_url() -> str | None:
     return str(location.href) if location is not None else None
 
 
+class ConsoleHandler(logging.Handler):
+    """Each record to the JS console (the browser's developer tools), as one message with
+    its traceback. Without a handler, Python's fallback writes records to ``sys.stderr``,
+    which in a notebook kernel is the output of whichever cell ran last: every handler's
+    traceback would appear there, in red, as if that cell had failed."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            console = _js().console
+            if record.levelno >= logging.ERROR:
+                method = console.error
+            elif record.levelno >= logging.WARNING:
+                method = console.warn
+            else:
+                method = console.info
+            method(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+def log_to_console() -> None:
+    """Send the package's log (``logging.getLogger("pedelec_pyodide")``) to the JS console
+    only. Done once, when a session connects; ``propagate = True`` on that logger brings
+    the records to one's own handlers as well."""
+    if any(isinstance(h, ConsoleHandler) for h in logger.handlers):
+        return
+    handler = ConsoleHandler()
+    handler.setFormatter(logging.Formatter("pedelec: %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+
+
 def in_worker() -> bool:
     """True in a Web Worker (e.g. a JupyterLite Pyodide kernel): no ``document`` there."""
     scope = _js()
@@ -363,6 +395,7 @@ async def connect(
     After that, a dropped connection is reopened with exponential backoff and the session
     resumed; ``session.close()`` closes the connection for good.
     """
+    log_to_console()
     if session is None:
         session = create_session(core_url, tools, storage=storage, **session_options)
     else:

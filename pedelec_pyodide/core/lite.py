@@ -300,7 +300,10 @@ a tool that touches it gets a `TOOL_HANDLER_ERROR` saying so."""),
 import js
 from pedelec_pyodide import ToolCall, connect, define_tool
 
-# The site is served by Core: same origin (js.location is the kernel worker's URL).
+# Core's URL. This works when Core serves this site (`pedelec serve --app SITE`): the
+# same origin (js.location is the kernel worker's URL). If the site is served elsewhere,
+# put Core's URL here instead, e.g. CORE_URL = "http://127.0.0.1:8765", and start Core
+# with --allow-origin set to this site's origin.
 CORE_URL = js.location.origin
 shopping = []
 log = []
