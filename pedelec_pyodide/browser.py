@@ -30,12 +30,18 @@ from .tools import Tool
 logger = logging.getLogger("pedelec_pyodide")
 
 BRIDGE_PATH = "/pedelec/v1/bridge"
+#: Core's public answer to "may pages from my origin open a session?" (``{"allowed"}``)
+ORIGIN_CHECK_PATH = "/pedelec/v1/origin-check"
 #: WebSocket ``readyState`` of an open socket.
 _OPEN = 1
 
 
 class CoreUnreachableError(ConnectionError):
     """The first connection to Core failed (nothing listening, wrong URL, refused)."""
+
+
+class OriginRefusedError(CoreUnreachableError):
+    """Core does not let pages from this origin open a session (``--allow-origin``)."""
 
 
 def bridge_url(core_url: str, base: str | None = None) -> str:
@@ -58,6 +64,31 @@ def bridge_url(core_url: str, base: str | None = None) -> str:
     if url.protocol in ("http:", "https:") or path in ("", "/"):
         path = BRIDGE_PATH
     return f"{scheme}://{url.host}{path}{url.search}"
+
+
+async def check_origin(url: str) -> None:
+    """Ask Core (``GET /pedelec/v1/origin-check``) whether the bridge at ``url`` takes this
+    page's (or worker's) origin, when that is not Core's own: a refused WebSocket
+    handshake tells Python nothing but "closed". Raises :class:`OriginRefusedError` naming
+    the origin and ``--allow-origin``; returns when allowed, or when Core cannot say
+    (unreachable, or without the check: connecting says why)."""
+    scope = _js()
+    location = getattr(scope, "location", None)
+    page = str(location.origin) if location is not None else "null"
+    core = scope.URL.new(url.replace("ws", "http", 1)).origin  # ws(s):// -> http(s)://
+    if page == "null" or page == core:
+        return
+    try:
+        response = await scope.fetch(core + ORIGIN_CHECK_PATH)
+        if not response.ok:
+            return
+        answer = json.loads(await response.text())
+    except Exception:  # unreachable, or not JSON: the WebSocket will say more
+        return
+    if isinstance(answer, dict) and answer.get("allowed") is False:
+        raise OriginRefusedError(
+            f"Core at {core} does not let pages from {page} open a session: start it with "
+            f"--allow-origin {page}")
 
 
 def storage_prefix(url: str, nth: int = 1) -> str:
@@ -384,6 +415,7 @@ async def connect(
     session: Session | None = None,
     storage: Storage | bool | None = True,
     reconnect: bool = True,
+    check_origin_first: bool = True,
     **session_options: Any,
 ) -> Session:
     """Connect a Session to Core at ``core_url`` (``http(s)://host:port`` or a ``ws(s)`` URL).
@@ -391,7 +423,9 @@ async def connect(
     Without ``session`` a new one is made (see :func:`create_session`); with it, that
     Session (made by :func:`create_session`, or any Session, which then keeps nothing in
     storage) is connected, and ``tools`` are added to it. Returns once Core has welcomed
-    the session; raises :class:`CoreUnreachableError` if the first connection fails.
+    the session; raises :class:`CoreUnreachableError` if the first connection fails, and
+    its :class:`OriginRefusedError` if Core on another origin says it does not allow this
+    one (:func:`check_origin`; ``check_origin_first=False`` skips that question).
     After that, a dropped connection is reopened with exponential backoff and the session
     resumed; ``session.close()`` closes the connection for good.
     """
@@ -407,10 +441,11 @@ async def connect(
         raise SessionClosedError("the session is closed")
     if id(session) in _BRIDGES:
         raise RuntimeError("this session is already connected")
-    config = _BRIDGE_CONFIG.pop(id(session), None)
-    if config is None:
-        config = (bridge_url(core_url, page_url()), None, "")
+    config = _BRIDGE_CONFIG.get(id(session)) or (bridge_url(core_url, page_url()), None, "")
     url, store, prefix = config
+    if check_origin_first:  # before the session's storage config is taken: a retry has it
+        await check_origin(url)
+    _BRIDGE_CONFIG.pop(id(session), None)
     bridge = Bridge(session, url, store, prefix, reconnect=reconnect)
     _BRIDGES[id(session)] = bridge
     try:
@@ -480,7 +515,8 @@ class PageSession:
 
     async def connect(self) -> str:
         """Connect; returns ``{"id", "state"}`` as JSON."""
-        await connect(self.core_url, session=self.session)
+        # the page's loader asked Core about the origin already, while Pyodide loaded
+        await connect(self.core_url, session=self.session, check_origin_first=False)
         return json.dumps({"id": self.session.session_id, "state": self.session.state.value})
 
     def send_text(self, text: str) -> asyncio.Future[str]:
