@@ -30,12 +30,18 @@ from .tools import Tool
 logger = logging.getLogger("pedelec_pyodide")
 
 BRIDGE_PATH = "/pedelec/v1/bridge"
+#: Core's public answer to "may pages from my origin open a session?" (``{"allowed"}``)
+ORIGIN_CHECK_PATH = "/pedelec/v1/origin-check"
 #: WebSocket ``readyState`` of an open socket.
 _OPEN = 1
 
 
 class CoreUnreachableError(ConnectionError):
     """The first connection to Core failed (nothing listening, wrong URL, refused)."""
+
+
+class OriginRefusedError(CoreUnreachableError):
+    """Core does not let pages from this origin open a session (``--allow-origin``)."""
 
 
 def bridge_url(core_url: str, base: str | None = None) -> str:
@@ -58,6 +64,31 @@ def bridge_url(core_url: str, base: str | None = None) -> str:
     if url.protocol in ("http:", "https:") or path in ("", "/"):
         path = BRIDGE_PATH
     return f"{scheme}://{url.host}{path}{url.search}"
+
+
+async def check_origin(url: str) -> None:
+    """Ask Core (``GET /pedelec/v1/origin-check``) whether the bridge at ``url`` takes this
+    page's (or worker's) origin, when that is not Core's own: a refused WebSocket
+    handshake tells Python nothing but "closed". Raises :class:`OriginRefusedError` naming
+    the origin and ``--allow-origin``; returns when allowed, or when Core cannot say
+    (unreachable, or without the check: connecting says why)."""
+    scope = _js()
+    location = getattr(scope, "location", None)
+    page = str(location.origin) if location is not None else "null"
+    core = scope.URL.new(url.replace("ws", "http", 1)).origin  # ws(s):// -> http(s)://
+    if page == "null" or page == core:
+        return
+    try:
+        response = await scope.fetch(core + ORIGIN_CHECK_PATH)
+        if not response.ok:
+            return
+        answer = json.loads(await response.text())
+    except Exception:  # unreachable, or not JSON: the WebSocket will say more
+        return
+    if isinstance(answer, dict) and answer.get("allowed") is False:
+        raise OriginRefusedError(
+            f"Core at {core} does not let pages from {page} open a session: start it with "
+            f"--allow-origin {page}")
 
 
 def storage_prefix(url: str, nth: int = 1) -> str:
@@ -89,6 +120,38 @@ def session_storage() -> Storage | None:
 def page_url() -> str | None:
     location = getattr(_js(), "location", None)
     return str(location.href) if location is not None else None
+
+
+class ConsoleHandler(logging.Handler):
+    """Each record to the JS console (the browser's developer tools), as one message with
+    its traceback. Without a handler, Python's fallback writes records to ``sys.stderr``,
+    which in a notebook kernel is the output of whichever cell ran last: every handler's
+    traceback would appear there, in red, as if that cell had failed."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            console = _js().console
+            if record.levelno >= logging.ERROR:
+                method = console.error
+            elif record.levelno >= logging.WARNING:
+                method = console.warn
+            else:
+                method = console.info
+            method(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+def log_to_console() -> None:
+    """Send the package's log (``logging.getLogger("pedelec_pyodide")``) to the JS console
+    only. Done once, when a session connects; ``propagate = True`` on that logger brings
+    the records to one's own handlers as well."""
+    if any(isinstance(h, ConsoleHandler) for h in logger.handlers):
+        return
+    handler = ConsoleHandler()
+    handler.setFormatter(logging.Formatter("pedelec: %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
 
 
 def in_worker() -> bool:
@@ -352,6 +415,7 @@ async def connect(
     session: Session | None = None,
     storage: Storage | bool | None = True,
     reconnect: bool = True,
+    check_origin_first: bool = True,
     **session_options: Any,
 ) -> Session:
     """Connect a Session to Core at ``core_url`` (``http(s)://host:port`` or a ``ws(s)`` URL).
@@ -359,10 +423,13 @@ async def connect(
     Without ``session`` a new one is made (see :func:`create_session`); with it, that
     Session (made by :func:`create_session`, or any Session, which then keeps nothing in
     storage) is connected, and ``tools`` are added to it. Returns once Core has welcomed
-    the session; raises :class:`CoreUnreachableError` if the first connection fails.
+    the session; raises :class:`CoreUnreachableError` if the first connection fails, and
+    its :class:`OriginRefusedError` if Core on another origin says it does not allow this
+    one (:func:`check_origin`; ``check_origin_first=False`` skips that question).
     After that, a dropped connection is reopened with exponential backoff and the session
     resumed; ``session.close()`` closes the connection for good.
     """
+    log_to_console()
     if session is None:
         session = create_session(core_url, tools, storage=storage, **session_options)
     else:
@@ -374,10 +441,11 @@ async def connect(
         raise SessionClosedError("the session is closed")
     if id(session) in _BRIDGES:
         raise RuntimeError("this session is already connected")
-    config = _BRIDGE_CONFIG.pop(id(session), None)
-    if config is None:
-        config = (bridge_url(core_url, page_url()), None, "")
+    config = _BRIDGE_CONFIG.get(id(session)) or (bridge_url(core_url, page_url()), None, "")
     url, store, prefix = config
+    if check_origin_first:  # before the session's storage config is taken: a retry has it
+        await check_origin(url)
+    _BRIDGE_CONFIG.pop(id(session), None)
     bridge = Bridge(session, url, store, prefix, reconnect=reconnect)
     _BRIDGES[id(session)] = bridge
     try:
@@ -447,7 +515,8 @@ class PageSession:
 
     async def connect(self) -> str:
         """Connect; returns ``{"id", "state"}`` as JSON."""
-        await connect(self.core_url, session=self.session)
+        # the page's loader asked Core about the origin already, while Pyodide loaded
+        await connect(self.core_url, session=self.session, check_origin_first=False)
         return json.dumps({"id": self.session.session_id, "state": self.session.state.value})
 
     def send_text(self, text: str) -> asyncio.Future[str]:

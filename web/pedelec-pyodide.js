@@ -118,11 +118,46 @@ async function blockSources() {
   if (typeof document === "undefined") return [];
   const blocks = [...document.querySelectorAll(`script[type="${SCRIPT_TYPE}"]`)];
   return Promise.all(blocks.map(async (el, i) => {
-    const label = el.src ? el.getAttribute("src") : `inline block #${i + 1}`;
+    const label = el.src ? `block src="${el.getAttribute("src")}"` : `inline block #${i + 1}`;
     if (!el.src) return { label, filename: `<pedelec/python #${i + 1}>`, code: el.textContent };
     const response = await fetchOk(el.src, "page code");
     return { label, filename: el.src, code: await response.text() };
   }));
+}
+
+// A traceback frame's first line: `  File "<name>", line <n>[, in <function>]`.
+const FRAME = /^  File "(.*)", line (\d+)(?:, in .*)?$/;
+// Frames of Pyodide's own code (`_pyodide/_base.py`: running a block), never the page's.
+const PYODIDE_FRAME = /^\/lib\/python[^/]*\/_?pyodide\//;
+
+/**
+ * A page block's Python error as its author needs it: the traceback without Pyodide's
+ * frames, each frame of a page block with its source line (Python has no file to read it
+ * from), headed by the block and its innermost line in the traceback.
+ */
+function pythonError(block, blocks, traceback) {
+  const sources = new Map(blocks.map((b) => [b.filename, b.code.split("\n")]));
+  const kept = [];
+  let line = null;
+  let dropping = false;
+  let missing = null; // the source line the last kept frame lacks, if it is a block's
+  for (const text of traceback.trimEnd().split("\n")) {
+    const body = text.startsWith("    ");
+    if (missing !== null && !body) kept.push(`    ${missing}`);
+    missing = null;
+    const frame = FRAME.exec(text);
+    if (frame) {
+      dropping = PYODIDE_FRAME.test(frame[1]);
+      if (dropping) continue;
+      kept.push(text);
+      if (frame[1] === block.filename) line = frame[2];
+      missing = sources.get(frame[1])?.[Number(frame[2]) - 1]?.trim() || null;
+    } else if (!(dropping && body)) {
+      dropping = false;
+      kept.push(text);
+    }
+  }
+  return `Python error in ${block.label}${line ? `, line ${line}` : ""}:\n${kept.join("\n")}`;
 }
 
 /**
@@ -340,7 +375,8 @@ async function boot(options) {
   mark("imported");
   const namespace = page.namespace;
   try {
-    for (const block of await sources) {
+    const blocks = await sources;
+    for (const block of blocks) {
       await pyodide.loadPackagesFromImports(block.code, {
         messageCallback: () => {},
         errorCallback: (message) => console.warn(`pedelec: ${block.label}: ${message}`),
@@ -348,7 +384,7 @@ async function boot(options) {
       try {
         await pyodide.runPythonAsync(block.code, { globals: namespace, filename: block.filename });
       } catch (err) {
-        throw new PedelecError("page code", `Python error in ${block.label}:\n${err.message}`, err);
+        throw new PedelecError("page code", pythonError(block, blocks, err.message), err);
       }
     }
   } finally {

@@ -39,6 +39,8 @@ TOOL_REQUEST_NOT_FOUND = "TOOL_REQUEST_NOT_FOUND"
 # an Idempotency-Key sent again with a request that asks for something else (HTTP 422,
 # as the IETF draft on the header says: the key is not for this request)
 IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+# a tool call with "waitForPage": false to a session whose page is not connected (HTTP 409)
+PAGE_NOT_CONNECTED = "PAGE_NOT_CONNECTED"
 # the longest excerpt of a caller's value quoted in an error message
 EXCERPT_CHARS = 40
 
@@ -237,10 +239,25 @@ async def health(request: Request) -> Response:
     return JSONResponse(answer)
 
 
+def _liveness(session: CoreSession) -> tuple[bool, float]:
+    """Sort key: connected sessions first, newest first; then the disconnected ones,
+    the latest to go first (the one most likely to come back)."""
+    if session.connection is not None:
+        return False, -session.record.created_at
+    return True, -(session.disconnected_at or 0.0)
+
+
 @_guarded
 async def list_sessions(request: Request) -> Response:
-    sessions = [s.describe() for s in _registry(request).sessions.values() if not s.closed]
-    return JSONResponse({"sessions": sessions})
+    wanted = request.query_params.get("connected")
+    if wanted not in (None, "true", "false"):
+        raise ApiError(400, BAD_REQUEST, "'connected' must be true or false, got "
+                       f"{wanted[:EXCERPT_CHARS]!r}")
+    live = [s for s in _registry(request).sessions.values() if not s.closed]
+    if wanted is not None:
+        live = [s for s in live if (s.connection is not None) == (wanted == "true")]
+    live.sort(key=_liveness)
+    return JSONResponse({"sessions": [s.describe() for s in live]})
 
 
 @_guarded
@@ -262,10 +279,20 @@ async def tool_call(request: Request) -> Response:
     if timeout_ms is not None and not is_timeout_ms(timeout_ms):
         raise ApiError(400, BAD_REQUEST,
                        f"'timeoutMs' must be a positive integer, at most {MAX_TIMEOUT_MS} (24 h)")
+    wait_for_page = body.get("waitForPage", True)
+    if not isinstance(wait_for_page, bool):
+        raise ApiError(400, BAD_REQUEST, "'waitForPage' must be true or false")
     known, claim = _claim(session, key, TOOL_CALL,
                           {"tool": tool, "args": args, "timeoutMs": timeout_ms})
     if known is not None:  # a retry: the first request's result, never a second run
         return await _tool_answer(request, session, known.target_id, keyed=True)
+    if not wait_for_page and session.connection is None:
+        gone = session.disconnected_at
+        since = f" for {time.time() - gone:.0f} s" if gone is not None else ""
+        raise ApiError(409, PAGE_NOT_CONNECTED, (
+            f"session {session.id!r} has had no page connected{since} (it waits for its page "
+            "to resume until --session-ttl): the connected ones are listed by "
+            "GET /pedelec/v1/sessions?connected=true"))
     request_id = new_request_id()
     tool_request = protocol.ToolRequest(tool_request_id=request_id, tool=tool, args=args)
     try:  # the same check as every request's, answered here as the caller's HTTP error

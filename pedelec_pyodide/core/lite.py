@@ -18,7 +18,7 @@ drop the local Pyodide URL silently) from a staging directory laid out here:
 * ``jupyter-lite.json``: the kernel's settings, ``pyodideUrl`` local and
   ``disablePyPIFallback`` on; ``files/``: the example notebook.
 
-CPython only. Needs the ``lite`` extra (``pip install 'pedelec-pyodide[lite]'``).
+CPython only. Needs the ``lite`` extra (:func:`install_hint` says how).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ __all__ = [
     "LiteResult",
     "build_site",
     "example_notebook",
+    "install_hint",
     "kernel_info",
     "lite_config",
     "main",
@@ -65,7 +66,24 @@ EXAMPLE_NOTEBOOK = "pedelec-example.ipynb"
 _KERNEL_PRELOADS = ("micropip",)
 _SERIES = "0.8."
 _PYODIDE_URL = "./static/pyodide/pyodide.mjs"
-_INSTALL_HINT = "install the lite extra: pip install 'pedelec-pyodide[lite]'"
+
+
+def install_hint() -> str:
+    """The command that installs the lite extra into the Python running this. From a
+    checkout (an editable install, as ``./scripts/demo`` makes) the exact command, paths
+    relative to the checkout when run in it; else the extra's name (no index serves the package:
+    install it the way pedelec-pyodide was installed)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file():
+        return ("install the lite extra into this Python, the way pedelec-pyodide was "
+                "installed: pip install '/path/to/pedelec-pyodide-checkout[lite]', or "
+                "pip install 'pedelec-pyodide[lite] @ file:///path/to/pedelec_pyodide-"
+                "<version>-py3-none-any.whl'")
+
+    python, here = Path(sys.executable).absolute(), Path.cwd().resolve() == root
+    if here and python.is_relative_to(root):
+        python = python.relative_to(root)
+    return f"install the lite extra: {python} -m pip install -e '{'.' if here else root}[lite]'"
 
 Log = provision.Log
 
@@ -106,7 +124,7 @@ def _distribution_version(name: str) -> str:
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
-        raise LiteError(f"{name} is not installed: {_INSTALL_HINT}") from None
+        raise LiteError(f"{name} is not installed: {install_hint()}") from None
 
 
 def _kernel_pypi_dir() -> Path:
@@ -133,7 +151,7 @@ def kernel_info() -> KernelInfo:
                         ("jupyterlite-core", core_version)):
         if not found.startswith(_SERIES):
             raise LiteError(f"{dist} {found} is installed, {_SERIES}x is needed: "
-                            f"{_INSTALL_HINT}")
+                            f"{install_hint()}")
     constants = importlib.import_module("jupyterlite_pyodide_kernel.constants")
     pyodide_version = str(constants.PYODIDE_VERSION)
     if pyodide_version != provision.PYODIDE_VERSION:
@@ -282,7 +300,10 @@ a tool that touches it gets a `TOOL_HANDLER_ERROR` saying so."""),
 import js
 from pedelec_pyodide import ToolCall, connect, define_tool
 
-# The site is served by Core: same origin (js.location is the kernel worker's URL).
+# Core's URL. This works when Core serves this site (`pedelec serve --app SITE`): the
+# same origin (js.location is the kernel worker's URL). If the site is served elsewhere,
+# put Core's URL here instead, e.g. CORE_URL = "http://127.0.0.1:8765", and start Core
+# with --allow-origin set to this site's origin.
 CORE_URL = js.location.origin
 shopping = []
 log = []

@@ -236,6 +236,9 @@ class CoreSession:
         self.callers = CallerMemory(registry.store, config.kept_results,
                                     config.result_retention)
         self._expiry: asyncio.TimerHandle | None = None
+        # when the page's connection went away (epoch seconds); None while it is connected
+        # and before its first connection
+        self.disconnected_at: float | None = None
 
     @property
     def id(self) -> str:
@@ -264,6 +267,7 @@ class CoreSession:
             "sessionId": self.id,
             "state": self.state,
             "connected": self.connection is not None,
+            "disconnectedAt": None if self.connection is not None else self.disconnected_at,
             "createdAt": self.record.created_at,
             "pendingToolRequests": len(self.pending),
             "turnId": None if self.turn is None else self.turn.turn_id,
@@ -281,6 +285,7 @@ class CoreSession:
         """``connection`` now speaks for this session (after a good hello)."""
         previous = self.connection
         self.connection = connection
+        self.disconnected_at = None
         self.registry.disconnected.pop(self.id, None)
         if self._expiry is not None:
             self._expiry.cancel()
@@ -311,6 +316,7 @@ class CoreSession:
 
     def _await_resume(self) -> None:
         """Disconnected: expire after the TTL, or sooner if Core needs the room."""
+        self.disconnected_at = time.time()
         self.registry.disconnected[self.id] = self
         self._expiry = asyncio.get_running_loop().call_later(
             self.registry.config.session_ttl, self.expire)
@@ -478,10 +484,14 @@ class CoreSession:
         if self.pending.get(pending.id) is not pending:
             return
         seconds = max(0.0, time.perf_counter() - pending.started)
+        away = self.connection is None
+        why = (" (no page was connected: its tab may be closed, or reloading; a session's "
+               "`connected` says whether its page is there)" if away else "")
         self._resolve(pending, tool_error(
             TOOL_TIMEOUT,
-            f"the page did not answer {pending.record.tool!r} before its deadline",
-            details={"waitedMs": round(seconds * 1000)}, retryable=True,
+            f"the page did not answer {pending.record.tool!r} before its deadline{why}",
+            details={"waitedMs": round(seconds * 1000), "pageConnected": not away},
+            retryable=True,
         ), "none", "timeout")
         self.send(protocol.ToolCancel(tool_request_id=pending.id, reason="timeout").encode())
 

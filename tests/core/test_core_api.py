@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 import websockets
-from corekit import TOKEN, Page, RawClient, config, run, running_core, tool_meta
+from corekit import TOKEN, Page, RawClient, config, run, running_core, tool_meta, until
 
 from pedelec_pyodide import Session, define_tool
 
@@ -178,5 +178,58 @@ def test_hello_tools_are_visible_and_tools_update_replaces_them() -> None:
             error = await client.recv()
             assert error["code"] == "INVALID_TOOL"
             assert [t["name"] for t in (await core.session_info(sid))["tools"]] == ["c"]
+
+    run(main())
+
+
+def test_sessions_show_liveness_and_a_call_can_refuse_to_wait_for_the_page() -> None:
+    """A closed tab's session stays listed until --session-ttl, but after the connected
+    ones, marked ``connected: false`` with ``disconnectedAt``; ``?connected=true`` leaves it
+    out; a tool call to it waits for the page unless it says ``waitForPage: false``, and a
+    call that waited out its deadline says the page was not there."""
+    async def main() -> None:
+        async with running_core() as core:
+            gone = await Page(adder()).connect(core.ws_url)
+            old = await Page(adder()).connect(core.ws_url)
+            new = await Page(adder()).connect(core.ws_url)
+            gone_id = gone.session.session_id
+            await gone.drop()
+            registry = core.app.state.registry
+            await until(lambda: registry.get(gone_id).connection is None, "the drop")
+
+            listed = (await core.http.get("/pedelec/v1/sessions")).json()["sessions"]
+            assert [s["sessionId"] for s in listed] == [
+                new.session.session_id, old.session.session_id, gone_id]
+            assert [s["connected"] for s in listed] == [True, True, False]
+            assert listed[0]["disconnectedAt"] is None
+            assert listed[2]["disconnectedAt"] >= listed[2]["createdAt"]
+            live = (await core.http.get("/pedelec/v1/sessions?connected=true")).json()
+            assert gone_id not in [s["sessionId"] for s in live["sessions"]]
+            away = (await core.http.get("/pedelec/v1/sessions?connected=false")).json()
+            assert [s["sessionId"] for s in away["sessions"]] == [gone_id]
+            bad = await core.http.get("/pedelec/v1/sessions?connected=yes")
+            assert bad.status_code == 400 and "'connected'" in bad.json()["error"]["message"]
+
+            url = f"/pedelec/v1/sessions/{gone_id}/tool-calls"
+            refused = await core.http.post(url, json={"tool": "add", "args": {"a": 1},
+                                                      "waitForPage": False})
+            assert refused.status_code == 409
+            error = refused.json()["error"]
+            assert error["code"] == "PAGE_NOT_CONNECTED"
+            assert "?connected=true" in error["message"]
+            assert registry.get(gone_id).pending == {}
+            bad = await core.http.post(url, json={"tool": "add", "waitForPage": "no"})
+            assert bad.status_code == 400 and "'waitForPage'" in bad.json()["error"]["message"]
+            # to a connected page, waitForPage: false changes nothing
+            fine = await core.http.post(
+                f"/pedelec/v1/sessions/{new.session.session_id}/tool-calls",
+                json={"tool": "add", "args": {"a": 1}, "waitForPage": False})
+            assert fine.json()["result"] == {"value": 2}
+
+            waited = (await core.tool_call(gone_id, "add", {"a": 1}, timeoutMs=50)).json()
+            result = waited["result"]
+            assert result["error"]["code"] == "TOOL_TIMEOUT"
+            assert "no page was connected" in result["error"]["message"]
+            assert result["error"]["details"]["pageConnected"] is False
 
     run(main())

@@ -9,9 +9,17 @@ The same in Chromium, from a page on another origin: tests/e2e/other-origin.spec
 
 from __future__ import annotations
 
+import logging
+import sys
+import types
 from pathlib import Path
+from urllib.parse import urljoin, urlsplit
 
+import httpx
+import pytest
 from corekit import config, run, running_core
+
+from pedelec_pyodide.browser import CoreUnreachableError, OriginRefusedError, connect
 
 REPO = Path(__file__).resolve().parent.parent.parent
 PAGE_ORIGIN = "http://127.0.0.1:9"
@@ -88,5 +96,72 @@ def test_origin_check_says_whether_the_bridge_takes_the_origin() -> None:
                 response = await core.http.get("/pedelec/v1/origin-check",
                                                headers={"Origin": own})
                 assert response.json() == {"allowed": True}
+
+    run(main())
+
+
+class FakeScope:
+    """What `js` is to Python in a page or a JupyterLite kernel on PAGE_ORIGIN, as far as
+    connect() uses it before the WebSocket: `location`, `URL`, `fetch` (here a real HTTP
+    request with the page's Origin, as the browser sends it), `console`; and a
+    `WebSocket` that cannot be opened (this test stops before the bridge)."""
+
+    def __init__(self, origin: str) -> None:
+        self.location = types.SimpleNamespace(origin=origin, href=f"{origin}/lab/index.html")
+        self.console = types.SimpleNamespace(error=print, warn=print, info=print)
+        self.fetched: list[str] = []
+        self.URL = types.SimpleNamespace(new=self._url)
+        self.WebSocket = types.SimpleNamespace(new=self._no_socket)
+
+    @staticmethod
+    def _url(url: str, base: str | None = None) -> types.SimpleNamespace:
+        parts = urlsplit(urljoin(base or "", url))
+        return types.SimpleNamespace(
+            protocol=f"{parts.scheme}:", host=parts.netloc, pathname=parts.path or "/",
+            search=f"?{parts.query}" if parts.query else "",
+            origin=f"{parts.scheme}://{parts.netloc}")
+
+    @staticmethod
+    def _no_socket(url: str) -> None:
+        raise RuntimeError("no WebSocket in this test")
+
+    async def fetch(self, url: str) -> types.SimpleNamespace:
+        self.fetched.append(url)
+        async with httpx.AsyncClient() as client:
+            response = await client.get(url, headers={"Origin": self.location.origin})
+
+        async def text() -> str:
+            return response.text
+
+        return types.SimpleNamespace(ok=response.is_success, text=text)
+
+
+def test_python_connect_from_a_refused_origin_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pedelec_pyodide.connect()` in a page or notebook on another origin asks Core's
+    origin check first: refused, it fails naming the origin and --allow-origin (a refused
+    WebSocket says only "closed"); allowed, it goes on to the WebSocket."""
+    scope = FakeScope(PAGE_ORIGIN)
+    monkeypatch.setitem(sys.modules, "js", scope)
+    ffi = types.ModuleType("pyodide.ffi")
+    ffi.create_proxy = lambda fn: fn  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pyodide", types.ModuleType("pyodide"))
+    monkeypatch.setitem(sys.modules, "pyodide.ffi", ffi)
+    log = logging.getLogger("pedelec_pyodide")  # connect() sends it to the console
+    monkeypatch.setattr(log, "handlers", [])
+    monkeypatch.setattr(log, "propagate", True)
+
+    async def main() -> None:
+        async with running_core() as core:
+            url = str(core.http.base_url)
+            with pytest.raises(OriginRefusedError) as refused:
+                await connect(url, storage=False)
+            assert str(refused.value) == (
+                f"Core at {url.rstrip('/')} does not let pages from {PAGE_ORIGIN} open a "
+                f"session: start it with --allow-origin {PAGE_ORIGIN}")
+            assert scope.fetched == [f"{url.rstrip('/')}/pedelec/v1/origin-check"]
+        async with running_core(config(allow_origins=(PAGE_ORIGIN,))) as core:
+            with pytest.raises(CoreUnreachableError, match="no WebSocket in this test") as raised:
+                await connect(str(core.http.base_url), storage=False)
+            assert not isinstance(raised.value, OriginRefusedError)
 
     run(main())

@@ -8,7 +8,11 @@ import asyncio
 import hashlib
 import importlib
 import json
+import logging
+import re
 import subprocess
+import sys
+import types
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -16,7 +20,7 @@ from typing import Any
 import pytest
 from corekit import config, run, running_core
 
-from pedelec_pyodide import Session, define_tool
+from pedelec_pyodide import Session, browser, define_tool
 from pedelec_pyodide.browser import explain_worker_error
 from pedelec_pyodide.core import lite, provision
 from pedelec_pyodide.core.cli import build_parser
@@ -132,6 +136,13 @@ def test_the_example_notebook_uses_the_public_api_and_parses() -> None:
     assert code[0] == "%pip install pedelec-pyodide"
     assert "from pedelec_pyodide import ToolCall, connect, define_tool" in code[1]
     assert "await connect(CORE_URL" in code[2]
+    # CORE_URL is Core's only when Core serves the site: the cell says so and shows the
+    # other case as one edit of that line
+    setup = code[1].splitlines()
+    at = setup.index("CORE_URL = js.location.origin")
+    said = "\n".join(setup[at - 4:at])
+    assert "when Core serves this site" in said
+    assert 'CORE_URL = "http://127.0.0.1:8765"' in said and "--allow-origin" in said
     for source in code[1:]:
         compile(source, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     json.dumps(notebook)
@@ -154,7 +165,18 @@ def test_missing_lite_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(lite.importlib.metadata, "version", missing)
-    with pytest.raises(lite.LiteError, match=r"pip install 'pedelec-pyodide\[lite\]'"):
+    # from a checkout (as ./scripts/demo installs it): the exact command for this checkout
+    root = Path(lite.__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    python = Path(sys.executable).absolute()
+    shown = python.relative_to(root) if python.is_relative_to(root) else python
+    with pytest.raises(lite.LiteError) as raised:
+        lite.kernel_info()
+    assert str(raised.value) == ("jupyterlite-pyodide-kernel is not installed: install the "
+                                 f"lite extra: {shown} -m pip install -e '.[lite]'")
+    # elsewhere the paths are absolute
+    monkeypatch.chdir("/")
+    with pytest.raises(lite.LiteError, match=re.escape(f"-m pip install -e '{root}[lite]'")):
         lite.kernel_info()
 
 
@@ -217,3 +239,55 @@ def test_core_serves_a_site_with_the_types_jupyterlite_needs(tmp_path: Path) -> 
             assert notebook.status_code == 200 and notebook.json() == {}
 
     run(main())
+
+
+class FakeConsole:
+    """The JS console of a kernel's Web Worker: what reaches the browser's dev tools."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+        self.error = lambda text: self.lines.append(("error", text))
+        self.warn = lambda text: self.lines.append(("warn", text))
+        self.info = lambda text: self.lines.append(("info", text))
+
+
+def test_a_handler_error_in_a_kernel_goes_to_the_console_not_the_cell(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """In a notebook kernel sys.stdout/stderr are the output of the cell that ran last (as
+    capsys makes them here). Once a session has connected (here: tried to, with a URL the
+    fake `js` refuses), a handler's traceback goes to the JS console, once, and nothing to
+    the kernel's streams; the agent still gets its error result."""
+    console = FakeConsole()
+
+    class URL:
+        @staticmethod
+        def new(url: str, base: str | None) -> None:
+            raise TypeError("Invalid URL")
+
+    fake_js = types.SimpleNamespace(console=console, URL=URL, location=None)
+    monkeypatch.setitem(sys.modules, "js", fake_js)
+    log = logging.getLogger("pedelec_pyodide")
+    monkeypatch.setattr(log, "handlers", [])  # restored after the test, as is propagate
+    monkeypatch.setattr(log, "propagate", True)
+    # a kernel configures no logging: without pytest's capturing handler on the root
+    # logger, Python's fallback handler would write records to sys.stderr
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+
+    @define_tool
+    def boom() -> str:
+        """Fails."""
+        return str(1 / 0)
+
+    session = Session([boom])
+    with pytest.raises(ValueError, match="Core URL must be"):
+        asyncio.run(browser.connect("nowhere", session=session))
+    for _ in range(2):  # a second connect() adds no second handler: each record once
+        with pytest.raises(ValueError):
+            asyncio.run(browser.connect("nowhere", session=session))
+    result = asyncio.run(session.dispatch("boom", {}))
+    assert result["error"]["message"] == "ZeroDivisionError: division by zero"
+    assert capsys.readouterr() == ("", "")
+    (line,) = console.lines
+    assert line[0] == "error"
+    assert line[1].startswith("pedelec: tool handler boom raised\nTraceback")
+    assert line[1].endswith("ZeroDivisionError: division by zero")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import sysconfig
 import venv
 import zipfile
 from pathlib import Path
@@ -45,3 +47,50 @@ def test_an_installed_wheel_finds_its_own_web_files(wheel: Path, tmp_path: Path)
     ).stdout.strip()
     assert found == str(env / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
                         / "site-packages" / "pedelec_pyodide" / "web")
+
+
+# docs/core.md, "Installing": a built wheel installed with the extra
+DOCUMENTED_WHEEL_INSTALL = re.compile(
+    r"^pip install '(pedelec-pyodide\[core\]) @ file:///\S+/pedelec_pyodide-[^/']+\.whl'$",
+    re.MULTILINE)
+# what no index serves: an install by the bare name
+BY_NAME = re.compile(r"pip install '?pedelec-pyodide\[[a-z,]+\]'?(?!\s*@)")
+
+
+def test_the_docs_install_from_a_checkout_or_a_wheel_never_by_name() -> None:
+    for doc in ("README.md", "docs/core.md", "docs/agents.md", "docs/jupyterlite.md"):
+        assert not BY_NAME.search((REPO / doc).read_text()), doc
+
+
+def test_the_wheel_installs_with_the_core_extra_as_docs_core_md_says(
+        wheel: Path, tmp_path: Path) -> None:
+    """The command of docs/core.md, with this wheel's URL, into a fresh venv gives a working
+    `pedelec`. Offline: the extra's requirements must be satisfied by the distributions of
+    this test's environment (all but pedelec-pyodide itself, seen through a .pth file), so
+    pip resolves the extra without an index."""
+    documented = DOCUMENTED_WHEEL_INSTALL.search((REPO / "docs" / "core.md").read_text())
+    assert documented, "docs/core.md shows no `pip install 'pedelec-pyodide[core] @ file:///…'`"
+    here = Path(sysconfig.get_paths()["purelib"])
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for entry in here.iterdir():
+        if not entry.name.lower().replace("-", "_").lstrip("_").startswith(
+                ("pedelec_pyodide", "editable_impl_pedelec_pyodide")):
+            (deps / entry.name).symlink_to(entry)
+    env = tmp_path / "venv"
+    venv.create(env, with_pip=True)
+    python = env / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig;"
+                           "print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    (Path(site) / "deps.pth").write_text(f"{deps}\n")
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-index",
+                    "--disable-pip-version-check", f"{documented[1]} @ {wheel.as_uri()}"],
+                   check=True, timeout=300)
+    shown = subprocess.run([str(env / "bin" / "pedelec"), "--help"], check=True,
+                           capture_output=True, text=True, cwd=tmp_path, timeout=60).stdout
+    assert "serve" in shown and "demo" in shown
+    where = subprocess.run([str(python), "-c", "import pedelec_pyodide, starlette;"
+                            "print(pedelec_pyodide.__file__)"],
+                           check=True, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert where.stdout.strip().startswith(site)

@@ -474,7 +474,10 @@ for cid, body in (("empty", ""), ("not-json", "tool=echo"), ("array", "[]"), ("s
                   ("timeout-string", '{"tool": "echo", "timeoutMs": "100"}'),
                   ("timeout-bool", '{"tool": "echo", "timeoutMs": true}'),
                   ("timeout-over-a-day", '{"tool": "echo", "timeoutMs": 86400001}'),
-                  ("timeout-400-digits", '{"tool": "echo", "timeoutMs": 1' + "0" * 400 + "}")):
+                  ("timeout-400-digits", '{"tool": "echo", "timeoutMs": 1' + "0" * 400 + "}"),
+                  ("wait-for-page-string", '{"tool": "echo", "waitForPage": "false"}'),
+                  ("wait-for-page-number", '{"tool": "echo", "waitForPage": 0}'),
+                  ("wait-for-page-null", '{"tool": "echo", "waitForPage": null}')):
     control(f"tool-calls-{cid}", f"tool-calls body: {cid}",
             {"method": "POST", "path": TOOL_CALLS, "body": body}, 400, "BAD_REQUEST")
 control("tool-calls-not-utf8", "tool-calls body: bytes that are not UTF-8",
@@ -499,6 +502,11 @@ control("turns-big-body", "a turns body over the frame limit",
 control("tool-calls-args-over-frame", "args that make a tool.request over the page's limit",
         {"method": "POST", "path": TOOL_CALLS,
          "make": {"kind": "big_args", "bytes": 65_500}}, 413, "PAYLOAD_TOO_LARGE")
+for cid, query in (("yes", "yes"), ("empty", ""), ("upper", "TRUE"), ("long", "t" * 5000),
+                   ("nul", "%00")):
+    control(f"sessions-connected-{cid}", f"GET /sessions?connected= {cid}",
+            {"method": "GET", "path": f"/pedelec/v1/sessions?connected={query}"}, 400,
+            "BAD_REQUEST")
 for method, path in (("DELETE", TOOL_CALLS), ("GET", TOOL_CALLS), ("PUT", TURNS),
                      ("POST", "/pedelec/v1/sessions")):
     control(f"method-{method.lower()}-{path.rsplit('/', 1)[-1].strip('$').lower()}",

@@ -137,3 +137,29 @@ test("module script that cannot load: the documented onerror snippet rejects ped
   const error = await rejection(page, `${allowed}/snippet.html`);
   expect(error).toBe(`pedelec: cannot load ${DEAD}/pedelec/pedelec-pyodide.js: is Core running there? (the console has the reason)`);
 });
+
+test("Python connect() on another origin asks Core's origin check first", async ({ page }) => {
+  await page.goto(`${allowed}/module.html`);
+  await waitForReady(page);
+  const run = (code) => page.evaluate((c) => window.pedelec.runPython(c), code);
+  // allowed: a second session from the page's own Python
+  expect(await run(`
+import pedelec_pyodide
+extra = await pedelec_pyodide.connect("${core.url}", storage=False)
+connected = extra.session_id is not None
+extra.close()
+connected`)).toBe(true);
+  // refused (Core's answer, as a Core without --allow-origin gives it): said before any socket
+  await page.route("**/pedelec/v1/origin-check", (route) => route.fulfill({
+    status: 200, body: '{"allowed": false}',
+    headers: { "access-control-allow-origin": "*", "content-type": "application/json" },
+  }));
+  expect(await run(`
+from pedelec_pyodide.browser import OriginRefusedError
+try:
+    await pedelec_pyodide.connect("${core.url}", storage=False)
+    said = None
+except OriginRefusedError as exc:
+    said = str(exc)
+said`)).toBe(`Core at ${core.url} does not let pages from ${allowed} open a session: start it with --allow-origin ${allowed}`);
+});

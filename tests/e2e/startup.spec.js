@@ -34,8 +34,24 @@ test("two tools under one name", async ({ page }) => {
 
 test("a Python error in the page's code names the block", async ({ page }) => {
   const error = await failure(page, `${app.url}/python-error.html`);
-  expect(error).toContain("inline block #2");
-  expect(error).toContain("ZeroDivisionError");
+  // the page's frames with their source lines and the error; nothing of Pyodide's own
+  expect(error).toBe([
+    "pedelec: page code: Python error in inline block #2, line 3:",
+    "Traceback (most recent call last):",
+    '  File "<pedelec/python #2>", line 5, in <module>',
+    "    broken()",
+    '  File "<pedelec/python #2>", line 3, in broken',
+    "    return 1 / 0",
+    "ZeroDivisionError: division by zero",
+  ].join("\n"));
+});
+
+test("a syntax error in a src= block names the file and the line", async ({ page }) => {
+  const error = await failure(page, `${app.url}/python-error-src.html`);
+  expect(error).toContain('Python error in block src="syntax-error.py.txt", line 5:');
+  expect(error).toContain("    def f(:");
+  expect(error).toContain("SyntaxError: invalid syntax");
+  expect(error).not.toContain("pyodide/");
 });
 
 test("Core unreachable", async ({ page }) => {
