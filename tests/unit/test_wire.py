@@ -90,6 +90,30 @@ def test_sync_request_is_answered_at_once_with_its_tier() -> None:
     assert last["result"]["error"]["code"] == "TOOL_HANDLER_NOT_FOUND"
 
 
+@pytest.mark.parametrize("tier", ["named", "inline", "fallback"])
+def test_a_request_refused_before_any_handler_ran_says_handled_by_none(tier: str) -> None:
+    ran: list[Any] = []
+    schema = {"type": "object", "properties": {"delta": {"type": "integer"}}}
+    session = Session([define_tool(name="t", description="d", args_schema=schema,
+                                   handler=ran.append if tier == "inline" else None)])
+    if tier == "named":
+        session.on_tool("t", ran.append)
+    elif tier == "fallback":
+        session.on_tool(lambda tool, args: ran.append(args))
+    calls: list[Any] = []
+    session.subscribe(calls.append)
+    core = connected(session)
+    session.receive(request("q1", args={"delta": "x"}))
+    refused = core.of_type("tool.result")[-1]
+    assert refused["result"]["error"]["code"] == "INVALID_ARGS"
+    assert refused["handledBy"] == "none"
+    assert [c.handled_by for c in calls if hasattr(c, "handled_by")] == ["none"]
+    assert ran == []
+    session.receive(request("q2", args={"delta": 1}))
+    assert core.of_type("tool.result")[-1]["handledBy"] == tier
+    assert ran == [{"delta": 1}]
+
+
 async def test_async_request_is_answered_when_done_and_state_follows() -> None:
     session = Session()
     core = connected(session)
