@@ -1,0 +1,126 @@
+// The test kit's own promises: Core counts as started only once pages can load (a fresh
+// cache provisions first), a Core that cannot serve pages fails with its reason, the kit's
+// waits end with the kit's message before Playwright's test timeout, runPython returns
+// values or says why it cannot.
+import { spawn } from "node:child_process";
+import { cpSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { homedir, tmpdir } from "node:os";
+import { join } from "node:path";
+import { expect, test } from "@playwright/test";
+import {
+  CORE_READY_TIMEOUT_MS, LOADER_TIMEOUT_MS, PAGE_START_TIMEOUT_MS, STATE_TIMEOUT_MS,
+  TOOL_CALL_TIMEOUT_MS, app, coreWebServer, openPage, runPython, startCore,
+} from "./helpers.js";
+import * as kit from "../../web/testing.js";
+
+const PEDELEC = ".venv/bin/pedelec";
+const PLAYWRIGHT_DEFAULT_TEST_TIMEOUT_MS = 30_000;
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+test("on a fresh cache, startCore resolves only once pages can load, and a page then starts", async ({ page }) => {
+  test.setTimeout(240_000);
+  // a cache with the downloads but no provisioned site: Core provisions in the background
+  const cache = mkdtempSync(join(tmpdir(), "pedelec-kit-cache-"));
+  const source = process.env.PEDELEC_CACHE_DIR ?? join(homedir(), ".cache", "pedelec-pyodide");
+  for (const part of ["npm", "wheels", "own"]) {
+    cpSync(join(source, part), join(cache, part), { recursive: true, force: true, errorOnExist: false });
+  }
+  const core = await startCore({
+    app: "tests/e2e/app", port: await freePort(), pedelec: PEDELEC, args: ["--quiet"],
+    env: { PEDELEC_CACHE_DIR: cache }, timeoutMs: 200_000,
+  });
+  try {
+    // at once, no polling: the runtime is served, health says so
+    expect((await fetch(`${core.url}/pedelec/pyodide/pyodide.mjs`)).status).toBe(200);
+    const health = await (await fetch(`${core.url}/pedelec/v1/health`)).json();
+    expect(health).toMatchObject({ status: "ok", pyodide: "ready", ready: true });
+    const { sessionId } = await openPage(page, `${core.url}/classic.html`, { timeout: 60_000 });
+    expect(sessionId).toBeTruthy();
+  } finally {
+    await core.stop();
+    rmSync(cache, { recursive: true, force: true });
+  }
+});
+
+test("a Core that cannot serve pages fails startCore with Core's reason, fast", async () => {
+  const started = Date.now();
+  const error = await startCore({
+    port: await freePort(), pedelec: PEDELEC, args: ["--no-provision", "--quiet"], timeoutMs: 60_000,
+  }).then(() => null, (e) => e);
+  expect(error?.message).toContain("pages cannot load");
+  expect(error.message).toContain("--pyodide DIR");  // Core's own 503 text
+  expect(Date.now() - started).toBeLessThan(30_000);  // not the whole timeoutMs
+});
+
+test("a CLI that is not there says to point `pedelec` at the virtualenv's", async () => {
+  const error = await startCore({ port: await freePort(), pedelec: "no-such-pedelec-cli", timeoutMs: 10_000 })
+    .then(() => null, (e) => e);
+  expect(error?.message).toContain(".venv/bin/pedelec");
+});
+
+test("coreWebServer's command: ready when pages can load, a clear exit when they cannot", async () => {
+  // as Playwright runs it: a shell in its own process group, stopped by a signal to the group
+  const run = (entry) => new Promise((resolve) => {
+    const child = spawn("sh", ["-c", entry.command], { env: { ...process.env, ...entry.env }, detached: true });
+    let stdout = "";
+    let stderr = "";
+    const stop = () => { try { process.kill(-child.pid, "SIGTERM"); } catch { /* gone */ } };
+    const timer = setTimeout(stop, 60_000);
+    child.stderr.on("data", (chunk) => { stderr += chunk; });
+    child.stdout.on("data", (chunk) => {
+      stdout += chunk;
+      if (stdout.includes("Core is ready")) stop();
+    });
+    child.once("close", (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); });
+  });
+  const entry = coreWebServer({ port: await freePort(), pedelec: PEDELEC, args: ["--no-provision", "--quiet"] });
+  expect(entry.url).toMatch(/\/pedelec\/pyodide\/pyodide\.mjs$/);
+  expect(entry.timeout).toBeGreaterThan(CORE_READY_TIMEOUT_MS);  // the kit's message comes first
+  const refused = await run(entry);
+  expect(refused.code).toBe(1);
+  expect(refused.stderr).toContain("pages cannot load");
+
+  const ready = await run(coreWebServer({
+    port: await freePort(), pedelec: PEDELEC, pyodide: ".cache/e2e/pyodide", args: ["--quiet"],
+  }));
+  expect(ready.stdout).toContain("pedelec test kit: Core is ready at http://127.0.0.1:");
+});
+
+test("the kit's waits end before Playwright's default test timeout, with the kit's message", async ({ page }) => {
+  for (const wait of [PAGE_START_TIMEOUT_MS, TOOL_CALL_TIMEOUT_MS, STATE_TIMEOUT_MS]) {
+    expect(wait).toBeLessThan(PLAYWRIGHT_DEFAULT_TEST_TIMEOUT_MS);
+  }
+  expect(LOADER_TIMEOUT_MS).toBeLessThan(PAGE_START_TIMEOUT_MS);
+  // a page whose script tag points nowhere: no window.pedelecReady, ever
+  await page.route("http://kit.invalid/**", (route) => route.fulfill({
+    contentType: "text/html",
+    body: '<script type="module" src="http://127.0.0.1:9/pedelec/pedelec-pyodide.js"></script>',
+  }));
+  const error = await openPage(page, "http://kit.invalid/", { timeout: 3_000 }).then(() => null, (e) => e);
+  expect(error?.message).toContain("window.pedelecReady is not defined");
+  expect(error.message).toContain('src="/pedelec/pedelec-pyodide.js"');
+});
+
+test("runPython returns JSON-like values and refuses a Python object with what to do", async ({ page }) => {
+  await openPage(page, `${app.url}/tools.html`);
+  expect(await runPython(page, "1 + 1")).toBe(2);
+  expect(await runPython(page, "{'a': [1, (2, 'x')], 'b': None}")).toEqual({ a: [1, [2, "x"]], b: null });
+  expect(await runPython(page, "x = 1")).toBeUndefined();
+  const error = await runPython(page, "session.on_tool(lambda tool: 'fallback')").then(() => null, (e) => e);
+  expect(error?.message).toContain("keep it in the page's namespace");
+  // the documented way: the disposer stays in the namespace
+  await runPython(page, "dispose_fallback = session.on_tool(lambda tool: 'fallback')");
+  await runPython(page, "dispose_fallback()");
+  expect(kit.runPython).toBe(runPython);
+});
