@@ -2,11 +2,13 @@
 // cache provisions first), a Core that cannot serve pages fails with its reason, the kit's
 // waits end with the kit's message before Playwright's test timeout, runPython returns
 // values or says why it cannot.
-import { spawn } from "node:child_process";
-import { cpSync, mkdtempSync, rmSync } from "node:fs";
+import { execFile, spawn } from "node:child_process";
+import {
+  cpSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync,
+} from "node:fs";
 import { createServer } from "node:net";
 import { homedir, tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { expect, test } from "@playwright/test";
 import {
   CORE_READY_TIMEOUT_MS, LOADER_TIMEOUT_MS, PAGE_START_TIMEOUT_MS, STATE_TIMEOUT_MS,
@@ -16,6 +18,14 @@ import * as kit from "../../web/testing.js";
 
 const PEDELEC = ".venv/bin/pedelec";
 const PLAYWRIGHT_DEFAULT_TEST_TIMEOUT_MS = 30_000;
+
+/** A cache with the downloads but no provisioned site: Core provisions on start. */
+function copyCache(cache) {
+  const source = process.env.PEDELEC_CACHE_DIR ?? join(homedir(), ".cache", "pedelec-pyodide");
+  for (const part of ["npm", "wheels", "own"]) {
+    cpSync(join(source, part), join(cache, part), { recursive: true });
+  }
+}
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -32,10 +42,7 @@ test("on a fresh cache, startCore resolves only once pages can load, and a page 
   test.setTimeout(240_000);
   // a cache with the downloads but no provisioned site: Core provisions in the background
   const cache = mkdtempSync(join(tmpdir(), "pedelec-kit-cache-"));
-  const source = process.env.PEDELEC_CACHE_DIR ?? join(homedir(), ".cache", "pedelec-pyodide");
-  for (const part of ["npm", "wheels", "own"]) {
-    cpSync(join(source, part), join(cache, part), { recursive: true, force: true, errorOnExist: false });
-  }
+  copyCache(cache);
   const core = await startCore({
     app: "tests/e2e/app", port: await freePort(), pedelec: PEDELEC, args: ["--quiet"],
     env: { PEDELEC_CACHE_DIR: cache }, timeoutMs: 200_000,
@@ -123,4 +130,45 @@ test("runPython returns JSON-like values and refuses a Python object with what t
   await runPython(page, "dispose_fallback = session.on_tool(lambda tool: 'fallback')");
   await runPython(page, "dispose_fallback()");
   expect(kit.runPython).toBe(runPython);
+});
+
+test("a user's project: the kit from the checkout by `npm install`, its Playwright run on a fresh cache, its pytest", async () => {
+  test.setTimeout(300_000);
+  const repo = process.cwd();
+  const project = mkdtempSync(join(tmpdir(), "pedelec-kit-project-"));
+  const cache = mkdtempSync(join(tmpdir(), "pedelec-kit-cache-"));
+  const run = (command, args, env = {}) => new Promise((resolve) => {
+    execFile(command, args, { cwd: project, env: { ...process.env, ...env }, timeout: 240_000, maxBuffer: 1 << 24 },
+      (err, stdout, stderr) => resolve({ code: err ? (err.code ?? 1) : 0, output: `${stdout}\n${stderr}` }));
+  });
+  try {
+    cpSync(join(repo, "tests/kit-project"), project, { recursive: true });
+    copyCache(cache);
+    // the documented way to depend on a checkout (no registry serves pedelec-pyodide);
+    // offline, so without the project's other (registry) dependencies
+    const manifest = join(project, "package.json");
+    const { devDependencies, ...bare } = JSON.parse(readFileSync(manifest, "utf8"));
+    expect(devDependencies["pedelec-pyodide"]).toMatch(/^file:/);
+    writeFileSync(manifest, JSON.stringify(bare));
+    const installed = await run("npm", ["install", "--offline", "--no-audit", "--no-fund", "--save-dev", repo]);
+    expect(installed.code, installed.output).toBe(0);
+    expect(JSON.parse(readFileSync(manifest, "utf8")).devDependencies["pedelec-pyodide"]).toMatch(/^file:/);
+    expect(realpathSync(join(project, "node_modules/pedelec-pyodide"))).toBe(realpathSync(repo));
+    // Playwright itself: this checkout's copy (no download in a test)
+    for (const pkg of ["@playwright/test", "playwright", "playwright-core"]) {
+      mkdirSync(dirname(join(project, "node_modules", pkg)), { recursive: true });
+      symlinkSync(join(repo, "node_modules", pkg), join(project, "node_modules", pkg));
+    }
+    const e2e = await run(process.execPath, [join(repo, "node_modules/@playwright/test/cli.js"), "test", "--reporter=line"], {
+      APP_PORT: String(await freePort()), PEDELEC: join(repo, ".venv/bin/pedelec"), PEDELEC_CACHE_DIR: cache, CI: "",
+    });
+    expect(e2e.code, e2e.output).toBe(0);
+    expect(e2e.output).toContain("1 passed");
+    const unit = await run(join(repo, ".venv/bin/pytest"), ["-q", "-p", "no:cacheprovider"]);
+    expect(unit.code, unit.output).toBe(0);
+    expect(unit.output).toContain("1 passed");
+  } finally {
+    rmSync(project, { recursive: true, force: true });
+    rmSync(cache, { recursive: true, force: true });
+  }
 });
