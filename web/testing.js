@@ -180,29 +180,36 @@ export async function openPage(page, url, { timeout = PAGE_START_TIMEOUT_MS } = 
 /**
  * Wait for `window.pedelecReady`; returns `{ sessionId, core }`, or throws the start's
  * own error, or says what was still missing after `timeout` ms.
+ *
+ * The waiting runs in the page, on its own timers: a page busy booting Pyodide answers
+ * late, which must not read as "the loader never ran".
  */
 export async function waitForReady(page, { timeout = PAGE_START_TIMEOUT_MS } = {}) {
-  const started = Date.now();
   const loaderWait = Math.min(LOADER_TIMEOUT_MS, timeout);
-  try {
-    await page.waitForFunction(() => window.pedelecReady !== undefined, null, { timeout: loaderWait });
-  } catch (err) {
-    if (!/Timeout/i.test(err.message)) throw err;
+  const outcome = await page.evaluate(async ([loaderMs, totalMs]) => {
+    const started = performance.now();
+    const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+    while (window.pedelecReady === undefined) {
+      if (performance.now() - started > loaderMs) return { noLoader: true };
+      await sleep(50);
+    }
+    const left = Math.max(1_000, totalMs - (performance.now() - started));
+    return Promise.race([
+      window.pedelecReady.then(
+        (p) => ({ sessionId: p.session.id, core: p.core }),
+        (e) => ({ error: e.message }),
+      ),
+      sleep(left).then(() => ({ late: true })),
+    ]);
+  }, [loaderWait, timeout]);
+  if (outcome.error) throw new Error(outcome.error);
+  if (outcome.noLoader) {
     throw new Error(
       `pedelec test kit: window.pedelecReady is not defined ${loaderWait} ms after ${page.url()} loaded: `
       + "the page did not run the loader. Check its <script type=\"module\" src=...pedelec-pyodide.js> "
       + "(when Core serves the app: src=\"/pedelec/pedelec-pyodide.js\") and the browser console.",
     );
   }
-  const remaining = Math.max(1_000, timeout - (Date.now() - started));
-  const outcome = await page.evaluate((ms) => Promise.race([
-    window.pedelecReady.then(
-      (p) => ({ sessionId: p.session.id, core: p.core }),
-      (e) => ({ error: e.message }),
-    ),
-    new Promise((resolve) => setTimeout(() => resolve({ late: true }), ms)),
-  ]), remaining);
-  if (outcome.error) throw new Error(outcome.error);
   if (outcome.late) {
     throw new Error(
       `pedelec test kit: pedelec-pyodide did not start within ${timeout} ms on ${page.url()} `
@@ -258,41 +265,32 @@ export async function waitForState(page, state, { timeout = STATE_TIMEOUT_MS } =
 /**
  * Run Python in the page's namespace (where the blocks ran and `session` is bound) and
  * return the value of its last expression, converted to JSON-like JS (dict -> object,
- * list/tuple -> array). A value with no such form (a function, a disposer, a DOM proxy)
- * cannot cross to the test: it is an error saying to keep it in the namespace instead
- * (`runPython(page, "dispose = session.on_tool(...)")`, later `runPython(page, "dispose()")`).
+ * list/tuple -> array, None -> null inside them). A value with no such form (a function
+ * such as a disposer, a DOM proxy) cannot cross to the test and comes back `undefined`:
+ * keep it in the namespace instead (`runPython(page, "dispose = session.on_tool(...)")`,
+ * later `runPython(page, "dispose()")`).
  */
 export async function runPython(page, code) {
-  const outcome = await page.evaluate(async (c) => {
+  return page.evaluate(async (c) => {
     const value = await window.pedelec.runPython(c);
-    if (value === null || typeof value !== "object" && typeof value !== "function") return { value };
-    if (typeof value.toJs !== "function") return { value };  // already a JS value
+    if (value === null || typeof value?.toJs !== "function") return value;  // already JS
     try {
-      const type = value.type;
       let plain;
       try {
         plain = value.toJs({ dict_converter: Object.fromEntries, create_pyproxies: false });
       } catch {
-        return { python: type };
+        return undefined;  // no JSON-like form
       }
-      if (typeof plain?.toJs === "function") return { python: type };
+      if (typeof plain?.toJs === "function") return undefined;
       // None inside a container converts to undefined, which the test would not see
       const nulls = (v) => (v === undefined ? null : Array.isArray(v) ? v.map(nulls)
         : v && typeof v === "object" ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, nulls(x)]))
           : v);
-      return { value: nulls(plain) };
+      return nulls(plain);
     } finally {
       value.destroy();
     }
   }, code);
-  if (outcome.python !== undefined) {
-    throw new Error(
-      `pedelec test kit: runPython: the value is a Python ${outcome.python}, which cannot `
-      + "cross to the test; keep it in the page's namespace (`name = ...`) and use it from "
-      + "a later runPython (e.g. `dispose = session.on_tool(...)`, then `dispose()`)",
-    );
-  }
-  return outcome.value;
 }
 
 if (process.argv[2] === "serve" && process.argv[1] && realpathSync(process.argv[1]) === KIT) {
