@@ -3,17 +3,23 @@
  *
  *   import { coreWebServer, openPage, callTool, callViaAgent } from "pedelec-pyodide/web/testing.js";
  *
- * - `coreWebServer({ app, port, token })`: a Playwright `webServer` entry that starts
- *   Core (`pedelec serve --app DIR`) on a loopback port with a fixed admin token.
+ * (No registry serves pedelec-pyodide: `npm install --save-dev /path/to/pedelec-pyodide`.)
+ *
+ * - `coreWebServer({ app, port, token, pedelec, pyodide, args, env, readyTimeoutMs })`: a
+ *   Playwright `webServer` entry that starts Core (`pedelec serve --app DIR`) on a loopback
+ *   port with a fixed admin token, ready once pages can load (health's `ready`).
  * - `startCore(...)`: the same from code (globalSetup, a plain Node script); `stop()` it.
  * - `openPage(page, url)`: go to a page that loads pedelec-pyodide.js and wait for it to be
  *   ready; returns `{ sessionId, core }`. A start failure fails with its clear message.
  * - `callTool(core, sessionId, tool, args)`: call a page tool through Core's control API
  *   (exactly what the agent would get back): `{ toolRequestId, result, handledBy }`.
+ * - `getSession(core, sessionId)`: the session as Core sees it (state, connected, tools).
  * - `callViaAgent(page, lines)`: send `/call TOOL {json}` lines to the offline agent from
  *   the page (`session.sendText`); returns the agent's reply text.
  * - `sessionState(page)`, `waitForState(page, state)`: `window.pedelec.session.state`.
+ * - `runPython(page, code)`: run Python in the page's namespace; JSON-like values back.
  *
+ * Every wait ends before Playwright's default test timeout (30 s) with the kit's message.
  * Node 18+ (global fetch). No dependency besides Node itself.
  */
 import { spawn } from "node:child_process";
