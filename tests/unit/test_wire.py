@@ -528,3 +528,43 @@ async def test_a_refused_turn_start_ends_that_turn_instead_of_hanging() -> None:
     session.receive(json.dumps({"type": "turn.end", "turnId": first_id, "status": "completed",
                                 "text": "done"}))
     assert await first == "done"
+
+
+async def test_the_pages_send_text_answers_json_without_a_python_class_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the loader's sendText gets: the reply, or an error for people (its message)
+    and for code (name, code, status); never a Python traceback or class path."""
+    import sys
+    from types import SimpleNamespace
+    from urllib.parse import urlsplit
+
+    from pedelec_pyodide.browser import PageSession
+
+    def url(text: str, base: str | None = None) -> SimpleNamespace:  # the JS URL class
+        parts = urlsplit(text)
+        return SimpleNamespace(protocol=f"{parts.scheme}:", host=parts.netloc,
+                               pathname=parts.path or "/", search="")
+
+    # a page with no location nor storage, the URL class its only global
+    monkeypatch.setitem(sys.modules, "js", SimpleNamespace(URL=SimpleNamespace(new=url)))
+    page = PageSession("http://127.0.0.1:1", lambda kind, detail: None, '{"storage": false}')
+    unconnected = json.loads(await page.send_text("hi"))
+    assert unconnected["error"]["name"] == "NotConnectedError"
+    core = connected(page.session)
+
+    async def turn(text: str, end: dict[str, Any]) -> Any:
+        answer = page.send_text(text)
+        await asyncio.sleep(0)
+        turn_id = core.of_type("turn.start")[-1]["turnId"]
+        page.session.receive(json.dumps({"turnId": turn_id, **end}))
+        return json.loads(await answer)
+
+    assert await turn("hi", {"type": "turn.end", "status": "completed", "text": "hello"}) == {
+        "reply": "hello"}
+    refused = await turn("x" * 100, {"type": "error", "code": "FRAME_TOO_LARGE",
+                                     "message": "frame is 1600075 bytes; the limit is 1048576"})
+    assert refused == {"error": {
+        "name": "TurnError", "code": "FRAME_TOO_LARGE", "status": "failed",
+        "message": "turn failed: FRAME_TOO_LARGE: frame is 1600075 bytes; the limit is 1048576",
+    }}
