@@ -127,7 +127,7 @@ export async function startCore({
     }
     if (child.exitCode !== null) return fail(`pedelec serve exited (${child.exitCode}) before it was ready`);
     try {
-      const response = await fetch(`${core.url}/pedelec/v1/health`);
+      const response = await fetch(`${core.url}/pedelec/v1/health`, { signal: AbortSignal.timeout(5_000) });
       if (response.ok) health = await response.json();
     } catch {
       // not listening yet
@@ -149,7 +149,7 @@ export async function startCore({
 /** Core's own words on why its runtime is not served (the 503 text of /pedelec/pyodide/). */
 async function runtimeDetail(core) {
   try {
-    const response = await fetch(`${core.url}/pedelec/pyodide/pyodide.mjs`);
+    const response = await fetch(`${core.url}/pedelec/pyodide/pyodide.mjs`, { signal: AbortSignal.timeout(5_000) });
     return (await response.text()).trim().slice(0, 2_000);
   } catch (err) {
     return err.message;
@@ -167,10 +167,15 @@ async function serveMain(json) {
     process.exit(1);
   }
   process.stdout.write(`pedelec test kit: Core is ready at ${core.url}\n`);
+  let stopping = false;
   for (const signal of ["SIGTERM", "SIGINT", "SIGHUP"]) {
-    process.once(signal, () => core.stop().then(() => process.exit(0)));
+    process.once(signal, () => {
+      stopping = true;
+      core.stop().then(() => process.exit(0));
+    });
   }
   core.process.once("exit", (code) => {
+    if (stopping) return;
     process.stderr.write(`pedelec test kit: Core exited (${code}) while the tests ran\n`);
     process.exit(1);
   });
