@@ -24,7 +24,14 @@ from typing import Any
 
 from . import protocol
 from .ledger import Storage, StorageLedger
-from .session import Session, SessionClosedError, SessionState, ToolCall
+from .session import (
+    NotConnectedError,
+    Session,
+    SessionClosedError,
+    SessionState,
+    ToolCall,
+    TurnError,
+)
 from .tools import Tool
 
 logger = logging.getLogger("pedelec_pyodide")
@@ -520,8 +527,25 @@ class PageSession:
         return json.dumps({"id": self.session.session_id, "state": self.session.state.value})
 
     def send_text(self, text: str) -> asyncio.Future[str]:
-        """Start a turn; the future (a JS Promise) resolves to the agent's final reply."""
-        return asyncio.ensure_future(self.session.send_text(str(text)))
+        """Start a turn; the future (a JS Promise) resolves to JSON: ``{"reply": text}``,
+        or ``{"error": {"name", "code", "status", "message"}}`` for a turn that failed, was
+        cancelled or could not start. The loader rejects ``sendText`` with that error: a
+        page shows its message, never a Python class path and traceback."""
+        return asyncio.ensure_future(self._turn(str(text)))
+
+    async def _turn(self, text: str) -> str:
+        error: dict[str, Any]
+        try:
+            reply = await self.session.send_text(text)
+        except TurnError as exc:
+            error = {"name": "TurnError", "code": exc.code, "status": exc.status,
+                     "message": str(exc)}
+        except (NotConnectedError, SessionClosedError) as exc:
+            error = {"name": type(exc).__name__, "code": None, "status": None,
+                     "message": str(exc)}
+        else:
+            return json.dumps({"reply": reply}, ensure_ascii=False)
+        return json.dumps({"error": error}, ensure_ascii=False)
 
     def close(self) -> None:
         self._unsubscribe()

@@ -428,49 +428,62 @@ class Session:
             stored = self._ledger.get(request_id)
             if stored is not None:
                 return self._replay(name, args, request_id, turn_id, stored), None
-            if registration is not None and not registration.body_runs_later:
-                self._ledger_start(request_id, name)
-        ctx = ToolContext(self, name, request_id, turn_id, registration, args, record, timed)
+        # A request refused before its handler runs (no handler, bad args) is handled by
+        # no tier: its context carries no registration, so it says handledBy "none".
+        refused = self._refusal(name, args, registration)
+        runs = None if refused is not None else registration
+        if record and runs is not None and not runs.body_runs_later:
+            self._ledger_start(request_id, name)
+        ctx = ToolContext(self, name, request_id, turn_id, runs, args, record, timed)
         if record:  # only a caller-given id can arrive twice or be cancelled by Core
             self._inflight[request_id] = ctx
         self._pending += 1
         if self._pending == 1 and self._listeners:
             self._update_state()
-        if registration is None:
-            return ctx, _Failure(tool_error(
-                TOOL_HANDLER_NOT_FOUND,
-                f"no handler for tool {name!r}: no named handler, no inline handler, "
-                "no fallback",
-            ))
-        definition = self._tools.get(name)
-        if definition is not None:
-            try:
-                errors = definition.validate(args)
-            except Exception as exc:  # a schema the validator cannot apply: the tool's bug
-                logger.error("the args_schema of tool %s could not be applied", name,
-                             exc_info=exc)
-                return ctx, _Failure(tool_error(
-                    TOOL_HANDLER_ERROR,
-                    f"the args_schema of {name!r} could not be applied: "
-                    f"{type(exc).__name__}: {excerpt(str(exc))}",
-                ))
-            if errors:
-                return ctx, _Failure(tool_error(
-                    INVALID_ARGS,
-                    f"arguments for {name!r} do not match its schema: {errors[0]['path']}: "
-                    f"{errors[0]['message']}",
-                    details={"errors": errors},
-                    retryable=True,
-                ))
+        if runs is None:
+            return ctx, refused
         try:
-            handler, takes = registration.handler, registration.takes
-            if registration.tier == "fallback":
+            handler, takes = runs.handler, runs.takes
+            if runs.tier == "fallback":
                 return ctx, handler(*(name, args, ctx)[:takes])
             if takes == 2:
                 return ctx, handler(args, ctx)
             return ctx, handler(args) if takes else handler()
         except (Exception, SystemExit) as exc:  # a handler must never end the session
             return ctx, _handler_failure(name, exc, self.explain_error)
+
+    def _refusal(
+        self, name: str, args: Any, registration: _Registration | None,
+    ) -> _Failure | None:
+        """Why a request cannot reach a handler (none registered, args failing the tool's
+        schema), or None when it can."""
+        if registration is None:
+            return _Failure(tool_error(
+                TOOL_HANDLER_NOT_FOUND,
+                f"no handler for tool {name!r}: no named handler, no inline handler, "
+                "no fallback",
+            ))
+        definition = self._tools.get(name)
+        if definition is None:
+            return None
+        try:
+            errors = definition.validate(args)
+        except Exception as exc:  # a schema the validator cannot apply: the tool's bug
+            logger.error("the args_schema of tool %s could not be applied", name, exc_info=exc)
+            return _Failure(tool_error(
+                TOOL_HANDLER_ERROR,
+                f"the args_schema of {name!r} could not be applied: "
+                f"{type(exc).__name__}: {excerpt(str(exc))}",
+            ))
+        if not errors:
+            return None
+        return _Failure(tool_error(
+            INVALID_ARGS,
+            f"arguments for {name!r} do not match its schema: {errors[0]['path']}: "
+            f"{errors[0]['message']}",
+            details={"errors": errors},
+            retryable=True,
+        ))
 
     def _finish(self, ctx: ToolContext, outcome: Any) -> ToolContext:
         """Check and encode the outcome into ``ctx``; record, notify, and return it."""

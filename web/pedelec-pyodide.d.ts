@@ -38,11 +38,23 @@ export interface PedelecSessionEventMap {
   error: CustomEvent<ErrorDetail>;
 }
 
+/** How `sendText` rejects: `message` for people, the rest for code. */
+export interface PedelecTurnError extends Error {
+  /** "TurnError" (Core ended the turn failed or cancelled), "NotConnectedError", "SessionClosedError" */
+  name: string;
+  /** the error code of a TurnError ("FRAME_TOO_LARGE", "TURN_LOST", ...); else null */
+  code: string | null;
+  /** "failed" | "cancelled" for a TurnError; else null */
+  status: string | null;
+}
 export declare class PedelecSession extends EventTarget {
   /** Core's session id (kept across reloads of this tab). */
   readonly id: string | null;
   readonly state: SessionState;
-  /** Start a turn of the agent; resolves to its final reply. Rejects if the turn failed. */
+  /**
+   * Start a turn of the agent; resolves to its final reply. Rejects with a
+   * `PedelecTurnError` if the turn failed, was cancelled or could not start.
+   */
   sendText(text: string): Promise<string>;
   /** Close the session for good (no reconnect). */
   close(): void;

@@ -45,10 +45,19 @@ export class PedelecSession extends EventTarget {
     this._close = null;
   }
 
-  /** Start a turn of the agent; resolves to its final reply text. */
+  /**
+   * Start a turn of the agent; resolves to its final reply text. A turn that failed, was
+   * cancelled or could not start rejects with an Error whose `message` is for people
+   * ("turn failed: FRAME_TOO_LARGE: ...") and `name`, `code`, `status` for code.
+   */
   async sendText(text) {
     if (!this._sendText) throw new Error("pedelec: the session is not ready yet (await window.pedelecReady)");
-    return await this._sendText(String(text));
+    const outcome = JSON.parse(await this._sendText(String(text)));
+    if (outcome.error) {
+      const { name, code, status, message } = outcome.error;
+      throw Object.assign(new Error(message), { name, code, status });
+    }
+    return outcome.reply;
   }
 
   /** Close the session for good (no reconnect). */

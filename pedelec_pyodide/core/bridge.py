@@ -238,6 +238,12 @@ class BridgeConnection:
             charge = self._charge()
             if charge == "ok":  # a turn.start refused names its turn: the page fails it
                 turn_of = _TURN_START_FRAME.match(text)
+                # logged only when answered: a flood is cut by the rate limit, not logged
+                log_event("bridge.frame_refused",
+                          session=None if self.session is None else self.session.id,
+                          code=exc.code, bytes=len(data) if isinstance(data, bytes)
+                          else protocol.frame_size(text),
+                          turn=turn_of.group(1) if turn_of else None)
                 self.send(protocol.error_frame(
                     exc.code, exc.message, turn_id=turn_of.group(1) if turn_of else None))
             return charge != "cut"

@@ -231,6 +231,8 @@ async def health(request: Request) -> Response:
         "version": __version__,
         "sessions": len(registry.sessions),
         "pyodide": request.app.state.pyodide.status,
+        # pages can load: the runtime under /pedelec/pyodide/ is served (not a 503)
+        "ready": request.app.state.pyodide.status == "ready",
     }
     problem = registry.store.problem
     if problem is not None:  # Core answers, but what it is told may not survive a restart

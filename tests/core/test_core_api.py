@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -134,6 +136,54 @@ def test_static_files_and_mime_types(tmp_path: Path) -> None:
                 assert response.headers["content-type"].split(";")[0] == mime, name
             health = (await core.http.get("/pedelec/v1/health")).json()
             assert health["pyodide"] == "ready"
+
+    run(main())
+
+
+def test_health_is_ready_only_once_pages_can_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the runtime is provisioned, health answers 200 with ready false and the
+    runtime is a 503; ready turns true exactly when the runtime is served."""
+    import threading
+
+    from pedelec_pyodide.core import provision
+
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    (runtime / "pyodide.mjs").write_text("export {};")
+    release = threading.Event()
+
+    def slow_provision(out_dir: Path, **kwargs: object) -> object:
+        if not release.wait(30):
+            raise provision.ProvisionError("test: never released")
+        return provision.ProvisionResult(out_dir=out_dir, pyodide_dir=runtime,
+                                         lock_file=runtime / "pyodide-lock.json", wheels={},
+                                         own_wheel=runtime, packages=())
+
+    monkeypatch.setattr(provision, "provision", slow_provision)
+    monkeypatch.setenv("PEDELEC_CACHE_DIR", str(tmp_path / "cache"))
+
+    async def main() -> None:
+        async with running_core(config(provision=True)) as core:
+            try:
+                await check(core)
+            finally:
+                release.set()  # the provisioning thread never outlives the test
+
+    async def check(core: Any) -> None:
+        health = await core.http.get("/pedelec/v1/health")
+        assert health.status_code == 200
+        assert {key: health.json()[key] for key in ("status", "pyodide", "ready")} == {
+            "status": "ok", "pyodide": "provisioning", "ready": False}
+        assert (await core.http.get("/pedelec/pyodide/pyodide.mjs")).status_code == 503
+        release.set()
+        for _ in range(200):
+            if (await core.http.get("/pedelec/v1/health")).json()["ready"]:
+                break
+            await asyncio.sleep(0.05)
+        assert (await core.http.get("/pedelec/v1/health")).json()["pyodide"] == "ready"
+        assert (await core.http.get("/pedelec/pyodide/pyodide.mjs")).status_code == 200
 
     run(main())
 

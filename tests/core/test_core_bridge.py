@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -187,7 +188,11 @@ def test_a_result_over_cores_limit_is_too_large_at_once_not_a_timeout() -> None:
     run(main())
 
 
-def test_a_message_too_long_for_core_fails_its_turn_instead_of_hanging() -> None:
+def test_a_message_too_long_for_core_fails_its_turn_instead_of_hanging(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+
     async def main() -> None:
         async with running_core(config(max_frame_bytes=2000)) as core:
             page = await Page(Session()).connect(core.ws_url)
@@ -195,6 +200,14 @@ def test_a_message_too_long_for_core_fails_its_turn_instead_of_hanging() -> None
                 await asyncio.wait_for(page.session.send_text("x" * 5000), 10)
             assert refused.value.code == "FRAME_TOO_LARGE" and "2000" in str(refused.value)
             assert await asyncio.wait_for(page.session.send_text("short"), 10) == "echo: short"
+            # Core says so in its log: one line, the code and the size, not the frame
+            lines = [r.getMessage() for r in caplog.records
+                     if "event=bridge.frame_refused" in r.getMessage()]
+            assert len(lines) == 1
+            fields = dict(part.split("=", 1) for part in lines[0].split())
+            assert fields["code"] == "FRAME_TOO_LARGE" and 5000 < int(fields["bytes"]) < 5200
+            assert f"session={page.session.session_id}" in lines[0]
+            assert "xxxxxxxx" not in lines[0] and len(lines[0]) < 300
 
     run(main())
 

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -163,3 +164,26 @@ def test_well_formed_allow_origins_are_taken() -> None:
         "--allow-origin", "https://[::1]:8443", "--allow-origin", "https://app.example"])
     assert args.allow_origin == ["http://127.0.0.1:5173", "*", "https://[::1]:8443",
                                  "https://app.example"]
+
+
+def test_scripts_demo_prints_the_url_first_and_no_stray_lines() -> None:
+    """./scripts/demo on a machine where it is set up: what the user reads on stdout starts
+    with the demo's URL (provisioning's progress goes to stderr; its stdout, the runtime
+    directory for scripts, is not shown)."""
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / ".venv" / "bin" / "pedelec").exists():
+        pytest.skip("needs the repository's .venv (./scripts/demo makes it)")
+    env = {key: value for key, value in os.environ.items() if key != "PEDELEC_ADMIN_TOKEN"}
+    process = subprocess.Popen([str(repo / "scripts" / "demo"), "--port", "0", "--quiet"],
+                               cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True, env=env)
+    deadline = threading.Timer(240, process.kill)  # a stuck provisioning ends the readline
+    deadline.start()
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()  # blocks until provisioning is done and Core is up
+        assert first.startswith("pedelec demo: http://127.0.0.1:"), first
+    finally:
+        deadline.cancel()
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)

@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tools as demo_tools  # web/demo/tools.py (pyproject's pythonpath)
 import websockets
 from corekit import WAIT, Core, Page, RawClient, config, start_core, tool_meta
 
 from pedelec_pyodide import Session, define_tool
 
 CORPUS = Path(__file__).parent.parent / "corpus"
-DEMO_TOOLS = Path(__file__).parent.parent.parent / "web" / "demo" / "tools.py"
 MAX_FRAME = 65_536  # Core's frame limit in this module (the corpus' sizes assume it)
 MAX_METADATA = 16_384  # and its limit on a session's metadata
 
@@ -281,23 +281,17 @@ class FakeDocument:
         return self.elements.setdefault(element_id, FakeElement())
 
 
-def demo_session() -> tuple[Session, dict[str, asyncio.Event]]:
-    """A Session with web/demo/tools.py's tools, run against a stand-in ``js`` module,
-    plus ``produce`` (returns a value built by the case) and ``gate`` (waits)."""
+@contextlib.contextmanager
+def demo_session() -> Iterator[tuple[Session, dict[str, asyncio.Event]]]:
+    """A Session with the demo's tools (web/demo/tools.py, imported as the module ``tools``
+    through pyproject's pythonpath, registered as the page does), run against a stand-in
+    ``js`` module while the case runs, plus ``produce`` (returns a value built by the
+    case) and ``gate`` (waits)."""
     session = Session()
+    demo_tools.register(session)
     fake_js = types.ModuleType("js")
     fake_js.document = FakeDocument()  # type: ignore[attr-defined]
     fake_js.location = types.SimpleNamespace(href="http://127.0.0.1/")  # type: ignore[attr-defined]
-    saved = sys.modules.get("js")
-    sys.modules["js"] = fake_js
-    try:
-        namespace: dict[str, Any] = {"session": session, "__name__": "demo_tools"}
-        exec(compile(DEMO_TOOLS.read_text(), str(DEMO_TOOLS), "exec"), namespace)
-    finally:
-        if saved is None:
-            del sys.modules["js"]
-        else:
-            sys.modules["js"] = saved
     gates: dict[str, asyncio.Event] = {}
 
     async def gate(args: dict[str, Any]) -> dict[str, Any]:
@@ -309,7 +303,15 @@ def demo_session() -> tuple[Session, dict[str, asyncio.Event]]:
     session.add_tool(define_tool(name="produce", description="Return the case's value.",
                                  args_schema={"type": "object"},
                                  handler=lambda args: python_value(args["python"])))
-    return session, gates
+    saved = sys.modules.get("js")
+    sys.modules["js"] = fake_js
+    try:
+        yield session, gates
+    finally:
+        if saved is None:
+            del sys.modules["js"]
+        else:
+            sys.modules["js"] = saved
 
 
 async def close_page(page: Page) -> None:
@@ -355,7 +357,12 @@ def python_value(expression: str) -> Any:
 
 
 async def session_case(core: Core, case: dict[str, Any]) -> None:
-    session, gates = demo_session()
+    with demo_session() as (session, gates):
+        await run_session_case(core, case, session, gates)
+
+
+async def run_session_case(core: Core, case: dict[str, Any], session: Session,
+                           gates: dict[str, asyncio.Event]) -> None:
     page = await Page(session).connect(core.ws_url)
     sid = session.session_id
     assert sid is not None

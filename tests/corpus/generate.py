@@ -300,8 +300,9 @@ for turn_id in ("never-started", "$SESSION", "$PENDING"):
 
 
 # --- tool args against the demo tools' schemas ---------------------------------------------
-# web/demo/tools.py: update_counter(delta: int) and four tools without parameters; their
-# derived schemas use type (object, integer), properties, required, additionalProperties.
+# web/demo/tools.py: update_counter(delta: a safe integer, |delta| <= 2**53 - 1) and four
+# tools without parameters; their schemas use type (object, integer), minimum, maximum,
+# properties, required, additionalProperties.
 
 def args(cid: str, tool: str, value: Any, path: str, description: str) -> None:
     case("args", cid, description, "core+session", {"tool": tool, "args": value},
@@ -314,6 +315,10 @@ for cid, value in (("string", "3"), ("float", 1.5), ("bool-true", True), ("bool-
                    ("huge-string", "9" * 60_000)):
     args(f"update_counter-delta-{cid}", "update_counter", {"delta": value}, "$.delta",
          f"type integer: delta = {json.dumps(value)[:30]}")
+for cid, value in (("over-safe-integer", 2**53), ("under-safe-integer", -(2**53)),
+                   ("huge-integer", 99999999999999999999999), ("huge-float", 1e23)):
+    args(f"update_counter-delta-{cid}", "update_counter", {"delta": value}, "$.delta",
+         f"a safe integer (the counter is also a JS number): delta = {value!r}")
 args("update_counter-missing", "update_counter", {}, "$", "required: no delta")
 args("update_counter-wrong-name", "update_counter", {"Delta": 1}, "$",
      "required + additionalProperties: Delta instead of delta")

@@ -67,3 +67,40 @@ test("streamed deltas appear in the chat before the turn ends", async ({ page })
   expect(deltas.length).toBeGreaterThan(0);
   await expect(page.locator(".msg.agent").last()).toContainText(deltas.join("").trim().slice(0, 20));
 });
+
+test("a delta the counter cannot hold exactly is refused before any handler runs", async ({ page }) => {
+  await openPage(page, `${demo.url}/`);
+  await ask(page, '/call update_counter {"delta": 99999999999999999999999}');
+  const row = page.locator("#log tr[data-tool=update_counter]");
+  await expect(row.locator("td.result")).toContainText("INVALID_ARGS");
+  await expect(row.locator("span.tier")).toHaveText("none");  // no handler ran
+  await expect(page.locator("#counter-value")).toHaveText("0");
+  await ask(page, '/call update_counter {"delta": 9007199254740991}');
+  await expect(page.locator("#counter-value")).toHaveText("9007199254740991");
+  await ask(page, '/call update_counter {"delta": 1}');
+  await expect(row.first().locator("td.result")).toContainText("COUNTER_OUT_OF_RANGE");
+  await expect(page.locator("#counter-value")).toHaveText("9007199254740991");
+});
+
+test("a message too large for Core: a plain error, and the bubble shows only its start", async ({ page }) => {
+  await openPage(page, `${demo.url}/`);
+  const huge = "word ".repeat(320_000);  // 1.6 MB, over Core's 1 MiB frame limit
+  await page.getByLabel("Message").evaluate((el, text) => { el.value = text; }, huge);
+  await page.getByRole("button", { name: "Send" }).click();
+  await expect(page.getByLabel("Message")).toBeEnabled();
+  const failed = page.locator(".msg.agent.failed").last();
+  await expect(failed).toContainText("too large to send");
+  await expect(failed).not.toContainText("pedelec_pyodide");
+  await expect(failed).not.toContainText("TurnError");
+  const bubble = page.locator(".msg.user").last();
+  await expect(bubble.locator(".clipped")).toContainText("1,600,000 characters");
+  expect((await bubble.textContent()).length).toBeLessThan(5_000);
+  // sendText's rejection carries the code for pages that want it
+  const error = await page.evaluate((t) => window.pedelec.session.sendText(t).then(
+    () => null, (e) => ({ name: e.name, code: e.code, status: e.status, message: e.message })), huge);
+  expect(error).toMatchObject({ name: "TurnError", code: "FRAME_TOO_LARGE", status: "failed" });
+  expect(error.message).toMatch(/^turn failed: FRAME_TOO_LARGE: frame is \d+ bytes/);
+  // and the session goes on
+  await ask(page, "/call get_current_page {}");
+  await expect(page.locator(".msg.agent").last()).not.toHaveClass(/failed/);
+});

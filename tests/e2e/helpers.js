@@ -1,10 +1,16 @@
 // Shared set-up for the e2e specs: the two Cores of playwright.config.js, and the kit.
-import { coreAt } from "../../web/testing.js";
+import { coreAt, openPage as kitOpenPage, waitForReady as kitWaitForReady } from "../../web/testing.js";
 import { APP_PORT, DEMO_PORT, TOKEN } from "../../playwright.config.js";
 
 export const app = coreAt(APP_PORT, TOKEN);
 export const demo = coreAt(DEMO_PORT, TOKEN);
 export * from "../../web/testing.js";
+
+// This suite's test timeout is 60 s (playwright.config.js) and its workers share a small
+// machine: a page start may take longer than the kit's default, still well inside the test.
+const PAGE_START_MS = 45_000;
+export const openPage = (page, url, options = {}) => kitOpenPage(page, url, { timeout: PAGE_START_MS, ...options });
+export const waitForReady = (page, options = {}) => kitWaitForReady(page, { timeout: PAGE_START_MS, ...options });
 
 /** Collect console messages of `page` (type and text). */
 export function consoleOf(page) {

@@ -90,6 +90,30 @@ def test_sync_request_is_answered_at_once_with_its_tier() -> None:
     assert last["result"]["error"]["code"] == "TOOL_HANDLER_NOT_FOUND"
 
 
+@pytest.mark.parametrize("tier", ["named", "inline", "fallback"])
+def test_a_request_refused_before_any_handler_ran_says_handled_by_none(tier: str) -> None:
+    ran: list[Any] = []
+    schema = {"type": "object", "properties": {"delta": {"type": "integer"}}}
+    session = Session([define_tool(name="t", description="d", args_schema=schema,
+                                   handler=ran.append if tier == "inline" else None)])
+    if tier == "named":
+        session.on_tool("t", ran.append)
+    elif tier == "fallback":
+        session.on_tool(lambda tool, args: ran.append(args))
+    calls: list[Any] = []
+    session.subscribe(calls.append)
+    core = connected(session)
+    session.receive(request("q1", args={"delta": "x"}))
+    refused = core.of_type("tool.result")[-1]
+    assert refused["result"]["error"]["code"] == "INVALID_ARGS"
+    assert refused["handledBy"] == "none"
+    assert [c.handled_by for c in calls if hasattr(c, "handled_by")] == ["none"]
+    assert ran == []
+    session.receive(request("q2", args={"delta": 1}))
+    assert core.of_type("tool.result")[-1]["handledBy"] == tier
+    assert ran == [{"delta": 1}]
+
+
 async def test_async_request_is_answered_when_done_and_state_follows() -> None:
     session = Session()
     core = connected(session)
@@ -504,3 +528,43 @@ async def test_a_refused_turn_start_ends_that_turn_instead_of_hanging() -> None:
     session.receive(json.dumps({"type": "turn.end", "turnId": first_id, "status": "completed",
                                 "text": "done"}))
     assert await first == "done"
+
+
+async def test_the_pages_send_text_answers_json_without_a_python_class_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the loader's sendText gets: the reply, or an error for people (its message)
+    and for code (name, code, status); never a Python traceback or class path."""
+    import sys
+    from types import SimpleNamespace
+    from urllib.parse import urlsplit
+
+    from pedelec_pyodide.browser import PageSession
+
+    def url(text: str, base: str | None = None) -> SimpleNamespace:  # the JS URL class
+        parts = urlsplit(text)
+        return SimpleNamespace(protocol=f"{parts.scheme}:", host=parts.netloc,
+                               pathname=parts.path or "/", search="")
+
+    # a page with no location nor storage, the URL class its only global
+    monkeypatch.setitem(sys.modules, "js", SimpleNamespace(URL=SimpleNamespace(new=url)))
+    page = PageSession("http://127.0.0.1:1", lambda kind, detail: None, '{"storage": false}')
+    unconnected = json.loads(await page.send_text("hi"))
+    assert unconnected["error"]["name"] == "NotConnectedError"
+    core = connected(page.session)
+
+    async def turn(text: str, end: dict[str, Any]) -> Any:
+        answer = page.send_text(text)
+        await asyncio.sleep(0)
+        turn_id = core.of_type("turn.start")[-1]["turnId"]
+        page.session.receive(json.dumps({"turnId": turn_id, **end}))
+        return json.loads(await answer)
+
+    assert await turn("hi", {"type": "turn.end", "status": "completed", "text": "hello"}) == {
+        "reply": "hello"}
+    refused = await turn("x" * 100, {"type": "error", "code": "FRAME_TOO_LARGE",
+                                     "message": "frame is 1600075 bytes; the limit is 1048576"})
+    assert refused == {"error": {
+        "name": "TurnError", "code": "FRAME_TOO_LARGE", "status": "failed",
+        "message": "turn failed: FRAME_TOO_LARGE: frame is 1600075 bytes; the limit is 1048576",
+    }}

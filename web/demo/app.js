@@ -24,13 +24,39 @@ function showState(state) {
   statusText.textContent = STATE_LABELS[state] ?? state;
 }
 
+// A chat bubble renders at most this much of a message (a pasted megabyte would freeze
+// the page's layout); the rest is summed up in a note.
+const BUBBLE_CHARS = 4_000;
+
+function setBubbleText(li, text) {
+  li.textContent = text.length > BUBBLE_CHARS ? text.slice(0, BUBBLE_CHARS) : text;
+  if (text.length > BUBBLE_CHARS) {
+    const note = document.createElement("span");
+    note.className = "clipped";
+    note.textContent = ` … (${text.length.toLocaleString("en")} characters; `
+      + `the first ${BUBBLE_CHARS.toLocaleString("en")} are shown)`;
+    li.append(note);
+  }
+}
+
 function addMessage(kind, text) {
   const li = document.createElement("li");
   li.className = `msg ${kind}`;
-  li.textContent = text;
+  setBubbleText(li, text);
   messages.append(li);
   messages.scrollTop = messages.scrollHeight;
   return li;
+}
+
+// sendText rejects with `code` and a message for people; a few codes get the demo's words
+const PLAIN_ERRORS = {
+  FRAME_TOO_LARGE: "This message is too large to send: Core takes messages up to its "
+    + "--max-frame-bytes (1 MiB by default). Send a shorter one.",
+  RATE_LIMITED: "Too many messages at once: wait a moment and send again.",
+};
+
+function plainError(err) {
+  return PLAIN_ERRORS[err.code] ?? err.message.trim().split("\n").pop();
 }
 
 function compact(value) {
@@ -60,6 +86,7 @@ function logCall(call) {
       const badge = document.createElement("span");
       badge.className = `tier ${call.handledBy}`;
       badge.textContent = call.handledBy;
+      if (call.handledBy === "none") badge.title = "no handler ran";
       td.append(badge);
     } else {
       td.textContent = text;
@@ -109,8 +136,8 @@ setBusy(false);
 
 let streaming = null;
 session.addEventListener("delta", (e) => {
-  if (streaming) {
-    streaming.textContent += e.detail.text;
+  if (streaming && streaming.textContent.length < BUBBLE_CHARS) {
+    streaming.textContent += e.detail.text;  // the full reply replaces it, clipped, at the end
     messages.scrollTop = messages.scrollHeight;
   }
 });
@@ -122,10 +149,10 @@ async function ask(text) {
   setBusy(true);
   try {
     const reply = await session.sendText(text);
-    streaming.textContent = reply;
+    setBubbleText(streaming, reply);
   } catch (err) {
     streaming.classList.add("failed");
-    streaming.textContent = err.message.trim().split("\n").pop();
+    setBubbleText(streaming, plainError(err));
   } finally {
     streaming.classList.remove("pending");
     streaming = null;

@@ -1,32 +1,70 @@
-"""The demo's tools: all Python, all running in this page. `session` is given by the loader."""
+"""The demo's tools: all Python, all running in this page.
+
+One module for the page and for plain pytest (tests/demo/test_demo_tools.py):
+
+- the page loads it as a ``src=`` block, which runs in the blocks' namespace (not as a
+  module); the next block calls ``register(session)``;
+- pytest imports it (``import tools``, with ``web/demo`` on pytest's ``pythonpath``) and
+  calls ``register(Session())``.
+
+So nothing runs at import time that needs the page: ``session`` is never a global here,
+and ``js`` (the browser) is imported inside the functions that touch the DOM.
+"""
 
 import asyncio
 import uuid
 from datetime import UTC, datetime
 
-import js
-
 from pedelec_pyodide import ToolError, define_tool
+
+#: the counter is also a JS number (its +/- buttons): beyond this an integer is not exact
+SAFE_INTEGER = 2**53 - 1
+
+
+def page():
+    """The browser's ``js`` module (the page's globals); a test puts a stand-in in sys.modules."""
+    import js
+
+    return js
 
 
 def element(element_id):
-    return js.document.getElementById(element_id)
+    return page().document.getElementById(element_id)
 
 
 @define_tool(annotations={"readOnlyHint": True})
 def get_current_page() -> dict:
     """Read the current page title and URL."""
+    js = page()
     return {"title": js.document.title, "url": js.location.href}
 
 
-@define_tool
-def update_counter(delta: int) -> dict:
-    """Add delta (may be negative) to the counter shown on the page; returns the new value."""
+def update_counter(args):
     output = element("counter-value")
-    value = int(output.dataset.value) + delta
+    current, delta = int(output.dataset.value), int(args["delta"])
+    value = current + delta
+    if abs(value) > SAFE_INTEGER:
+        raise ToolError("COUNTER_OUT_OF_RANGE",
+                        f"{current} + {delta} leaves the counter's range ±{SAFE_INTEGER}",
+                        details={"value": current})
     output.dataset.value = str(value)
     output.textContent = str(value)
     return {"value": value}
+
+
+update_counter_tool = define_tool(
+    name="update_counter",
+    description="Add delta (may be negative) to the counter shown on the page; "
+                "returns the new value.",
+    args_schema={
+        "type": "object",
+        "properties": {"delta": {"type": "integer", "minimum": -SAFE_INTEGER,
+                                 "maximum": SAFE_INTEGER}},
+        "required": ["delta"],
+        "additionalProperties": False,
+    },
+    handler=update_counter,
+)
 
 
 @define_tool(annotations={"readOnlyHint": True})
@@ -60,5 +98,10 @@ def word_stats() -> dict:
     return {"wordsPerLine": sum(len(line.split()) for line in lines) / len(empty)}
 
 
-for tool in (get_current_page, update_counter, get_selection, save_document, word_stats):
-    session.add_tool(tool)
+TOOLS = (get_current_page, update_counter_tool, get_selection, save_document, word_stats)
+
+
+def register(session):
+    """Add the demo's tools to ``session`` (the page's, or a test's ``Session()``)."""
+    for tool in TOOLS:
+        session.add_tool(tool)
