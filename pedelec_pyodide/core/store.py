@@ -391,44 +391,26 @@ class SQLiteStore:
         snapshot = Snapshot()
         db.text_factory = bytes  # text is decoded per row: bad UTF-8 spoils one row only
         try:
-            for row in db.execute("SELECT rowid, id, token_hash, tools, history, created_at"
-                                  " FROM sessions ORDER BY created_at"):
-                session = _parsed("sessions", row, _session)
-                if session is not None:
-                    snapshot.sessions.append(session)
+            snapshot.sessions = _rows(db, "sessions", "SELECT rowid, id, token_hash, tools,"
+                                      " history, created_at FROM sessions ORDER BY created_at",
+                                      _session)
             known = {session.id for session in snapshot.sessions}
-            for row in db.execute(
-                "SELECT rowid, id, session_id, turn_id, step, idx, tool, args, deadline,"
-                " result, handled_by, finished_at FROM requests ORDER BY rowid"
-            ):
-                request = _parsed("requests", row, _request, known)
-                if request is not None:
-                    snapshot.requests.append(request)
-            running: set[str] = set()
-            for row in db.execute(
-                "SELECT rowid, id, session_id, text, status, final_text, error, tool_calls,"
-                " end_delivered, created_at, usage FROM turns WHERE status = 'running'"
-                " OR end_delivered = 0 OR id IN (SELECT t.id FROM turns t"
-                " WHERE t.session_id = turns.session_id"
+            snapshot.requests = _rows(
+                db, "requests", "SELECT rowid, id, session_id, turn_id, step, idx, tool, args,"
+                " deadline, result, handled_by, finished_at FROM requests ORDER BY rowid",
+                _request, known)
+            snapshot.turns = _rows(
+                db, "turns", "SELECT rowid, id, session_id, text, status, final_text, error,"
+                " tool_calls, end_delivered, created_at, usage FROM turns"
+                " WHERE status = 'running' OR end_delivered = 0 OR id IN (SELECT t.id"
+                " FROM turns t WHERE t.session_id = turns.session_id"
                 f" ORDER BY t.created_at DESC LIMIT {RECENT_TURNS})"
                 " OR id IN (SELECT k.target_id FROM idempotency_keys k"
-                " WHERE k.session_id = turns.session_id AND k.kind = 'turn') ORDER BY created_at"
-            ):
-                turn = _parsed("turns", row, _turn, known)
-                if turn is not None and turn.status == "running":
-                    if turn.session_id in running:
-                        _skipped("turns", row[0], "a second running turn of its session")
-                        continue
-                    running.add(turn.session_id)
-                if turn is not None:
-                    snapshot.turns.append(turn)
-            for row in db.execute(
-                "SELECT rowid, key_hash, session_id, kind, fingerprint, target_id, created_at"
-                " FROM idempotency_keys ORDER BY created_at"
-            ):
-                key = _parsed("idempotency_keys", row, _key, known)
-                if key is not None:
-                    snapshot.keys.append(key)
+                " WHERE k.session_id = turns.session_id AND k.kind = 'turn') ORDER BY created_at",
+                _turn, known, set())
+            snapshot.keys = _rows(
+                db, "idempotency_keys", "SELECT rowid, key_hash, session_id, kind, fingerprint,"
+                " target_id, created_at FROM idempotency_keys ORDER BY created_at", _key, known)
         finally:
             db.text_factory = str
         return snapshot
@@ -682,6 +664,18 @@ def _parsed(table: str, row: tuple[Any, ...], build: Callable[..., Any],
         return None
 
 
+def _rows(db: sqlite3.Connection, table: str, sql: str, build: Callable[..., Any],
+          *context: Any) -> list[Any]:
+    """The records ``build`` makes of the rows ``sql`` selects (rowid first); a damaged
+    row is skipped with a warning."""
+    records = []
+    for row in db.execute(sql):
+        record = _parsed(table, row, build, *context)
+        if record is not None:
+            records.append(record)
+    return records
+
+
 def _text(value: Any, name: str, *, null: bool = False) -> Any:
     if value is None and null:
         return None
@@ -769,7 +763,8 @@ def _request(row: tuple[Any, ...], sessions: set[str]) -> RequestRecord:
     return record
 
 
-def _turn(row: tuple[Any, ...], sessions: set[str]) -> TurnRecord:
+def _turn(row: tuple[Any, ...], sessions: set[str], running: set[str]) -> TurnRecord:
+    """A turn; a second running turn of one session is damage (one turn at a time)."""
     (id_, session_id, text, status, final_text, error, tool_calls, end_delivered, created_at,
      usage) = row
     status = _text(status, "status")
@@ -787,6 +782,10 @@ def _turn(row: tuple[Any, ...], sessions: set[str]) -> TurnRecord:
         _number(created_at, "created_at"), usage)
     if record.session_id not in sessions:
         raise _Damaged("a turn of an unknown session")
+    if status == "running":
+        if record.session_id in running:
+            raise _Damaged("a second running turn of its session")
+        running.add(record.session_id)
     return record
 
 
