@@ -35,7 +35,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any
 
 import httpx
 import pytest
@@ -89,10 +88,10 @@ class Element:
         self.children: list[Element] = []
         self.textContent = ""
 
-    def replaceChildren(self) -> None:  # noqa: N802 (the DOM's name)
+    def replaceChildren(self) -> None:  # the DOM's names
         self.children = []
 
-    def appendChild(self, child: Element) -> None:  # noqa: N802
+    def appendChild(self, child: Element) -> None:
         self.children.append(child)
 
 
