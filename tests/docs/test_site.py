@@ -63,3 +63,11 @@ def test_the_error_codes_page_lists_every_code_the_package_defines() -> None:
     page = (DOCS / "reference" / "errors.md").read_text(encoding="utf-8")
     rows = set(re.findall(r"^\|(?:[^|]*\|)?\s*`([A-Z_]+)`\s*\|", page, re.MULTILINE))
     assert not codes - rows, "error codes with no row in docs/reference/errors.md"
+
+
+def test_the_readme_links_to_pages_that_exist() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((?!https?:)([^)#]+)(?:#[^)]*)?\)", readme)
+    assert "docs/tutorial.md" in links
+    missing = [link for link in links if not (REPO / link).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"

@@ -46,6 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 TUTORIAL = REPO / "docs" / "tutorial.md"
 CORE_PORT, APP_PORT = "8765", "3000"  # as the tutorial writes them
 WAIT = 30.0  # seconds: the bound on any one step
+PROVISION_WAIT = 240.0  # seconds: Core provisioning the Pyodide runtime (maybe downloading)
 STEP = re.compile(r"<!-- tutorial: (file|run|output|background)\s*(\S*) -->\n"
                   r"```[^\n]*\n(.*?)\n```", re.S)
 
@@ -179,6 +180,19 @@ async def wait_until_answers(url: str, process: subprocess.Popen[bytes]) -> None
     raise AssertionError(f"{url} did not answer within {WAIT} s")
 
 
+async def runtime_ready(core: str) -> None:
+    """As the tutorial says, Core's health turns ``"ready": true`` once it has provisioned the
+    runtime pages load (from the cache: seconds; a first download: longer). Waiting for it
+    also means Core is never stopped in the middle of writing the cache."""
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        for _ in range(int(PROVISION_WAIT / 0.5)):
+            health = (await http.get(f"{core}/pedelec/v1/health")).json()
+            if health.get("ready") or health.get("pyodide") == "error":
+                break
+            await asyncio.sleep(0.5)
+    assert health.get("ready") is True, health
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
@@ -233,10 +247,11 @@ def test_the_tutorial_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monkey
                         assert f'src="{core}/pedelec/pedelec-pyodide.js"' in index
                         tools = load_tools(project / "public" / "tools.py")
                         await stack.enter_async_context(Page(tools, core, origin).connected())
+            await runtime_ready(core)
         assert [item.textContent for item in items.children] == ["buy milk"]
 
     try:
-        asyncio.run(asyncio.wait_for(main(), WAIT * 10))
+        asyncio.run(asyncio.wait_for(main(), WAIT * 10 + PROVISION_WAIT))
     finally:
         for process in servers:
             stop(process)
