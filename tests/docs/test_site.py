@@ -15,8 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 MKDOCS = Path(sys.executable).with_name("mkdocs")
@@ -25,13 +23,20 @@ CODE = re.compile(r'^([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)(?:\s*:\s*[\w\[\]]+)?\s*=\s*
 NOT_ERROR_CODES = re.compile(r"_ENV$")  # environment variable names, spelled the same way
 
 
-@pytest.mark.skipif(not MKDOCS.exists(), reason="mkdocs is in the test extra")
 def test_the_site_builds_with_every_link_and_anchor_resolved(tmp_path: Path) -> None:
+    assert MKDOCS.exists(), "mkdocs comes with the test extra: pip install -e '.[test]'"
     built = subprocess.run([str(MKDOCS), "build", "--strict", "--site-dir", str(tmp_path)],
                            cwd=REPO, capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr[-4000:]
     assert (tmp_path / "tutorial" / "index.html").exists()
     assert (tmp_path / "reference" / "errors" / "index.html").exists()
+    for page in tmp_path.rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        # the site works offline: no script or style sheet from elsewhere
+        remote = re.findall(r'<(?:script|link)[^>]*(?:src|href)="(?:https?:)?//[^"]*"', html)
+        assert not remote, (page, remote)
+        # an example's HTML is shown, never run (a fence Markdown did not see as code)
+        assert not re.findall(r"<script[^>]*pedelec", html), page
 
 
 def help_options(*command: str) -> set[str]:
