@@ -3,7 +3,7 @@
 Pure Python, shared by the page runtime and Core. Every message is a JSON object with a
 ``type``; field names are camelCase on the wire and snake_case here. Each message type is
 declared once, as a list of fields, and everything else is derived from that declaration:
-the parser, the encoder and the JSON Schema published in docs/protocol.md.
+the parser, the encoder and the JSON Schema published in docs/reference/protocol.md.
 
 Parsing never raises anything but :class:`ProtocolError`, whose ``code`` says what was
 wrong with the frame; the receiver answers it with an ``error`` frame and carries on.
@@ -540,7 +540,7 @@ def error_frame(code: str, message: str, *, tool_request_id: str | None = None,
                  turn_id=turn_id).encode()
 
 
-# --- JSON Schemas (published in docs/protocol.md; a test keeps them in sync) --------------
+# --- JSON Schemas (published in docs/reference/protocol.md; a test keeps them in sync) ------------
 
 
 def message_schema(cls: type[Message]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 /**
- * pedelec-pyodide test kit for Playwright (Node side). See docs/testing.md.
+ * pedelec-pyodide test kit for Playwright (Node side). See docs/how-to/testing.md.
  *
  *   import { coreWebServer, openPage, callTool, callViaAgent } from "pedelec-pyodide/web/testing.js";
  *

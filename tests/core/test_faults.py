@@ -1,6 +1,6 @@
 """Fault injection (short CI run of ``faultkit.py``) and the regressions it found.
 
-The long run and its figures: docs/reliability.md, "Fault injection".
+The long run and its figures: docs/records/reliability.md, "Fault injection".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Smoke version of the load benchmark (bench/load.py): 100 pages, 5 s, 0 errors.
 
-The long run (1,000 pages, 60 s) and its figures: docs/reliability.md, "Load".
+The long run (1,000 pages, 60 s) and its figures: docs/records/reliability.md, "Load".
 """
 
 from __future__ import annotations

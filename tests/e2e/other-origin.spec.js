@@ -35,7 +35,7 @@ const pages = {
   // a copy of the loader in the app, pointed at Core
   "/copied.html": (c) => `<script type="module" src="/lib/pedelec-pyodide.js" data-core="${c}"></script>${TOOL}`,
   "/copied-dead.html": () => `<script type="module" src="/lib/pedelec-pyodide.js" data-core="${DEAD}"></script>${TOOL}`,
-  // the snippet docs/page.md gives for a module script that cannot load at all
+  // the snippet docs/how-to/own-origin.md gives for a module script that cannot load at all
   // the page is on `refused`; the loader comes from a server that sends no CORS headers
   "/classic-nocors.html": () => `<script src="${allowed}/nocors/pedelec/pedelec-pyodide.classic.js"></script>`,
   "/copied-nocors.html": (c) => `<script type="module" src="/lib/pedelec-pyodide.js" data-core="${c}"

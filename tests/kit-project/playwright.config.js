@@ -1,4 +1,4 @@
-// A user's project testing its own page's tools with the kit (docs/testing.md).
+// A user's project testing its own page's tools with the kit (docs/how-to/testing.md).
 import { defineConfig } from "@playwright/test";
 import { coreWebServer } from "pedelec-pyodide/web/testing.js";
 

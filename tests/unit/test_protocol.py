@@ -169,9 +169,9 @@ def test_turn_end_error_is_optional() -> None:
     assert isinstance(message, TurnEnd) and message.error is None
 
 
-# --- docs/protocol.md stays in sync with the code ------------------------------------------
+# --- docs/reference/protocol.md stays in sync with the code ---------------------------------------
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "protocol.md"
 
 
 def documented_schemas() -> dict[str, Any]:

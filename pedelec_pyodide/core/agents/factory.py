@@ -31,7 +31,7 @@ def make_agent(spec: str) -> Agent:
 
 def model_adapter(provider: str, model: str) -> Agent:
     """The model adapter for ``provider`` (``openai`` or ``anthropic``), configured from the
-    environment (keys, base URLs, ``PEDELEC_*`` limits: ``docs/agents.md``). Raises
+    environment (keys, base URLs, ``PEDELEC_*`` limits: ``docs/how-to/models.md``). Raises
     :class:`AgentUnavailable` when its API key is missing, ``ValueError`` for a bad limit."""
     if provider == "openai":
         from .openai_agent import OpenAIAgent

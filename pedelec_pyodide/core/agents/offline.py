@@ -1,6 +1,6 @@
 """The offline agent: Core's embedded default. Deterministic, no network, no model.
 
-Two kinds of message (``docs/agents.md``, "The offline agent", is the user's guide):
+Two kinds of message (``docs/reference/agents.md``, "The offline agent", is the user's guide):
 
 * ``/call TOOL {json args}`` lines call exactly those tools, one step per line, in the order
   written, and the reply has one line per call: ``TOOL → RESULT``.
@@ -614,7 +614,7 @@ class _Reply:
 
 
 class OfflineAgent:
-    """Core's embedded default agent; see the module docstring and ``docs/agents.md``."""
+    """Core's embedded default agent; see the module docstring and ``docs/reference/agents.md``."""
 
     def __init__(self) -> None:
         self.info = AgentInfo(name="offline")
