@@ -53,8 +53,17 @@ def json_path(parts: Any) -> str:
 
 def lone_surrogate_at(value: Any) -> str | None:
     """The JSON path (excerpted) of the first string, key or value, in ``value`` that holds
-    a lone surrogate, or None. One pass over the value: linear in its size."""
+    a lone surrogate, or None. Linear in its size: a C-speed check first (the value as
+    UTF-8 JSON), and the walk in Python (~15x slower) only when that finds one or fails."""
     if not _may_hold(value):
+        return None
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        pass  # there is one: find where
+    except (TypeError, ValueError, RecursionError):
+        pass  # not JSON as it is (a set, NaN, too deep): walk what can be walked
+    else:
         return None
     pending: list[tuple[Any, tuple[Any, ...] | None]] = [(value, None)]
     push = pending.append
