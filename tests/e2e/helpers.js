@@ -1,5 +1,7 @@
 // Shared set-up for the e2e specs: the two Cores of playwright.config.js, and the kit.
-import { coreAt, openPage as kitOpenPage, waitForReady as kitWaitForReady } from "../../web/testing.js";
+import {
+  callTool as kitCallTool, coreAt, openPage as kitOpenPage, waitForReady as kitWaitForReady,
+} from "../../web/testing.js";
 import { APP_PORT, DEMO_PORT, TOKEN } from "../../playwright.config.js";
 
 export const app = coreAt(APP_PORT, TOKEN);
@@ -11,6 +13,11 @@ export * from "../../web/testing.js";
 const PAGE_START_MS = 45_000;
 export const openPage = (page, url, options = {}) => kitOpenPage(page, url, { timeout: PAGE_START_MS, ...options });
 export const waitForReady = (page, options = {}) => kitWaitForReady(page, { timeout: PAGE_START_MS, ...options });
+// Likewise a tool call's deadline: a call that spans a page's reload waits for the page to
+// start again, which here may take longer than the kit's default deadline.
+const TOOL_CALL_MS = 40_000;
+export const callTool = (core, sessionId, tool, args = {}, options = {}) =>
+  kitCallTool(core, sessionId, tool, args, { timeoutMs: TOOL_CALL_MS, ...options });
 
 /** Collect console messages of `page` (type and text). */
 export function consoleOf(page) {

@@ -4,6 +4,9 @@
 // Worker). The control API then calls a tool the notebook defined. Every request the
 // browser makes is logged: none may leave 127.0.0.1.
 import { spawn } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { createServer } from "node:http";
+import { extname, join, normalize } from "node:path";
 import { expect, test } from "@playwright/test";
 import { TOKEN } from "../../playwright.config.js";
 
@@ -24,10 +27,11 @@ function run(command, args) {
   });
 }
 
-/** Start Core serving the site; resolves to { url, stop } once it printed its URL. */
-function serve() {
+/** Start Core (serving the site unless `options` say otherwise); resolves to { url, stop }
+ * once it printed its URL. */
+function serve(options = ["--app", SITE]) {
   const child = spawn(".venv/bin/pedelec", [
-    "serve", "--host", "127.0.0.1", "--port", "0", "--app", SITE,
+    "serve", "--host", "127.0.0.1", "--port", "0", ...options,
     "--pyodide", `${SITE}/static/pyodide`, "--tool-timeout", "20000", "--quiet",
   ], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, PEDELEC_ADMIN_TOKEN: TOKEN } });
   const exited = new Promise((resolve) => child.on("exit", resolve));
@@ -60,8 +64,8 @@ test.afterAll(async () => {
   await core?.stop();
 });
 
-async function control(path, body) {
-  const response = await fetch(`${core.url}/pedelec/v1${path}`, {
+async function control(path, body, on = core) {
+  const response = await fetch(`${on.url}/pedelec/v1${path}`, {
     method: body === undefined ? "GET" : "POST",
     headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
     body: body === undefined ? undefined : JSON.stringify(body),
@@ -128,4 +132,72 @@ test("the example notebook runs offline and serves tool calls from Core", async 
   expect(requests.some((u) => u.endsWith("/static/pyodide/pyodide.asm.wasm"))).toBe(true);
   expect(requests.some((u) => /\/static\/pyodide\/pedelec_pyodide-.*\.whl$/.test(u))).toBe(true);
   expect(errors).toEqual([]);
+});
+
+const TYPES = {
+  ".html": "text/html", ".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css",
+  ".json": "application/json", ".ipynb": "application/json", ".wasm": "application/wasm",
+  ".svg": "image/svg+xml", ".png": "image/png", ".whl": "application/zip",
+  ".zip": "application/zip", ".woff2": "font/woff2", ".woff": "font/woff",
+};
+
+/** A plain static server for the site on a loopback port of its own. `edit` changes the
+ * notebook's text as a user would edit it before running it. */
+async function staticSite(edit) {
+  const server = createServer(async (request, response) => {
+    let path = decodeURIComponent(new URL(request.url, "http://x").pathname);
+    if (path.endsWith("/")) path += "index.html";
+    const file = normalize(join(SITE, path));
+    if (!file.startsWith(normalize(SITE))) return response.writeHead(404).end();
+    try {
+      let body = await readFile(file);
+      if (path === `/files/${NOTEBOOK}`) body = Buffer.from(edit(body.toString()));
+      response.writeHead(200, { "content-type": TYPES[extname(file)] ?? "application/octet-stream" });
+      response.end(body);
+    } catch {
+      response.writeHead(404).end();
+    }
+  });
+  const port = await new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(server.address().port)));
+  return { url: `http://127.0.0.1:${port}`, stop: () => new Promise((resolve) => server.close(resolve)) };
+}
+
+test("the site on a plain static server talks to a Core elsewhere (the notebook's one edit)", async ({ page, context }) => {
+  test.setTimeout(180_000);
+  let elsewhere;
+  let site;
+  try {
+    // Core's URL is known once it runs; the site's origin once the static server runs
+    let coreUrl = "";
+    site = await staticSite((text) => text.replace(
+      "CORE_URL = js.location.origin", `CORE_URL = \\"${coreUrl}\\"`));
+    elsewhere = await serve(["--allow-origin", site.url]);
+    coreUrl = elsewhere.url;
+    const sockets = [];
+    page.on("websocket", (ws) => sockets.push(ws.url()));
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(e.message));
+
+    await page.goto(`${site.url}/notebooks/index.html?path=${NOTEBOOK}`);
+    await expect(page.locator(".jp-Notebook .jp-Cell").first()).toBeVisible({ timeout: 60_000 });
+    await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click();
+    await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click();
+    const last = page.locator(".jp-CodeCell").last();
+    await expect(last.locator(".jp-OutputArea-output")).toContainText("tool call(s)", { timeout: 120_000 });
+
+    const [install, , connected, agent] = await cellOutputs(page);
+    expect(install).not.toContain("Error");
+    const sessionId = /session: (\S+) idle/.exec(connected)?.[1];
+    expect(sessionId, connected).toBeTruthy();
+    expect(agent).toContain("apples");
+    const call = await control(`/sessions/${sessionId}/tool-calls`,
+      { tool: "add_item", args: { name: "pears", quantity: 2 } }, elsewhere);
+    expect(call.result).toEqual([{ name: "apples", quantity: 3 }, { name: "pears", quantity: 2 }]);
+    // the kernel's socket went to that Core, not to the site's origin
+    expect(sockets.some((u) => u.startsWith(elsewhere.url.replace("http", "ws")))).toBe(true);
+    expect(errors).toEqual([]);
+  } finally {
+    await elsewhere?.stop();
+    await site?.stop();
+  }
 });
