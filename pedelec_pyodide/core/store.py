@@ -208,7 +208,9 @@ class MemoryStore:
         pass
 
     async def flush(self, *keys: str, timeout: float | None = None) -> None:
-        pass
+        # nothing to wait for, but a flush is a yield point with every store: a turn's
+        # large steps (1 MiB of args, then of results) let other clients' work in between
+        await asyncio.sleep(0)
 
     async def close(self, timeout: float | None = None) -> None:
         pass
