@@ -25,8 +25,7 @@ from .sessions import (
     TURN_BUSY,
     CoreSession,
     Registry,
-    checked_request_frame,
-    new_request_id,
+    checked_call,
 )
 from .store import IdempotencyRecord, TurnRecord
 from .turns import start_turn
@@ -295,16 +294,14 @@ async def tool_call(request: Request) -> Response:
             f"session {session.id!r} has had no page connected{since} (it waits for its page "
             "to resume until --session-ttl): the connected ones are listed by "
             "GET /pedelec/v1/sessions?connected=true"))
-    request_id = new_request_id()
-    tool_request = protocol.ToolRequest(tool_request_id=request_id, tool=tool, args=args)
     try:  # the same check as every request's, answered here as the caller's HTTP error
-        frame = checked_request_frame(tool_request, session.registry.config.max_frame_bytes)
+        checked = checked_call(tool, args, session.registry.config.max_frame_bytes)
     except protocol.ProtocolError as exc:
         status = 413 if exc.code == protocol.FRAME_TOO_LARGE else 400
         raise ApiError(status, PAYLOAD_TOO_LARGE if status == 413 else BAD_REQUEST,
                        f"the page would refuse this tool.request: {exc.message}") from None
-    pending = await session.start_call(tool, args, timeout_ms=timeout_ms,
-                                       checked=(request_id, frame), key=claim)
+    pending = await session.start_call(tool, args, timeout_ms=timeout_ms, checked=checked,
+                                       key=claim)
     return await _tool_answer(request, session, pending.id, keyed=claim is not None)
 
 

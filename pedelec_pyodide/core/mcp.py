@@ -36,14 +36,14 @@ from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from .. import __version__
+from .. import __version__, protocol
 from ..results import TOOL_HANDLER_NOT_FOUND, tool_error
 from ..text import quote
 from ..tools import NAME_PATTERN
 from .bridge import origin_allowed
 from .control import ApiError, authorize, path_session
 from .log import log_event
-from .sessions import CoreSession, Registry
+from .sessions import CoreSession, Registry, checked_call, refused_request
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
 
@@ -169,7 +169,12 @@ class McpEndpoint:
                 TOOL_HANDLER_NOT_FOUND, f"{quote(params.name)} is not a tool name",
                 retryable=False))
         log_event("mcp.tool_call", session=session.id, tool=params.name)
-        _, result, _ = await session.call_tool(params.name, params.arguments or {})
+        args = params.arguments or {}
+        try:  # NaN or 1e999 (the SDK's parser takes them), too large, too deep
+            checked = checked_call(params.name, args, session.registry.config.max_frame_bytes)
+        except protocol.ProtocolError as exc:
+            return call_result(refused_request(exc))
+        _, result, _ = await session.call_tool(params.name, args, checked=checked)
         return call_result(result)
 
     async def _initialized(self, ctx: Context, params: types.NotificationParams) -> None:

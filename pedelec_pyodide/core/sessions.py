@@ -206,6 +206,20 @@ def checked_request_frame(request: protocol.ToolRequest, max_frame_bytes: int) -
     return frame
 
 
+def checked_call(tool: str, args: Any, max_frame_bytes: int) -> CheckedRequest:
+    """A new request's id and its checked frame (:func:`checked_request_frame`), before
+    anything of it is stored: a caller's args the page would refuse never reach the store."""
+    request_id = new_request_id()
+    return request_id, checked_request_frame(
+        protocol.ToolRequest(tool_request_id=request_id, tool=tool, args=args), max_frame_bytes)
+
+
+def refused_request(exc: protocol.ProtocolError) -> dict[str, Any]:
+    """The result of a request the page would refuse (too large, too deep, NaN, ...)."""
+    return tool_error(INVALID_ARGS, f"the page would refuse this tool.request: {exc.message}",
+                      retryable=True)
+
+
 class CoreSession:
     """One page session as Core holds it."""
 
@@ -449,9 +463,7 @@ class CoreSession:
                 frame = checked_request_frame(pending.message(),
                                               self.registry.config.max_frame_bytes)
             except protocol.ProtocolError as exc:
-                self._resolve(pending, tool_error(
-                    INVALID_ARGS, f"the page would refuse this tool.request: {exc.message}",
-                    retryable=True), "none", "refused")
+                self._resolve(pending, refused_request(exc), "none", "refused")
                 return
             pending.frame = frame
         log_event("tool.request", session=self.id, turn=record.turn_id,

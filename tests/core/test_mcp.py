@@ -338,3 +338,34 @@ def test_core_starts_without_loading_the_mcp_sdk() -> None:
                           text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "1e999"])
+def test_args_no_page_can_read_are_invalid_args_before_anything_is_stored(
+        value: str, tmp_path: Path) -> None:
+    """The SDK's JSON parser takes NaN and Infinity; such a call was stored, the store
+    refused it, and the client got STORE_FAILED, retryable, which no retry could cure."""
+    async def main() -> None:
+        async with running_core(config(store=str(tmp_path / "core.sqlite"))) as core:
+            page = await Page(page_session()).connect(core.ws_url)
+            url = mcp_url(core, page.session.session_id or "")
+            headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
+                       "Accept": "application/json, text/event-stream"}
+            async with httpx.AsyncClient(timeout=WAIT) as http:
+                opened = await http.post(url, headers=headers, json={
+                    "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-03-26", "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"}}})
+                headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+                await http.post(url, headers=headers,
+                                json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+                answer = await http.post(url, headers=headers, content=(
+                    '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":'
+                    f'"update_counter","arguments":{{"delta":{value}}}}}}}'))
+            text = answer.text
+            assert "INVALID_ARGS: the page would refuse this tool.request" in text, text
+            assert "STORE_FAILED" not in text
+            assert core.registry.store.problem is None
+            assert page.frames("tool.request") == []
+
+    run(main())

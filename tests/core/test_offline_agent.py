@@ -38,6 +38,7 @@ from pedelec_pyodide.core.agents.offline import (
     _QUOTED_RE,
     MAX_FILL_NAMES,
     MAX_PHRASE_LOOKUPS,
+    MAX_PROBLEMS,
     MAX_READ_CHARS,
     _convert,
     _Filler,
@@ -263,6 +264,18 @@ def test_one_bad_line_stops_the_whole_message_and_every_problem_is_listed() -> N
                         "/call lines may hold only /call lines")
     assert lines[2].startswith("line 3: the args for update_counter are not valid JSON")
     assert len(lines) == 4
+
+
+def test_the_reply_quotes_a_bounded_number_of_problems() -> None:
+    """One /call line and 340,000 short bad lines (1 MiB) made a 32 MB reply, built,
+    stored and sent on the event loop; the reply no longer grows with the message."""
+    reply, turn = offline("/call get_current_page\n" + "a\n" * 340_000)
+    assert turn.batches == []
+    lines = reply.splitlines()
+    assert lines[1].startswith("line 2: ")
+    assert lines[MAX_PROBLEMS].startswith(f"line {MAX_PROBLEMS + 1}: ")
+    assert lines[MAX_PROBLEMS + 1] == f"... and {340_000 - MAX_PROBLEMS} more lines with problems"
+    assert len(reply) < 100 * MAX_PROBLEMS + 200
 
 
 def test_more_call_lines_than_the_step_limit_calls_nothing() -> None:

@@ -127,6 +127,11 @@ class CallMessage:
     problems: list[str]
 
 
+#: problems of a /call message quoted in the reply; the rest are counted (a reply must not
+#: grow with the message: 1 MiB of short bad lines made a 32 MB reply)
+MAX_PROBLEMS = 20
+
+
 def parse_call_message(text: str) -> CallMessage | None:
     """The ``/call`` lines of ``text``, or None when it is not a ``/call`` message.
 
@@ -137,20 +142,25 @@ def parse_call_message(text: str) -> CallMessage | None:
     if not any(_is_call_line(line) for line in lines):
         return None
     message = CallMessage([], [])
+    unlisted = 0  # problems past MAX_PROBLEMS: counted, not quoted
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         if not _is_call_line(line):
-            message.problems.append(
-                f"line {number}: {_snippet(line.strip())} is not a /call line; a message "
-                "with /call lines may hold only /call lines"
-            )
-            continue
-        parsed = _parse_call(line)
-        if isinstance(parsed, str):
-            message.problems.append(f"line {number}: {parsed}")
+            problem = (f"line {number}: {_snippet(line.strip())} is not a /call line; a "
+                       "message with /call lines may hold only /call lines")
         else:
-            message.calls.append(parsed)
+            parsed = _parse_call(line)
+            if not isinstance(parsed, str):
+                message.calls.append(parsed)
+                continue
+            problem = f"line {number}: {parsed}"
+        if len(message.problems) < MAX_PROBLEMS:
+            message.problems.append(problem)
+        else:
+            unlisted += 1
+    if unlisted:
+        message.problems.append(f"... and {unlisted} more lines with problems")
     return message
 
 
