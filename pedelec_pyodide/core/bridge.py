@@ -33,6 +33,7 @@ from .sessions import (
     RESUME_REFUSED,
     TOO_MANY_SESSIONS,
     TURN_BUSY,
+    TURN_ID_TAKEN,
     UNKNOWN_TURN,
     CoreSession,
     Registry,
@@ -291,6 +292,10 @@ class BridgeConnection:
                 pass  # re-sent by the page after a resume: the turn is running
             elif message.turn_id in session.ended:  # its turn.end was lost on the way
                 session.send_turn_end(session.ended[message.turn_id])
+            elif message.turn_id in session.callers.turns:  # kept for a caller's retries
+                self.send(protocol.error_frame(
+                    TURN_ID_TAKEN, "that turn id is a control-API caller's turn, kept for its "
+                    "retries; start a turn with a new id", turn_id=message.turn_id))
             elif running is not None:
                 self.send(protocol.error_frame(
                     TURN_BUSY,

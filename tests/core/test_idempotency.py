@@ -18,13 +18,25 @@ from typing import Any
 
 import httpx
 import pytest
-from corekit import TOKEN, WAIT, Core, Page, PlanAgent, config, run, running_core, until
+from corekit import (
+    TOKEN,
+    WAIT,
+    Core,
+    Page,
+    PlanAgent,
+    RawClient,
+    config,
+    run,
+    running_core,
+    until,
+)
 from test_core_resume import core_process, free_port
 from test_core_turns import GatedTools
 
 from pedelec_pyodide import Session
 from pedelec_pyodide.core.idempotency import key_hash
 from pedelec_pyodide.core.store import (
+    RECENT_TURNS,
     IdempotencyRecord,
     RequestRecord,
     SessionRecord,
@@ -331,6 +343,33 @@ def test_results_and_keys_go_when_their_retention_ends() -> None:
             new_turn = (await post(core.http, turns_path(sid), {"text": "x"}, "k-turn")).json()
             assert new_turn["turnId"] != turn["turnId"]
             assert gated.runs == Counter(t=2)
+
+    run(main())
+
+
+def test_a_page_cannot_take_over_the_id_of_a_callers_keyed_turn() -> None:
+    """Turn ids are the page's to choose, and a turn's row is keyed by (session, id): a
+    page that reused the id of a caller's keyed turn replaced its record, and after a
+    restart the caller's retry got the page's turn."""
+    async def main() -> None:
+        async with running_core() as core:
+            page = await RawClient.open(core.ws_url)
+            sid = (await page.hello())["sessionId"]
+            turn = (await post(core.http, turns_path(sid), {"text": "mine"}, "k")).json()
+            frame = await page.recv()
+            while frame["type"] != "turn.end":
+                frame = await page.recv()
+            for n in range(RECENT_TURNS):  # until Core no longer lists it among recent ends
+                await page.send({"type": "turn.start", "turnId": f"p{n}", "text": "x"})
+                while (await page.recv())["type"] != "turn.end":
+                    pass
+            await page.send({"type": "turn.start", "turnId": turn["turnId"], "text": "yours"})
+            refused = await page.recv()
+            assert refused["type"] == "error", refused
+            assert (refused["type"], refused["code"], refused["turnId"]) == (
+                "error", "TURN_ID_TAKEN", turn["turnId"])
+            assert (await post(core.http, turns_path(sid), {"text": "mine"}, "k")).json() == turn
+            await page.close()
 
     run(main())
 
