@@ -528,6 +528,25 @@ async def attack_word_matching(ctx: Context) -> None:
     await ws.close()
 
 
+async def attack_call_problems(ctx: Context) -> None:
+    """One ``/call`` line, then as many short lines that are not ``/call`` lines as a frame
+    holds (each a problem the reply reports), from a page and from a control-API turn."""
+    scale = ctx.scale
+    ws = await connect(ctx.core.ws_url)
+    answer = await hello(ws, ECHO_TOOLS, scale.cap)
+    ctx.notes.append(f"hello -> {answer.get('code') or answer['type']}")
+    lines = (FRAME_ROOM - 64) // 4  # "a\n" is 3 bytes in the frame's JSON, with escaping 4
+    text = "/call echo {}\n" + "a\n" * lines
+    for i in range(scale.arg_turns // 2):
+        started = time.perf_counter()
+        frames = await run_turn(ws, f"p{i}", text, scale.deadline)
+        reply = frames[-1].get("text") or ""
+        ctx.timed(f"turn -> {frames[-1].get('status') or frames[-1].get('code')}, "
+                  f"{len(reply)} characters", started)
+        ctx.mark_rss()
+    await ws.close()
+
+
 async def attack_argument_filling(ctx: Context) -> None:
     scale = ctx.scale
     properties = {f"p{i}": {"type": "integer"} for i in range(scale.fill_properties)}
@@ -760,6 +779,8 @@ ATTACKS = [
            rss_kind="bad_frames"),
     Attack("turn_args", "turns with ~1 MiB of /call args", attack_turn_args,
            rss_kind="turn_args"),
+    Attack("call_problems", "a /call message of ~340,000 bad lines (a reply per line?)",
+           attack_call_problems, rss_kind="turn_args"),
     Attack("surrogates", "lone surrogates in /call lines, SQLite store", attack_surrogates,
            store=True),
 ]

@@ -142,21 +142,23 @@ def parse_call_message(text: str) -> CallMessage | None:
     if not any(_is_call_line(line) for line in lines):
         return None
     message = CallMessage([], [])
-    unlisted = 0  # problems past MAX_PROBLEMS: counted, not quoted
+    unlisted = 0  # problems past MAX_PROBLEMS: counted, not written out
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         if not _is_call_line(line):
-            problem = (f"line {number}: {_snippet(line.strip())} is not a /call line; a "
-                       "message with /call lines may hold only /call lines")
-        else:
-            parsed = _parse_call(line)
-            if not isinstance(parsed, str):
-                message.calls.append(parsed)
+            if len(message.problems) >= MAX_PROBLEMS:
+                unlisted += 1
                 continue
-            problem = f"line {number}: {parsed}"
-        if len(message.problems) < MAX_PROBLEMS:
-            message.problems.append(problem)
+            message.problems.append(
+                f"line {number}: {_snippet(line.strip())} is not a /call line; a message "
+                "with /call lines may hold only /call lines")
+            continue
+        parsed = _parse_call(line)
+        if not isinstance(parsed, str):
+            message.calls.append(parsed)
+        elif len(message.problems) < MAX_PROBLEMS:
+            message.problems.append(f"line {number}: {parsed}")
         else:
             unlisted += 1
     if unlisted:
