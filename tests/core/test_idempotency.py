@@ -86,6 +86,16 @@ async def http_handlers_done(core: Core, baseline: int) -> None:
     await until(lambda: len(state.tasks) <= baseline, "the hung-up call's handler to return")
 
 
+async def gated_page(core: Core, *names: str) -> tuple[GatedTools, Page, str]:
+    """A page whose tools ``names`` wait for their gates, connected: its tools, the
+    page and its session id."""
+    gated = GatedTools(*names)
+    page = await Page(Session(gated.tools())).connect(core.ws_url)
+    sid = page.session.session_id
+    assert sid is not None
+    return gated, page, sid
+
+
 # --- the hang-up ---------------------------------------------------------------------------
 
 
@@ -94,10 +104,7 @@ def test_a_caller_that_hangs_up_cancels_its_request() -> None:
 
     async def main() -> None:
         async with running_core() as core:
-            gated = GatedTools("slow")
-            page = await Page(Session(gated.tools())).connect(core.ws_url)
-            sid = page.session.session_id
-            assert sid is not None
+            gated, page, sid = await gated_page(core, "slow")
             await hang_up(core.port, calls_path(sid), {"tool": "slow", "args": {}}, {},
                           lambda: asyncio.wait_for(gated.started["slow"].wait(), WAIT))
             await page.wait_frame("tool.cancel")
@@ -116,10 +123,7 @@ def test_a_caller_that_hangs_up_cancels_its_request() -> None:
 def test_a_caller_with_a_key_that_hangs_up_leaves_its_request_running() -> None:
     async def main() -> None:
         async with running_core() as core:
-            gated = GatedTools("slow")
-            page = await Page(Session(gated.tools())).connect(core.ws_url)
-            sid = page.session.session_id
-            assert sid is not None
+            gated, page, sid = await gated_page(core, "slow")
             baseline = len(core.server.server_state.tasks)
             body = {"tool": "slow", "args": {"n": 1}}
             await hang_up(core.port, calls_path(sid), body, {KEY: "k-hang"},
@@ -147,10 +151,7 @@ def test_a_caller_with_a_key_that_hangs_up_leaves_its_request_running() -> None:
 def test_a_retry_with_the_key_gets_the_first_result_and_never_runs_twice() -> None:
     async def main() -> None:
         async with running_core() as core:
-            gated = GatedTools("slow")
-            page = await Page(Session(gated.tools())).connect(core.ws_url)
-            sid = page.session.session_id
-            assert sid is not None
+            gated, page, sid = await gated_page(core, "slow")
             body = {"tool": "slow", "args": {"a": 1, "b": [1, 2]}, "timeoutMs": 9000}
             first = asyncio.create_task(post(core.http, calls_path(sid), body, "k1"))
             await asyncio.wait_for(gated.started["slow"].wait(), WAIT)
@@ -232,10 +233,7 @@ def test_a_retried_turn_returns_that_turn_waiting_for_it() -> None:
     async def main() -> None:
         cfg = config(agent_factory=lambda: PlanAgent([[("slow", {"n": 1})]]))
         async with running_core(cfg) as core:
-            gated = GatedTools("slow")
-            page = await Page(Session(gated.tools())).connect(core.ws_url)
-            sid = page.session.session_id
-            assert sid is not None
+            gated, page, sid = await gated_page(core, "slow")
             first = asyncio.create_task(post(core.http, turns_path(sid), {"text": "go"}, "t1"))
             await asyncio.wait_for(gated.started["slow"].wait(), WAIT)
             # a retry waits for the running turn, not TURN_BUSY
@@ -263,10 +261,7 @@ def test_get_tool_call_gives_state_then_result_and_results_are_kept_within_bound
     async def main() -> None:
         db = tmp_path / "core.sqlite"
         async with running_core(config(store=str(db), kept_results=2)) as core:
-            gated = GatedTools("slow")
-            page = await Page(Session(gated.tools())).connect(core.ws_url)
-            sid = page.session.session_id
-            assert sid is not None
+            gated, page, sid = await gated_page(core, "slow")
             call = asyncio.create_task(post(core.http, calls_path(sid), {"tool": "slow"}))
             await page.wait_frame("tool.request")
             rid = page.frames("tool.request")[0]["toolRequestId"]
