@@ -19,7 +19,7 @@ from .. import __version__, protocol
 from ..text import lone_surrogate_in_json, not_unicode, quote
 from ..tools import NAME_PATTERN
 from .config import MAX_TIMEOUT_MS, is_timeout_ms
-from .idempotency import HEADER, MAX_KEY_CHARS, TOOL_CALL, TURN, fingerprint, key_hash
+from .idempotency import HEADER, MAX_KEY_CHARS, fingerprint, key_hash
 from .log import log_event
 from .sessions import (
     TURN_BUSY,
@@ -27,7 +27,7 @@ from .sessions import (
     Registry,
     checked_call,
 )
-from .store import IdempotencyRecord, TurnRecord
+from .store import TOOL_CALL, TURN, IdempotencyRecord, KeyKind, TurnRecord
 from .turns import start_turn
 
 UNAUTHORIZED = "UNAUTHORIZED"
@@ -132,7 +132,7 @@ def _idempotency_key(request: Request) -> str | None:
     raise ApiError(400, BAD_REQUEST, f"the header '{HEADER}' {problem}")
 
 
-def _claim(session: CoreSession, key: str | None, kind: str,
+def _claim(session: CoreSession, key: str | None, kind: KeyKind,
            asked: dict[str, Any]) -> tuple[IdempotencyRecord | None, IdempotencyRecord | None]:
     """``(known, new)``: the record of ``key`` if this session has seen it for the same
     request (a 422 :class:`ApiError` if for another), else a new record to store with

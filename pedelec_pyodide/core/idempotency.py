@@ -23,14 +23,12 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from .store import IdempotencyRecord, RequestRecord, Store, TurnRecord
+from .store import TURN, IdempotencyRecord, KeyKind, RequestRecord, Store, TurnRecord
 
 HEADER = "Idempotency-Key"
 #: the longest key a caller may give, in characters
 MAX_KEY_CHARS = 128
 
-TOOL_CALL = "tool-call"
-TURN = "turn"
 
 
 def key_hash(session_id: str, key: str) -> str:
@@ -39,7 +37,7 @@ def key_hash(session_id: str, key: str) -> str:
     return hashlib.sha256(f"{session_id}\n{key}".encode()).hexdigest()
 
 
-def fingerprint(kind: str, asked: dict[str, Any]) -> str:
+def fingerprint(kind: KeyKind, asked: dict[str, Any]) -> str:
     """The same for two requests that ask for the same thing (whatever their JSON's key
     order or spacing): their kind and the fields Core acts on."""
     text = json.dumps([kind, asked], sort_keys=True, separators=(",", ":"))

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from ..protocol import MAX_ID_LENGTH, TURN_STATUSES
 from ..tools import check_metadata
@@ -99,6 +99,13 @@ class RequestRecord:
         return self.handled_by is not None
 
 
+#: what an ``Idempotency-Key`` started: a control-API tool call or a turn
+KeyKind = Literal["tool-call", "turn"]
+TOOL_CALL: KeyKind = "tool-call"
+TURN: KeyKind = "turn"
+KEY_KINDS: tuple[KeyKind, ...] = (TOOL_CALL, TURN)
+
+
 @dataclass
 class IdempotencyRecord:
     """An ``Idempotency-Key`` a control-API caller gave, and what it started. The key is
@@ -106,7 +113,7 @@ class IdempotencyRecord:
 
     key_hash: str
     session_id: str
-    kind: str  # "tool-call" | "turn"
+    kind: KeyKind
     fingerprint: str  # sha256 of what the request asked for (see core/idempotency.py)
     target_id: str  # the toolRequestId or turnId it started
     created_at: float
@@ -408,7 +415,8 @@ class SQLiteStore:
                 " FROM turns t WHERE t.session_id = turns.session_id"
                 f" ORDER BY t.created_at DESC LIMIT {RECENT_TURNS})"
                 " OR id IN (SELECT k.target_id FROM idempotency_keys k"
-                " WHERE k.session_id = turns.session_id AND k.kind = 'turn') ORDER BY created_at",
+                f" WHERE k.session_id = turns.session_id AND k.kind = '{TURN}')"
+                " ORDER BY created_at",
                 _turn, known, set())
             snapshot.keys = _rows(
                 db, "idempotency_keys", "SELECT rowid, key_hash, session_id, kind, fingerprint,"
@@ -797,8 +805,8 @@ def _key(row: tuple[Any, ...], sessions: set[str]) -> IdempotencyRecord:
         _text(key_hash, "key_hash"), _id(session_id, "session_id"), _text(kind, "kind"),
         _text(fingerprint, "fingerprint"), _id(target_id, "target_id"),
         _number(created_at, "created_at"))
-    if record.kind not in ("tool-call", "turn"):
-        raise _Damaged("kind is not tool-call or turn")
+    if record.kind not in KEY_KINDS:
+        raise _Damaged(f"kind is not one of {list(KEY_KINDS)}")
     if not (_SHA256_HEX.fullmatch(record.key_hash)
             and _SHA256_HEX.fullmatch(record.fingerprint)):
         raise _Damaged("key_hash or fingerprint is not a sha256 in hex")
