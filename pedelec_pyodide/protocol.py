@@ -59,7 +59,7 @@ UNSUPPORTED_PROTOCOL = "UNSUPPORTED_PROTOCOL"
 
 # --- field declarations -------------------------------------------------------------------
 
-_Kind = Literal["id", "str", "bool", "int", "object", "array", "any", "tools"]
+_Kind = Literal["id", "str", "bool", "int", "number", "object", "array", "any", "tools"]
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,47 @@ class ToolResult(Message):
         _f("toolRequestId", "tool_request_id", "id"),
         _f("result", "result", "any"),
         _f("handledBy", "handled_by", "str", choices=HANDLED_BY),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolProgress(Message):
+    tool_request_id: str
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+    type: ClassVar[str] = "tool.progress"
+    direction: ClassVar[Literal["client", "server"]] = "client"
+    description: ClassVar[str] = (
+        "How far a running request has got (optional; sent at most ~10 times a second). "
+        "`progress` increases with each message; `total` when the handler knows it. Resets "
+        "the request's idle deadline."
+    )
+    fields: ClassVar[tuple[_Field, ...]] = (
+        _f("toolRequestId", "tool_request_id", "id"),
+        _f("progress", "progress", "number"),
+        _f("total", "total", "number", required=False),
+        _f("message", "message", "str", required=False),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolWaiting(Message):
+    tool_request_id: str
+    waiting: bool
+    reason: str | None = None
+
+    type: ClassVar[str] = "tool.waiting"
+    direction: ClassVar[Literal["client", "server"]] = "client"
+    description: ClassVar[str] = (
+        "A request is waiting for a person (an approval, a dialog): `waiting: true` pauses "
+        "its deadline, `waiting: false` resumes it (optional)."
+    )
+    fields: ClassVar[tuple[_Field, ...]] = (
+        _f("toolRequestId", "tool_request_id", "id"),
+        _f("waiting", "waiting", "bool"),
+        _f("reason", "reason", "str", required=False),
     )
 
 
@@ -307,13 +348,15 @@ class Error(Message):
     )
 
 
-ClientMessage: TypeAlias = Hello | ToolsUpdate | TurnStart | ToolResult | TurnCancel
+ClientMessage: TypeAlias = (
+    Hello | ToolsUpdate | TurnStart | ToolResult | ToolProgress | ToolWaiting | TurnCancel
+)
 ServerMessage: TypeAlias = Welcome | ToolRequest | ToolCancel | TurnDelta | TurnEnd | Error
 
 MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.type: cls
     for cls in (
-        Hello, ToolsUpdate, TurnStart, ToolResult, TurnCancel,
+        Hello, ToolsUpdate, TurnStart, ToolResult, ToolProgress, ToolWaiting, TurnCancel,
         Welcome, ToolRequest, ToolCancel, TurnDelta, TurnEnd, Error,
     )
 }
@@ -424,6 +467,11 @@ def _check_field(kind_name: str, spec: _Field, value: Any) -> Any:
         ok = isinstance(value, bool)
     elif spec.kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
+    elif spec.kind == "number":
+        # the decoder already refuses NaN and infinities; an int beyond a double is not a number
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and isinstance(value, int):
+            ok = abs(value) <= 2**53
     elif spec.kind == "object":
         ok = isinstance(value, dict)
     elif spec.kind == "array":
@@ -497,6 +545,7 @@ _KIND_NAMES = {
     "str": "a string",
     "bool": "a boolean",
     "int": "an integer",
+    "number": "a number",
     "object": "an object",
     "array": "an array",
 }

@@ -34,6 +34,7 @@ from .sessions import (
     TOO_MANY_SESSIONS,
     TURN_BUSY,
     TURN_ID_TAKEN,
+    UNKNOWN_TOOL_REQUEST,
     UNKNOWN_TURN,
     CoreSession,
     Registry,
@@ -311,6 +312,12 @@ class BridgeConnection:
                 self.send(protocol.error_frame(
                     UNKNOWN_TURN, f"turn {message.turn_id!r} is not running",
                     turn_id=message.turn_id))
+        elif isinstance(message, (protocol.ToolProgress, protocol.ToolWaiting)):
+            if message.tool_request_id not in session.pending:
+                self.send(protocol.error_frame(
+                    UNKNOWN_TOOL_REQUEST,
+                    f"no tool request {message.tool_request_id!r} is pending in this session",
+                    tool_request_id=message.tool_request_id))
         else:  # ToolsUpdate
             try:
                 session.update_tools(page_metadata(

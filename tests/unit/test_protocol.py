@@ -193,3 +193,32 @@ def test_schemas_accept_what_the_parser_accepts() -> None:
         Draft202012Validator(schemas[wire["type"]]).validate(wire)
     for schema in schemas.values():
         Draft202012Validator.check_schema(schema)
+
+
+# --- optional page -> Core messages of interactive tools -----------------------------------
+
+
+def test_tool_progress_parses_with_optional_total_and_message() -> None:
+    message = parse_client_frame(
+        '{"type":"tool.progress","toolRequestId":"r1","progress":2.5,"total":10,"message":"x"}')
+    assert message == protocol.ToolProgress("r1", 2.5, 10, "x")
+    bare = parse_client_frame('{"type":"tool.progress","toolRequestId":"r1","progress":3}')
+    assert bare == protocol.ToolProgress("r1", 3)
+    assert json.loads(bare.encode()) == {"type": "tool.progress", "toolRequestId": "r1",
+                                         "progress": 3}
+
+
+@pytest.mark.parametrize("progress", ['"3"', "true", "null", "9007199254740993", "[1]"])
+def test_tool_progress_must_be_a_number_a_double_can_hold(progress: str) -> None:
+    with pytest.raises(ProtocolError) as caught:
+        parse_client_frame(
+            f'{{"type":"tool.progress","toolRequestId":"r1","progress":{progress}}}')
+    assert caught.value.code == protocol.INVALID_FIELD
+    assert "tool.progress.progress must be a number" in caught.value.message
+
+
+def test_tool_waiting_round_trips() -> None:
+    message = parse_client_frame(
+        '{"type":"tool.waiting","toolRequestId":"r1","waiting":true,"reason":"approval"}')
+    assert message == protocol.ToolWaiting("r1", True, "approval")
+    assert parse_client_frame(message.encode()) == message

@@ -60,7 +60,9 @@ def field_value(spec: Any) -> st.SearchStrategy[Any]:
         return st.sampled_from(spec.choices)
     base: st.SearchStrategy[Any] = {
         "id": ids, "str": st.text(max_size=40), "bool": st.booleans(),
-        "int": st.integers(), "object": st.dictionaries(st.text(max_size=8), json_values,
+        "int": st.integers(),
+        "number": st.integers(-2**53, 2**53) | st.floats(allow_nan=False, allow_infinity=False),
+        "object": st.dictionaries(st.text(max_size=8), json_values,
                                                         max_size=3),
         "array": st.lists(json_values, max_size=3), "any": json_values, "tools": tools_list(),
     }[spec.kind]
