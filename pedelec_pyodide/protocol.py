@@ -190,6 +190,11 @@ class ToolProgress(Message):
     )
 
 
+#: the ``reason`` of a ``tool.waiting`` the page sends while it asks the user to approve a
+#: request (``needs_approval``): Core shows that request as ``awaiting_approval``
+APPROVAL_REASON = "approval"
+
+
 @dataclass(frozen=True, slots=True)
 class ToolWaiting(Message):
     tool_request_id: str

@@ -318,6 +318,10 @@ class BridgeConnection:
                     UNKNOWN_TOOL_REQUEST,
                     f"no tool request {message.tool_request_id!r} is pending in this session",
                     tool_request_id=message.tool_request_id))
+            elif isinstance(message, protocol.ToolProgress):
+                session.accept_progress(message)
+            else:
+                session.accept_waiting(message)
         else:  # ToolsUpdate
             try:
                 session.update_tools(page_metadata(

@@ -141,6 +141,11 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         help="deadline of a tool request in milliseconds (default: 30000)")
     parser.add_argument("--tool-timeouts", type=_tool_timeout, action="append", default=[],
                         metavar="TOOL=MS", help="deadline for one tool; repeatable")
+    parser.add_argument("--user-wait-limit", type=_positive(float),
+                        default=CoreConfig.user_wait_limit, metavar="SECONDS",
+                        help="how long a request may wait for the user (an approval, a "
+                        "dialog) with its deadline paused "
+                        f"(default: {CoreConfig.user_wait_limit:g})")
     parser.add_argument("--max-steps", type=_positive(int), default=8, metavar="N",
                         help="tool-calling steps a turn may take (default: 8)")
     parser.add_argument("--session-ttl", type=_positive(float),
@@ -230,6 +235,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         max_frame_bytes=args.max_frame_bytes,
         rate_limit=args.rate_limit, rate_burst=args.rate_burst,
         tool_timeout_ms=args.tool_timeout, tool_timeouts_ms=dict(args.tool_timeouts),
+        user_wait_limit=args.user_wait_limit,
         max_steps=args.max_steps, session_ttl=args.session_ttl,
         kept_results=args.kept_results, result_retention=args.result_retention,
         max_sessions=args.max_sessions, max_metadata_bytes=args.max_metadata_bytes,

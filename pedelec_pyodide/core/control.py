@@ -14,6 +14,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from .. import __version__, protocol
 from ..text import lone_surrogate_in_json, not_unicode, quote
@@ -24,6 +25,7 @@ from .log import log_event
 from .sessions import (
     TURN_BUSY,
     CoreSession,
+    PendingRequest,
     Registry,
     checked_call,
 )
@@ -42,6 +44,8 @@ IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
 PAGE_NOT_CONNECTED = "PAGE_NOT_CONNECTED"
 # the longest excerpt of a caller's value quoted in an error message
 EXCERPT_CHARS = 40
+#: the media type a caller accepts to have a tool call's progress streamed
+EVENT_STREAM = "text/event-stream"
 
 
 class ApiError(Exception):
@@ -185,11 +189,89 @@ def _request_state(session: CoreSession, request_id: str) -> dict[str, Any]:
             "result": done.result, "handledBy": done.handled_by}
 
 
+def _wants_events(request: Request) -> bool:
+    """The caller's ``Accept`` names ``text/event-stream``."""
+    accept = request.headers.get("accept", "")
+    return any(part.split(";", 1)[0].strip().lower() == EVENT_STREAM
+               for part in accept.split(","))
+
+
+def _event(name: str, data: dict[str, Any]) -> bytes:
+    """One server-sent event (compact JSON has no line breaks)."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return f"event: {name}\ndata: {text}\n\n".encode()
+
+
+class _EventStream(Response):
+    """``POST .../tool-calls`` with ``Accept: text/event-stream``: a ``progress`` event
+    for each new progress of the request, then its ``result`` event. A caller slower
+    than the page gets the latest progress only (the request keeps no queue of
+    events), and one that hangs up is treated as :func:`_tool_answer` treats it."""
+
+    media_type = EVENT_STREAM
+
+    def __init__(self, request: Request, session: CoreSession, request_id: str, *,
+                 keyed: bool) -> None:
+        super().__init__(headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        self.request = request
+        self.session = session
+        self.request_id = request_id
+        self.keyed = keyed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        session = self.session
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": self.raw_headers})
+        pending = session.pending.get(self.request_id)
+        if pending is None:
+            state = _request_state(session, self.request_id)
+            result, handled_by = state["result"], state["handledBy"]
+        elif await self._pump(pending, send):
+            result, handled_by = pending.future.result()
+        else:
+            return
+        await send({"type": "http.response.body", "more_body": False, "body": _event(
+            "result", {"toolRequestId": self.request_id, "result": result,
+                       "handledBy": handled_by})})
+
+    async def _pump(self, pending: PendingRequest, send: Send) -> bool:
+        """Send the progress events until the request is resolved; False if the caller
+        hung up (or Core stopped) first."""
+        async def events() -> None:
+            async for update in pending.updates():
+                await send({"type": "http.response.body", "more_body": True,
+                            "body": _event("progress", update.as_json())})
+
+        pump = asyncio.ensure_future(events())
+        hangup = asyncio.ensure_future(_hung_up(self.request))
+        try:
+            await asyncio.wait((pump, hangup), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # Core is stopping and gave up waiting for us
+            self._gone(pending, "Core is stopping")
+            raise
+        finally:
+            hangup.cancel()
+            pump.cancel()
+        if pump.done() and not pump.cancelled() and pump.exception() is None:
+            return True
+        self._gone(pending, "the caller hung up")
+        return False
+
+    def _gone(self, pending: PendingRequest, reason: str) -> None:
+        if not self.keyed:
+            self.session.cancel_request(pending, reason)
+
+
 async def _tool_answer(request: Request, session: CoreSession, request_id: str, *,
                        keyed: bool) -> Response:
     """The caller's answer: the request's result once it is in. A caller that hangs up
     first cancels the request (``tool.cancel`` to the page), unless it gave a key: then
-    the request runs on, for a retry with that key (or a GET) to fetch."""
+    the request runs on, for a retry with that key (or a GET) to fetch. A caller that
+    accepts ``text/event-stream`` gets it as :class:`_EventStream`."""
+    if _wants_events(request):
+        if request_id not in session.pending:
+            _request_state(session, request_id)  # a 404 before the stream starts
+        return _EventStream(request, session, request_id, keyed=keyed)
     pending = session.pending.get(request_id)
     if pending is not None:
         try:
@@ -280,11 +362,17 @@ async def tool_call(request: Request) -> Response:
     if timeout_ms is not None and not is_timeout_ms(timeout_ms):
         raise ApiError(400, BAD_REQUEST,
                        f"'timeoutMs' must be a positive integer, at most {MAX_TIMEOUT_MS} (24 h)")
+    max_total_ms = body.get("maxTotalMs")
+    if max_total_ms is not None and not is_timeout_ms(max_total_ms):
+        raise ApiError(400, BAD_REQUEST, "'maxTotalMs' must be a positive integer, at most "
+                       f"{MAX_TIMEOUT_MS} (24 h)")
     wait_for_page = body.get("waitForPage", True)
     if not isinstance(wait_for_page, bool):
         raise ApiError(400, BAD_REQUEST, "'waitForPage' must be true or false")
-    known, claim = _claim(session, key, TOOL_CALL,
-                          {"tool": tool, "args": args, "timeoutMs": timeout_ms})
+    asked = {"tool": tool, "args": args, "timeoutMs": timeout_ms}
+    if max_total_ms is not None:  # keys given before maxTotalMs existed keep their prints
+        asked["maxTotalMs"] = max_total_ms
+    known, claim = _claim(session, key, TOOL_CALL, asked)
     if known is not None:  # a retry: the first request's result, never a second run
         return await _tool_answer(request, session, known.target_id, keyed=True)
     if not wait_for_page and session.connection is None:
@@ -300,8 +388,8 @@ async def tool_call(request: Request) -> Response:
         status = 413 if exc.code == protocol.FRAME_TOO_LARGE else 400
         raise ApiError(status, PAYLOAD_TOO_LARGE if status == 413 else BAD_REQUEST,
                        f"the page would refuse this tool.request: {exc.message}") from None
-    pending = await session.start_call(tool, args, timeout_ms=timeout_ms, checked=checked,
-                                       key=claim)
+    pending = await session.start_call(tool, args, timeout_ms=timeout_ms,
+                                       max_total_ms=max_total_ms, checked=checked, key=claim)
     return await _tool_answer(request, session, pending.id, keyed=claim is not None)
 
 

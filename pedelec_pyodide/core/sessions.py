@@ -21,8 +21,8 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from .. import protocol
 from ..results import INVALID_ARGS, TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
@@ -70,6 +70,11 @@ TOO_MANY_PENDING = "TOO_MANY_PENDING"
 # WebSocket close code: Core is full (too many sessions), try again later.
 CLOSE_TRY_AGAIN = 1013
 
+#: where a pending request is, as ``GET .../sessions/{id}`` shows it
+RequestStatus = Literal["running", "waiting_for_user", "awaiting_approval"]
+#: characters of a progress message Core keeps (a frame may hold a MiB of it)
+MAX_PROGRESS_MESSAGE_CHARS = 500
+
 
 class SessionRefused(Exception):
     """A hello or tools.update Core will not take; ``code`` is the error frame's."""
@@ -116,12 +121,37 @@ class Connection(Protocol):
     def close(self, code: int, reason: str) -> None: ...
 
 
+class Progress(NamedTuple):
+    """The latest ``tool.progress`` of a request, as Core keeps it."""
+
+    progress: float
+    total: float | None
+    message: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"progress", "total"?, "message"?}``: what callers are sent."""
+        data: dict[str, Any] = {"progress": self.progress}
+        if self.total is not None:
+            data["total"] = self.total
+        if self.message is not None:
+            data["message"] = self.message
+        return data
+
+
 class PendingRequest:
-    """A tool request whose result has not reached its caller yet."""
+    """A tool request whose result has not reached its caller yet.
 
-    __slots__ = ("frame", "future", "record", "started", "timer")
+    Its deadline (``record.deadline``) is an idle deadline: each new progress moves it to
+    ``idle`` seconds from now, never past ``limit``; while the page waits for the user
+    (``paused_at``) it does not run, and the wait itself is bounded by
+    ``--user-wait-limit``. One timer checks it, rescheduled when it fires early (a
+    progress frame costs no timer work)."""
 
-    def __init__(self, record: RequestRecord, frame: str | None) -> None:
+    __slots__ = ("frame", "future", "idle", "limit", "paused_at", "progress", "record",
+                 "started", "status", "timer", "watchers")
+
+    def __init__(self, record: RequestRecord, frame: str | None, idle: float,
+                 limit: float) -> None:
         self.record = record
         # the checked ``tool.request`` frame, once made (re-sends reuse it)
         self.frame = frame
@@ -130,10 +160,44 @@ class PendingRequest:
         )
         self.started = time.perf_counter()
         self.timer: asyncio.TimerHandle | None = None
+        self.idle = idle  # seconds: the call's timeout
+        self.limit = limit  # wall-clock: the latest progress may move the deadline to
+        self.paused_at: float | None = None  # wall-clock, while waiting for the user
+        self.status: RequestStatus = "running"
+        self.progress: Progress | None = None
+        # futures of callers waiting for the next progress (or the result)
+        self.watchers: list[asyncio.Future[None]] = []
 
     @property
     def id(self) -> str:
         return self.record.id
+
+    def describe(self) -> dict[str, Any]:
+        progress = self.progress
+        return {"toolRequestId": self.id, "tool": self.record.tool, "status": self.status,
+                "progress": None if progress is None else progress._asdict()}
+
+    def wake(self) -> None:
+        watchers, self.watchers = self.watchers, []
+        for watcher in watchers:
+            if not watcher.done():
+                watcher.set_result(None)
+
+    async def updates(self) -> AsyncIterator[Progress]:
+        """Each new progress until the request is resolved; a caller slower than the
+        page gets only the latest (nothing queues up for it)."""
+        seen: Progress | None = None
+        while True:
+            latest = self.progress
+            if latest is not None and latest is not seen:
+                seen = latest
+                yield latest
+                continue
+            if self.future.done():
+                return
+            watcher = asyncio.get_running_loop().create_future()
+            self.watchers.append(watcher)
+            await watcher
 
     def message(self) -> protocol.ToolRequest:
         record = self.record
@@ -284,7 +348,7 @@ class CoreSession:
             "connected": self.connection is not None,
             "disconnectedAt": None if self.connection is not None else self.disconnected_at,
             "createdAt": self.record.created_at,
-            "pendingToolRequests": len(self.pending),
+            "pendingToolRequests": [pending.describe() for pending in self.pending.values()],
             "turnId": None if self.turn is None else self.turn.turn_id,
         }
         if full:
@@ -310,11 +374,14 @@ class CoreSession:
                            "the session was resumed on another connection")
 
     def resend(self) -> None:
-        """After the welcome: re-send pending requests (same ids) and missed turn ends."""
+        """After the welcome: re-send pending requests (same ids) and missed turn ends.
+        A request the page was waiting on the user for is running again: the new page
+        asks again (and says so with its own ``tool.waiting``)."""
         connection = self.connection
         if connection is None:
             return
         for pending in list(self.pending.values()):
+            self._stop_waiting(pending)
             if not pending.record.answered:
                 connection.send(pending.frame or pending.message().encode())
         ends, self.unsent_ends = self.unsent_ends, []
@@ -326,6 +393,8 @@ class CoreSession:
         if self.connection is not connection:
             return
         self.connection = None
+        for pending in self.pending.values():  # no page, nobody to answer: the clock runs
+            self._stop_waiting(pending)
         if not self.closed:
             self._await_resume()
 
@@ -376,28 +445,36 @@ class CoreSession:
 
     def open_request(
         self, tool: str, args: Any, *, turn_id: str | None = None, step: int = 0,
-        index: int = 0, timeout_ms: int | None = None, checked: CheckedRequest | None = None,
+        index: int = 0, timeout_ms: int | None = None, max_total_ms: int | None = None,
+        checked: CheckedRequest | None = None,
     ) -> PendingRequest:
         """Register a request (not sent yet: flush the store, then :meth:`send_request`).
-        ``checked``: its id and frame, from :func:`checked_request_frame` already."""
-        timeout = self.registry.config.timeout_for(tool, timeout_ms)
+        ``checked``: its id and frame, from :func:`checked_request_frame` already.
+        ``max_total_ms``: how far progress may push its deadline (default
+        ``MAX_TOTAL_FACTOR`` times the timeout)."""
+        config = self.registry.config
+        timeout = config.timeout_for(tool, timeout_ms)
+        now = time.time()
+        limit = now + config.max_total_for(timeout, max_total_ms)
         record = RequestRecord(
             id=checked[0] if checked else new_request_id(), session_id=self.id,
             turn_id=turn_id, step=step, index=index, tool=tool, args=args,
-            deadline=time.time() + timeout,
+            deadline=min(now + timeout, limit),
         )
         self.registry.store.save_request(record)
-        return self._track(record, checked[1] if checked else None)
+        return self._track(record, checked[1] if checked else None, timeout, limit)
 
     async def start_call(
         self, tool: str, args: Any, *, timeout_ms: int | None = None,
-        checked: CheckedRequest | None = None, key: IdempotencyRecord | None = None,
+        max_total_ms: int | None = None, checked: CheckedRequest | None = None,
+        key: IdempotencyRecord | None = None,
     ) -> PendingRequest:
         """Open, store and send one tool request outside any turn (control API, MCP).
         Stored before it is sent, so deadlines, resume and exactly-once apply as to an
         agent's request; its result is kept (``self.callers``) once it is in. ``key``:
         the caller's idempotency key, its ``target_id`` filled in here, stored with it."""
-        pending = self.open_request(tool, args, timeout_ms=timeout_ms, checked=checked)
+        pending = self.open_request(tool, args, timeout_ms=timeout_ms,
+                                    max_total_ms=max_total_ms, checked=checked)
         if key is not None:
             key.target_id = pending.id
             self.callers.add_key(key)
@@ -423,12 +500,17 @@ class CoreSession:
     async def call_tool(
         self, tool: str, args: Any, *, timeout_ms: int | None = None,
         checked: CheckedRequest | None = None,
+        on_progress: Callable[[Progress], Awaitable[None]] | None = None,
     ) -> tuple[str, Any, str]:
         """:meth:`start_call`, then its result → ``(toolRequestId, result, handledBy)``;
         a timeout is the result ``TOOL_TIMEOUT``. If the caller goes away (its task is
-        cancelled), the request is cancelled and the page told."""
+        cancelled), the request is cancelled and the page told. ``on_progress`` is
+        awaited with each new progress (the latest, if it is slower than the page)."""
         pending = await self.start_call(tool, args, timeout_ms=timeout_ms, checked=checked)
         try:
+            if on_progress is not None:
+                async for progress in pending.updates():
+                    await on_progress(progress)
             # Only this caller awaits the future, so no shield (a loop step per call): if
             # the caller is cancelled, so is the future, and _resolve leaves it be.
             result, handled_by = await pending.future
@@ -437,11 +519,19 @@ class CoreSession:
             raise
         return pending.id, result, handled_by
 
-    def _track(self, record: RequestRecord, frame: str | None = None) -> PendingRequest:
-        pending = PendingRequest(record, frame)
+    def _track(self, record: RequestRecord, frame: str | None = None,
+               idle: float | None = None, limit: float | None = None) -> PendingRequest:
+        """Hold ``record`` pending. Restored after a restart, it has no ``idle`` or
+        ``limit`` of its own: its tool's timeout, and the default limit past its
+        stored deadline."""
+        config = self.registry.config
+        if idle is None:
+            idle = config.timeout_for(record.tool)
+        if limit is None:
+            limit = record.deadline + config.max_total_for(idle) - idle
+        pending = PendingRequest(record, frame, idle, limit)
         self.pending[record.id] = pending
-        delay = max(0.0, record.deadline - time.time())
-        pending.timer = asyncio.get_running_loop().call_later(delay, self._timeout, pending)
+        self._schedule(pending)
         limit = self.registry.config.max_pending
         if len(self.pending) > limit:  # answered at once; kept in a turn's journal
             self._resolve(pending, tool_error(
@@ -493,16 +583,86 @@ class CoreSession:
         self._resolve(pending, message.result, message.handled_by, "delivered")
         return None
 
+    def accept_progress(self, message: protocol.ToolProgress) -> None:
+        """Keep the latest progress of a pending request (the caller checked it is) and
+        move its idle deadline. A value that does not increase is dropped: a handler run
+        again after a reload starts over, and no caller may see progress go back."""
+        pending = self.pending[message.tool_request_id]
+        last = pending.progress
+        if last is not None and message.progress <= last.progress:
+            return
+        text = message.message
+        pending.progress = Progress(
+            message.progress, message.total,
+            None if text is None else text[:MAX_PROGRESS_MESSAGE_CHARS])
+        if pending.paused_at is None:
+            deadline = min(time.time() + pending.idle, pending.limit)
+            if deadline > pending.record.deadline:  # the timer sees it when it fires
+                pending.record.deadline = deadline
+        pending.wake()
+
+    def accept_waiting(self, message: protocol.ToolWaiting) -> None:
+        """The page waits for the user (or no longer) on a pending request: its deadline
+        stops (up to ``--user-wait-limit``), or runs again from where it stopped."""
+        pending = self.pending[message.tool_request_id]
+        if not message.waiting:
+            self._stop_waiting(pending)
+            return
+        pending.status = ("awaiting_approval" if message.reason == protocol.APPROVAL_REASON
+                          else "waiting_for_user")
+        if pending.paused_at is None:
+            pending.paused_at = time.time()
+            self._schedule(pending)
+
+    def _stop_waiting(self, pending: PendingRequest) -> None:
+        paused_at = pending.paused_at
+        pending.status = "running"
+        if paused_at is None:
+            return
+        pending.paused_at = None
+        waited = max(0.0, time.time() - paused_at)
+        pending.record.deadline += waited
+        pending.limit += waited
+        self._schedule(pending)
+
+    def _due(self, pending: PendingRequest) -> float:
+        """When the request times out (wall clock), as things stand."""
+        if pending.paused_at is None:
+            return pending.record.deadline
+        return pending.paused_at + self.registry.config.user_wait_limit
+
+    def _schedule(self, pending: PendingRequest) -> None:
+        """Have the timer fire at the request's next deadline (the user-wait limit while
+        paused); a timer due no later is kept, :meth:`_timeout` looks again then."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(0.0, self._due(pending) - time.time())
+        timer = pending.timer
+        if timer is not None:
+            if not timer.cancelled() and timer.when() <= when:
+                return
+            timer.cancel()
+        pending.timer = loop.call_at(when, self._timeout, pending)
+
     def _timeout(self, pending: PendingRequest) -> None:
         if self.pending.get(pending.id) is not pending:
+            return
+        pending.timer = None
+        now = time.time()
+        paused_at = pending.paused_at
+        if now < self._due(pending):  # progress moved it, or the page waits for the user
+            self._schedule(pending)
             return
         seconds = max(0.0, time.perf_counter() - pending.started)
         away = self.connection is None
         why = (" (no page was connected: its tab may be closed, or reloading; a session's "
                "`connected` says whether its page is there)" if away else "")
+        if paused_at is not None:
+            what = (f"the user did not answer {pending.record.tool!r} within "
+                    f"{self.registry.config.user_wait_limit:g} s (--user-wait-limit)")
+        else:
+            what = f"the page did not answer {pending.record.tool!r} before its deadline{why}"
         self._resolve(pending, tool_error(
-            TOOL_TIMEOUT,
-            f"the page did not answer {pending.record.tool!r} before its deadline{why}",
+            TOOL_TIMEOUT, what,
             details={"waitedMs": round(seconds * 1000), "pageConnected": not away},
             retryable=True,
         ), "none", "timeout")
@@ -536,6 +696,7 @@ class CoreSession:
                   ms=(time.perf_counter() - pending.started) * 1000)
         if not pending.future.done():
             pending.future.set_result((result, handled_by))
+        pending.wake()
 
     # --- expiry -------------------------------------------------------------------------
 
