@@ -212,7 +212,10 @@ class _EventStream(Response):
 
     def __init__(self, request: Request, session: CoreSession, request_id: str, *,
                  keyed: bool) -> None:
-        super().__init__(headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        # no super().__init__: it would give the empty body a Content-Length
+        self.status_code = 200
+        self.background = None
+        self.init_headers({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
         self.request = request
         self.session = session
         self.request_id = request_id

@@ -9,10 +9,13 @@ the page waits for the user (up to ``--user-wait-limit``) and shows it all in
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import time
 from typing import Any
 
-from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta, until
+from corekit import TOKEN, WAIT, Core, RawClient, config, run, running_core, tool_meta, until
+from test_idempotency import hang_up, http_handlers_done
 
 from pedelec_pyodide.core.sessions import MAX_PROGRESS_MESSAGE_CHARS
 
@@ -247,5 +250,159 @@ def test_a_flood_of_progress_frames_costs_constant_memory() -> None:
             assert pending.watchers == []
             await result(client, rid, "ok")
             assert (await asyncio.wait_for(call, WAIT)).json()["result"] == "ok"
+
+    run(main())
+
+
+# --- the control API's event stream ---------------------------------------------------------
+
+STREAM = {"Accept": "text/event-stream"}
+
+
+def calls_path(session_id: str) -> str:
+    return f"/pedelec/v1/sessions/{session_id}/tool-calls"
+
+
+async def read_events(response: Any, events: list[tuple[str, Any]]) -> None:
+    """Server-sent events as (name, data) until the stream ends."""
+    name = None
+    async for line in response.aiter_lines():
+        if line.startswith("event: "):
+            name = line[len("event: "):]
+        elif line.startswith("data: "):
+            events.append((str(name), json.loads(line[len("data: "):])))
+
+
+def test_a_call_that_accepts_an_event_stream_gets_progress_then_its_result() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            client, welcome = await page_with(core)
+            sid = welcome["sessionId"]
+            events: list[tuple[str, Any]] = []
+
+            async def call() -> Any:
+                async with core.http.stream(
+                        "POST", calls_path(sid), headers=STREAM,
+                        json={"tool": "slow", "args": {}, "maxTotalMs": 60_000}) as response:
+                    assert response.status_code == 200
+                    assert response.headers["content-type"].startswith("text/event-stream")
+                    await read_events(response, events)
+
+            task = asyncio.create_task(call())
+            rid = (await next_of(client, "tool.request"))["toolRequestId"]
+            await progress(client, rid, 1, total=3, message="first")
+            await until(lambda: len(events) == 1, "the first progress event")
+            await progress(client, rid, 2)
+            await until(lambda: len(events) == 2, "the second progress event")
+            await progress(client, rid, 3, total=3)
+            await result(client, rid, {"done": True})
+            await asyncio.wait_for(task, WAIT)
+            assert events == [
+                ("progress", {"progress": 1, "total": 3, "message": "first"}),
+                ("progress", {"progress": 2}),
+                ("progress", {"progress": 3, "total": 3}),  # the last one before the result
+                ("result", {"toolRequestId": rid, "result": {"done": True},
+                            "handledBy": "named"}),
+            ]
+
+    run(main())
+
+
+def test_an_event_stream_caller_that_hangs_up_cancels_unless_it_gave_a_key() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            client, welcome = await page_with(core)
+            sid = welcome["sessionId"]
+            events: list[tuple[str, Any]] = []
+
+            async def call(headers: dict[str, str]) -> None:
+                async with core.http.stream("POST", calls_path(sid), headers=headers,
+                                            json={"tool": "slow"}) as response:
+                    await read_events(response, events)
+
+            task = asyncio.create_task(call(STREAM))
+            rid = (await next_of(client, "tool.request"))["toolRequestId"]
+            await progress(client, rid, 1)
+            await until(lambda: len(events) == 1, "a progress event")
+            task.cancel()  # the caller goes away
+            cancel = await next_of(client, "tool.cancel")
+            assert cancel["toolRequestId"] == rid
+            assert "hung up" in cancel["reason"]
+
+            # with a key, the request runs on; a retry with the key streams it again
+            keyed = {**STREAM, "Idempotency-Key": "k-stream"}
+            baseline = len(core.server.server_state.tasks)
+            sent: list[str] = []
+
+            async def requested() -> None:
+                sent.append((await next_of(client, "tool.request"))["toolRequestId"])
+                await progress(client, sent[0], 1)
+                await until(lambda: core.registry.get(sid).pending[sent[0]].watchers != [],
+                            "the stream to wait for more")
+
+            await hang_up(core.port, calls_path(sid), {"tool": "slow"}, keyed, requested)
+            await http_handlers_done(core, baseline)
+            [rid] = sent
+            assert rid in core.registry.get(sid).pending
+            events.clear()
+            events.clear()
+            retry = asyncio.create_task(call(keyed))
+            await until(lambda: len(events) == 1, "the latest progress, on the retry")
+            assert events == [("progress", {"progress": 1})]
+            await result(client, rid, "ran once")
+            await asyncio.wait_for(retry, WAIT)
+            assert events[-1] == ("result", {"toolRequestId": rid, "result": "ran once",
+                                             "handledBy": "named"})
+            # and once it is done, a retry's stream is its result alone
+            events.clear()
+            await asyncio.wait_for(call(keyed), WAIT)
+            assert [name for name, _ in events] == ["result"]
+
+    run(main())
+
+
+def test_a_slow_event_stream_reader_gets_the_latest_progress_not_a_backlog() -> None:
+    """A caller that stops reading: Core's send waits on the socket and the request keeps
+    only its latest progress, so what the caller reads later skips the values it missed
+    (were every event queued for it, Core's memory would grow with the page's frames)."""
+    async def main() -> None:
+        async with running_core(config(rate_limit=1e6, rate_burst=10**6)) as core:
+            client, welcome = await page_with(core)
+            sid = welcome["sessionId"]
+            body = json.dumps({"tool": "slow"}).encode()
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            loop = asyncio.get_running_loop()
+            await loop.sock_connect(sock, ("127.0.0.1", core.port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            writer.write(
+                f"POST {calls_path(sid)} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {TOKEN}\r\nAccept: text/event-stream\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                .encode() + body)
+            await writer.drain()
+            rid = (await next_of(client, "tool.request"))["toolRequestId"]
+            pending = core.registry.get(sid).pending[rid]
+            count = 20_000
+            message = "m" * MAX_PROGRESS_MESSAGE_CHARS
+            for step in range(1, count + 1):
+                await progress(client, rid, step, message=message)
+            await until(lambda: pending.progress is not None
+                        and pending.progress.progress == count, "the last progress")
+            assert len(pending.watchers) <= 1
+            await result(client, rid, "end")
+            received = b""
+            while not received.endswith(b"0\r\n\r\n"):  # the chunked body's end
+                chunk = await asyncio.wait_for(reader.read(1 << 20), WAIT)
+                assert chunk, "the stream ended early"
+                received += chunk
+            writer.close()
+            values = [json.loads(line[len(b"data: "):])
+                      for line in received.split(b"\n") if line.startswith(b"data: ")]
+            *updates, last = values
+            assert last["result"] == "end"
+            assert updates[-1]["progress"] == count
+            assert len(updates) < count / 2  # most were replaced by later ones, unsent
 
     run(main())
