@@ -8,9 +8,16 @@ all of Core; each MCP request is answered for the page session its URL names.
   ``"type": "object"`` added only when absent; annotations as MCP ``ToolAnnotations``).
 - ``tools/call``: :meth:`CoreSession.call_tool`, the control API's path (deadlines,
   resume, exactly-once). See :func:`call_result` for the content.
+- ``notifications/progress``: for a ``tools/call`` whose ``_meta`` has a
+  ``progressToken``, each new ``tool.progress`` of its request (the latest, if the client
+  reads slower than the page reports), on the call's own response stream.
+- ``notifications/cancelled`` (or, at 2026-07-28, the client closing the call's stream):
+  the request is cancelled and the page gets ``tool.cancel``.
 - ``notifications/tools/list_changed``: sent on the client's standalone GET stream when
   the page's tool list changes, to every MCP session opened with the ``initialize``
-  handshake on that page's URL.
+  handshake on that page's URL; clients of the per-request protocol (2026-07-28) get it
+  on their ``subscriptions/listen`` streams (the SDK's :class:`ListenHandler`, one per
+  page).
 - Before the SDK sees a request: the admin token (401), the session (404), the Origin
   (the WebSocket's rule, 403).
 """
@@ -20,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+import weakref
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -32,7 +40,9 @@ from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
@@ -43,9 +53,16 @@ from ..tools import NAME_PATTERN
 from .bridge import origin_allowed
 from .control import ApiError, authorize, path_session
 from .log import log_event
-from .sessions import CoreSession, Registry, checked_call, refused_request
+from .sessions import CoreSession, Progress, Registry, checked_call, refused_request
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
+#: ``subscriptions/listen`` streams open at once on one page's URL
+MAX_LISTENS_PER_PAGE = 16
+#: events a listen stream holds for a client that does not read (each a level trigger:
+#: past it the stream is ended, and the client listens again and refetches)
+LISTEN_BACKLOG = 16
+# the key of a page's listen streams among its session's tool listeners
+_LISTEN_KEY = "mcp:subscriptions/listen"
 
 Context = ServerRequestContext[Any, Any]
 
@@ -117,13 +134,17 @@ class McpEndpoint:
         self.allowed_origins = allowed_origins
         self.server = _PageServer(
             "pedelec", version=__version__,
-            on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+            on_list_tools=self._list_tools, on_call_tool=self._call_tool,
+            on_subscriptions_listen=self._listen)
         self.server.add_notification_handler(
             "notifications/initialized", types.NotificationParams, self._initialized)
         # bodies over the frame limit get 413 (the page could not take their args)
         self.manager = StreamableHTTPSessionManager(
             self.server, max_request_body_size=registry.config.max_frame_bytes)
         self._notifying: set[asyncio.Task[None]] = set()
+        # each page's listen streams (gone with its session)
+        self._listens: weakref.WeakKeyDictionary[CoreSession, ListenHandler] = (
+            weakref.WeakKeyDictionary())
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
@@ -174,8 +195,34 @@ class McpEndpoint:
             checked = checked_call(params.name, args, session.registry.config.max_frame_bytes)
         except protocol.ProtocolError as exc:
             return call_result(refused_request(exc))
-        _, result, _ = await session.call_tool(params.name, args, checked=checked)
+        token = progress_token_from_params(ctx.params)
+        on_progress = None
+        if token is not None:
+            async def on_progress(update: Progress) -> None:
+                await ctx.session.send_notification(types.ProgressNotification(
+                    params=types.ProgressNotificationParams(
+                        progress_token=token, progress=update.progress, total=update.total,
+                        message=update.message)),
+                    related_request_id=ctx.request_id)  # on this call's stream
+
+        _, result, _ = await session.call_tool(params.name, args, checked=checked,
+                                               on_progress=on_progress)
         return call_result(result)
+
+    async def _listen(
+        self, ctx: Context, params: types.SubscriptionsListenRequestParams,
+    ) -> types.SubscriptionsListenResult:
+        """A ``subscriptions/listen`` stream of this page's tool list changes."""
+        session = self._session(ctx)
+        handler = self._listens.get(session)
+        if handler is None:
+            bus = InMemorySubscriptionBus()
+            handler = ListenHandler(bus, max_subscriptions=MAX_LISTENS_PER_PAGE,
+                                    max_buffered_events=LISTEN_BACKLOG)
+            self._listens[session] = handler
+            session.tool_listeners[_LISTEN_KEY] = lambda: self._spawn(
+                bus.publish(ToolsListChanged()))
+        return await handler(ctx, params)
 
     async def _initialized(self, ctx: Context, params: types.NotificationParams) -> None:
         session = self._session(ctx)
@@ -189,12 +236,12 @@ class McpEndpoint:
 
     def _listener(self, session: CoreSession, key: str,
                   peer: ServerSession) -> Callable[[], None]:
-        def tools_changed() -> None:
-            task = asyncio.create_task(self._notify(session, key, peer))
-            self._notifying.add(task)
-            task.add_done_callback(self._notifying.discard)
+        return lambda: self._spawn(self._notify(session, key, peer))
 
-        return tools_changed
+    def _spawn(self, notify: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(notify)
+        self._notifying.add(task)
+        task.add_done_callback(self._notifying.discard)
 
     async def _notify(self, session: CoreSession, key: str, peer: ServerSession) -> None:
         try:

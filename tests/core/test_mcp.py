@@ -18,10 +18,12 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-from corekit import TOKEN, WAIT, Core, Page, config, run, running_core
-from mcp import ClientSession, types
+from corekit import TOKEN, WAIT, Core, Page, config, run, running_core, until
+from mcp import Client, ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ToolsListChanged
+from test_progress import next_of, page_with, progress, result
 
 from pedelec_pyodide import Session, ToolError, define_tool
 
@@ -274,7 +276,8 @@ def test_clients_of_the_per_request_protocol_list_and_call_too() -> None:
                 discovered = await client.discover()  # no handshake, no Mcp-Session-Id
                 assert client.protocol_version == "2026-07-28"
                 assert discovered.capabilities.tools is not None
-                assert discovered.capabilities.tools.list_changed is False
+                # delivered on subscriptions/listen streams
+                assert discovered.capabilities.tools.list_changed is True
                 assert len((await client.list_tools()).tools) == 4
                 result = await client.call_tool("update_counter", {"delta": 2})
                 assert result.structured_content == {"value": 2}
@@ -367,5 +370,112 @@ def test_args_no_page_can_read_are_invalid_args_before_anything_is_stored(
             assert "STORE_FAILED" not in text
             assert core.registry.store.problem is None
             assert page.frames("tool.request") == []
+
+    run(main())
+
+
+# --- long-running tools: progress, cancellation; listen streams (2026-07-28) -----------------
+
+
+@contextlib.asynccontextmanager
+async def modern_client(url: str) -> AsyncIterator[Client]:
+    """The SDK's default ``Client``: the per-request protocol (2026-07-28), no handshake."""
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
+                              timeout=httpx2.Timeout(WAIT, read=WAIT * 3))
+    async with http, Client(streamable_http_client(url, http_client=http),
+                            read_timeout_seconds=WAIT) as client:
+        yield client
+
+
+@pytest.mark.parametrize("era", ["handshake", "2026-07-28"])
+def test_progress_of_the_pages_handler_reaches_the_clients_progress_callback(era: str) -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            raw, welcome = await page_with(core)
+            url = mcp_url(core, welcome["sessionId"])
+            updates: list[tuple[float, float | None, str | None]] = []
+
+            async def on_progress(value: float, total: float | None,
+                                  message: str | None) -> None:
+                updates.append((value, total, message))
+
+            async with contextlib.AsyncExitStack() as stack:
+                if era == "handshake":
+                    client: Any = await stack.enter_async_context(mcp_client(url))
+                else:
+                    client = await stack.enter_async_context(modern_client(url))
+                    assert client.session.protocol_version == "2026-07-28"
+                call = asyncio.create_task(
+                    client.call_tool("slow", {}, progress_callback=on_progress))
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                await progress(raw, rid, 1, total=4, message="a quarter")
+                await until(lambda: len(updates) == 1, "the first progress notification")
+                await progress(raw, rid, 3, total=4)
+                await progress(raw, rid, 4, total=4)
+                await result(raw, rid, {"done": True})
+                answer = await asyncio.wait_for(call, WAIT)
+                assert answer.structured_content == {"done": True}
+                assert updates[0] == (1, 4, "a quarter")
+                assert updates[-1] == (4, 4, None)  # the last one, before the result
+                assert [value for value, _, _ in updates] in ([1, 3, 4], [1, 4])
+
+    run(main())
+
+
+@pytest.mark.parametrize("era", ["handshake", "2026-07-28"])
+def test_a_call_the_client_cancels_sends_tool_cancel_to_the_page(era: str) -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            raw, welcome = await page_with(core)
+            sid = welcome["sessionId"]
+            url = mcp_url(core, sid)
+            async with contextlib.AsyncExitStack() as stack:
+                if era == "handshake":
+                    client: Any = await stack.enter_async_context(mcp_client(url))
+                else:
+                    client = await stack.enter_async_context(modern_client(url))
+                call = asyncio.create_task(client.call_tool("slow", {}))
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                call.cancel()  # notifications/cancelled, or the call's stream closed
+                cancel = await next_of(raw, "tool.cancel")
+                assert cancel["toolRequestId"] == rid
+                await until(lambda: core.registry.get(sid).pending == {}, "the cancel")
+                assert core.registry.get(sid).callers.result(rid).result["error"]["code"] \
+                    == "TOOL_CANCELLED"
+
+    run(main())
+
+
+def test_clients_of_the_per_request_protocol_hear_of_new_tools_by_listening() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(page_session()).connect(core.ws_url)
+            url = mcp_url(core, page.session.session_id or "")
+            async with modern_client(url) as client:
+                capabilities = client.session.server_capabilities  # from server/discover
+                assert capabilities is not None and capabilities.tools is not None
+                assert capabilities.tools.list_changed is True
+                assert len((await client.list_tools()).tools) == 4
+                async with client.listen(tools_list_changed=True) as changes:
+                    assert changes.honored.tools_list_changed is True
+                    dispose = page.session.add_tool(define_tool(
+                        name="greet", description="Says hello.",
+                        args_schema={"type": "object"}, handler=lambda: "hello"))
+                    event = await asyncio.wait_for(changes.__anext__(), WAIT)
+                    assert isinstance(event, ToolsListChanged)
+                    names = [t.name for t in (await client.list_tools()).tools]
+                    assert names[-1] == "greet"
+                    dispose()
+                    event = await asyncio.wait_for(changes.__anext__(), WAIT)
+                    assert "greet" not in [t.name for t in (await client.list_tools()).tools]
+            # another page's changes are not this page's
+            other = await Page(page_session()).connect(core.ws_url)
+            async with modern_client(url) as client, \
+                    client.listen(tools_list_changed=True) as changes:
+                other.session.add_tool(define_tool(
+                    name="elsewhere", description="Elsewhere.",
+                    args_schema={"type": "object"}, handler=lambda: None))
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(changes.__anext__(), 0.3)
 
     run(main())
