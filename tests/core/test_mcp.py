@@ -479,3 +479,58 @@ def test_clients_of_the_per_request_protocol_hear_of_new_tools_by_listening() ->
                     await asyncio.wait_for(changes.__anext__(), 0.3)
 
     run(main())
+
+
+TS_CLIENT = Path(__file__).resolve().parent / "mcp_ts_client.mjs"
+
+
+@contextlib.asynccontextmanager
+async def ts_client(url: str, *args: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The official TypeScript SDK's client (tests/core/mcp_ts_client.mjs), stopped after."""
+    child = await asyncio.create_subprocess_exec(
+        "node", str(TS_CLIENT), url, TOKEN, *args, stdout=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.PIPE, cwd=TS_CLIENT.parents[2])
+    try:
+        yield child
+        assert child.stdin is not None
+        child.stdin.close()  # the client closes; then it ends
+        assert await asyncio.wait_for(child.wait(), WAIT) == 0
+    finally:
+        if child.returncode is None:
+            child.kill()
+        await asyncio.wait_for(child.wait(), WAIT)
+
+
+async def line_of(child: asyncio.subprocess.Process) -> dict[str, Any]:
+    assert child.stdout is not None
+    line = await asyncio.wait_for(child.stdout.readline(), WAIT * 2)
+    assert line, "the TypeScript client ended early"
+    data: dict[str, Any] = json.loads(line)
+    return data
+
+
+def test_progress_reaches_the_typescript_sdks_onprogress_and_its_abort_cancels() -> None:
+    async def main() -> None:
+        async with running_core() as core:
+            raw, welcome = await page_with(core)
+            url = mcp_url(core, welcome["sessionId"])
+            async with ts_client(url, "slow") as child:
+                assert await line_of(child) == {"called": True}
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                await progress(raw, rid, 1, total=2, message="half")
+                first = (await line_of(child))["progress"]
+                assert first == {"progress": 1, "total": 2, "message": "half"}
+                await progress(raw, rid, 2, total=2)
+                assert (await line_of(child))["progress"] == {"progress": 2, "total": 2}
+                await result(raw, rid, {"done": True})
+                assert (await line_of(child))["result"]["structuredContent"] == {"done": True}
+            async with ts_client(url, "slow", "cancel") as child:
+                assert await line_of(child) == {"called": True}
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                await progress(raw, rid, 1)
+                assert "progress" in await line_of(child)
+                assert "aborted" in await line_of(child)
+                cancel = await next_of(raw, "tool.cancel")  # notifications/cancelled
+                assert cancel["toolRequestId"] == rid
+
+    run(main())
