@@ -31,8 +31,9 @@ from typing import Any
 
 import pytest
 from corekit import Page as PageAdapter
-from corekit import config, running_core
+from corekit import RawClient, config, running_core, tool_meta
 from test_offline_agent import DEMO_TOOLS, FakeTurn
+from test_progress import next_of
 
 from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.agent import StepLimitExceeded, ToolCallRequest
@@ -471,3 +472,45 @@ def test_a_turn_through_core_with_the_openai_adapter(monkeypatch: pytest.MonkeyP
         asyncio.run(asyncio.wait_for(main(server), 30))
     tools = server.requests[0]["body"]["tools"]
     assert [tool["function"]["name"] for tool in tools] == ["update_counter"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_call_awaiting_approval_outlives_its_deadline_and_a_denial_reaches_the_model(
+        provider: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through Core: the page asks the user to approve (``tool.waiting``, reason
+    ``approval``) for longer than the tool's deadline; the turn waits, and the user's
+    denial (``TOOL_DENIED``) is fed back to the model as any error result is."""
+    denied = {"error": {"code": "TOOL_DENIED", "message": "the user denied this call",
+                        "retryable": False, "details": {"reason": "not now"}}}
+
+    async def main() -> None:
+        cfg = config(agent=f"{provider}:test-model", agent_factory=None, tool_timeout_ms=300)
+        async with running_core(cfg) as core:
+            page = await RawClient.open(core.ws_url)
+            welcome = await page.hello([tool_meta("delete_note")])
+            turn = asyncio.create_task(core.turn(welcome["sessionId"], "Delete note 7"))
+            request = await next_of(page, "tool.request")
+            assert (request["tool"], request["args"]) == ("delete_note", {"id": 7})
+            rid = request["toolRequestId"]
+            await page.send({"type": "tool.waiting", "toolRequestId": rid, "waiting": True,
+                             "reason": "approval"})
+            await asyncio.sleep(0.9)  # three deadlines: the user takes their time
+            assert not turn.done()
+            await page.send({"type": "tool.waiting", "toolRequestId": rid,
+                             "waiting": False})
+            await page.send({"type": "tool.result", "toolRequestId": rid, "result": denied,
+                             "handledBy": "named"})
+            answer = (await asyncio.wait_for(turn, 20)).json()
+            assert answer["status"] == "completed", answer
+            assert answer["text"] == "I did not delete note 7: you declined."
+            (call,) = answer["toolCalls"]
+            assert call["result"] == denied
+
+    with stand_in(provider, "tool_denied") as server:
+        prefix = provider.upper()
+        monkeypatch.setenv(f"{prefix}_BASE_URL", server.base_url)
+        monkeypatch.setenv(f"{prefix}_API_KEY", KEY)
+        asyncio.run(asyncio.wait_for(main(), 30))
+    ((_, result, is_error),) = results_sent(server, 1)
+    assert result == denied
+    assert is_error == (provider == "anthropic")  # OpenAI has no flag: the JSON says it
