@@ -406,3 +406,29 @@ def test_a_slow_event_stream_reader_gets_the_latest_progress_not_a_backlog() -> 
             assert len(updates) < count / 2  # most were replaced by later ones, unsent
 
     run(main())
+
+
+# --- turns ----------------------------------------------------------------------------------
+
+
+def test_the_offline_agents_turn_waits_for_the_user_and_reports_a_denial() -> None:
+    """A turn of the offline agent (Core's default) calls a tool the page asks the user to
+    approve for longer than its deadline: the turn waits; the denial is its reply."""
+    async def main() -> None:
+        cfg = config(agent="offline", agent_factory=None, tool_timeout_ms=300)
+        async with running_core(cfg) as core:
+            client, welcome = await page_with(core, "delete_note")
+            turn = asyncio.create_task(core.turn(welcome["sessionId"],
+                                                 '/call delete_note {"id": 7}'))
+            rid = (await next_of(client, "tool.request"))["toolRequestId"]
+            await waiting(client, rid, True, reason="approval")
+            await asyncio.sleep(0.9)  # three deadlines
+            assert not turn.done()
+            await result(client, rid, {"error": {
+                "code": "TOOL_DENIED", "message": "the user denied this call",
+                "retryable": False, "details": {"reason": "not now"}}})
+            answer = (await asyncio.wait_for(turn, WAIT)).json()
+            assert answer["status"] == "completed"
+            assert answer["text"] == "delete_note → error TOOL_DENIED: the user denied this call"
+
+    run(main())
