@@ -696,6 +696,39 @@ async def attack_bad_frames(ctx: Context) -> None:
     await ws.close()
 
 
+async def attack_progress(ctx: Context) -> None:
+    """A page runs a turn that calls its own tool, then sends ``tool.progress`` for the
+    request, each frame carrying a ~1 MiB message, without reading; then it answers."""
+    scale = ctx.scale
+    ws = await connect(ctx.core.ws_url, max_queue=1)
+    tool = {"name": "slow", "description": "works a while", "argsSchema": {"type": "object"}}
+    answer = await hello(ws, [tool], scale.cap)
+    ctx.notes.append(f"hello -> {answer.get('code') or answer['type']}")
+    if answer["type"] != "welcome":
+        return
+    await ws.send(json.dumps({"type": "turn.start", "turnId": "p", "text": "/call slow {}"}))
+    request = (await read_until(ws, scale.cap, lambda f: f["type"] == "tool.request"))[-1]
+    rid = request["toolRequestId"]
+    message = "m" * FRAME_ROOM
+    sent = 0
+    with contextlib.suppress(websockets.ConnectionClosed):
+        for i in range(scale.bad_frames):
+            await asyncio.wait_for(ws.send(json.dumps({
+                "type": "tool.progress", "toolRequestId": rid, "progress": i + 1,
+                "total": scale.bad_frames, "message": message})), scale.cap)
+            sent += 1
+            if i % 20 == 0:
+                ctx.mark_rss()
+        await asyncio.sleep(0.5)
+        ctx.mark_rss()
+        await ws.send(json.dumps({"type": "tool.result", "toolRequestId": rid,
+                                  "result": "done", "handledBy": "named"}))
+        end = (await read_until(ws, scale.cap, ends_turn("p")))[-1]
+        ctx.notes.append(f"{sent} progress frames of ~1 MiB; turn -> "
+                         f"{end.get('status') or end.get('code')}")
+    await ws.close()
+
+
 async def attack_turn_args(ctx: Context) -> None:
     """Turns of one ``/call`` line with ~1 MiB of args each, the page echoing them back."""
     scale = ctx.scale
@@ -779,6 +812,8 @@ ATTACKS = [
            rss_kind="bad_frames"),
     Attack("turn_args", "turns with ~1 MiB of /call args", attack_turn_args,
            rss_kind="turn_args"),
+    Attack("progress", "tool.progress frames with ~1 MiB messages, nothing read",
+           attack_progress, rss_kind="bad_frames"),
     Attack("call_problems", "a /call message of ~340,000 bad lines (a reply per line?)",
            attack_call_problems, rss_kind="turn_args"),
     Attack("surrogates", "lone surrogates in /call lines, SQLite store", attack_surrogates,
