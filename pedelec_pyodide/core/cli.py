@@ -71,6 +71,13 @@ def _tool_timeout(value: str) -> tuple[str, int]:
     return name, _deadline(ms)
 
 
+def _at_least_one(value: str) -> float:
+    number = float(_positive(float)(value))
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
+    return number
+
+
 def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
     expected = "a whole number" if kind is int else "a number"
 
@@ -141,6 +148,11 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         help="deadline of a tool request in milliseconds (default: 30000)")
     parser.add_argument("--tool-timeouts", type=_tool_timeout, action="append", default=[],
                         metavar="TOOL=MS", help="deadline for one tool; repeatable")
+    parser.add_argument("--max-total-factor", type=_at_least_one,
+                        default=CoreConfig.max_total_factor, metavar="N",
+                        help="how far a tool's progress may keep it running past its "
+                        "deadline, in multiples of the deadline, unless the caller sets "
+                        f"maxTotalMs (default: {CoreConfig.max_total_factor:g})")
     parser.add_argument("--user-wait-limit", type=_positive(float),
                         default=CoreConfig.user_wait_limit, metavar="SECONDS",
                         help="how long a request may wait for the user (an approval, a "
@@ -235,7 +247,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         max_frame_bytes=args.max_frame_bytes,
         rate_limit=args.rate_limit, rate_burst=args.rate_burst,
         tool_timeout_ms=args.tool_timeout, tool_timeouts_ms=dict(args.tool_timeouts),
-        user_wait_limit=args.user_wait_limit,
+        user_wait_limit=args.user_wait_limit, max_total_factor=args.max_total_factor,
         max_steps=args.max_steps, session_ttl=args.session_ttl,
         kept_results=args.kept_results, result_retention=args.result_retention,
         max_sessions=args.max_sessions, max_metadata_bytes=args.max_metadata_bytes,

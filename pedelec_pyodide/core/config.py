@@ -38,11 +38,6 @@ def default_web_dir() -> Path | None:
 MAX_TIMEOUT_MS = 24 * 60 * 60 * 1000
 
 
-#: a request's progress may push its deadline up to this many times its timeout, unless
-#: its caller sets ``maxTotalMs``
-MAX_TOTAL_FACTOR = 10
-
-
 def is_timeout_ms(value: object) -> bool:
     """A deadline Core takes: whole milliseconds, 1 to ``MAX_TIMEOUT_MS``."""
     return (isinstance(value, int) and not isinstance(value, bool)
@@ -86,6 +81,9 @@ class CoreConfig:
     #: a tool request's deadline unless the call or ``tool_timeouts_ms`` says otherwise
     tool_timeout_ms: int = 30_000
     tool_timeouts_ms: dict[str, int] = field(default_factory=dict)
+    #: how far, in multiples of its timeout, a request's progress may push its deadline
+    #: unless its caller sets ``maxTotalMs`` (``--max-total-factor``)
+    max_total_factor: float = 10.0
     #: how long a request may wait for the user (``tool.waiting``) with its deadline
     #: paused, in seconds (``--user-wait-limit``)
     user_wait_limit: float = 600.0
@@ -122,5 +120,5 @@ class CoreConfig:
     def max_total_for(self, timeout: float, max_total_ms: int | None = None) -> float:
         """How long, in seconds, progress may keep a request of ``timeout`` seconds going."""
         if max_total_ms is None:
-            return timeout * MAX_TOTAL_FACTOR
+            return timeout * self.max_total_factor
         return max_total_ms / 1000.0

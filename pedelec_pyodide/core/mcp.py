@@ -199,11 +199,13 @@ class McpEndpoint:
         on_progress = None
         if token is not None:
             async def on_progress(update: Progress) -> None:
-                await ctx.session.send_notification(types.ProgressNotification(
-                    params=types.ProgressNotificationParams(
-                        progress_token=token, progress=update.progress, total=update.total,
-                        message=update.message)),
-                    related_request_id=ctx.request_id)  # on this call's stream
+                # a stream gone without a cancel: the call still waits for its result
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await ctx.session.send_notification(types.ProgressNotification(
+                        params=types.ProgressNotificationParams(
+                            progress_token=token, progress=update.progress,
+                            total=update.total, message=update.message)),
+                        related_request_id=ctx.request_id)  # on this call's stream
 
         _, result, _ = await session.call_tool(params.name, args, checked=checked,
                                                on_progress=on_progress)

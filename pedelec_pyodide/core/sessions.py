@@ -451,7 +451,7 @@ class CoreSession:
         """Register a request (not sent yet: flush the store, then :meth:`send_request`).
         ``checked``: its id and frame, from :func:`checked_request_frame` already.
         ``max_total_ms``: how far progress may push its deadline (default
-        ``MAX_TOTAL_FACTOR`` times the timeout)."""
+        ``--max-total-factor`` times the timeout)."""
         config = self.registry.config
         timeout = config.timeout_for(tool, timeout_ms)
         now = time.time()
@@ -514,7 +514,7 @@ class CoreSession:
             # Only this caller awaits the future, so no shield (a loop step per call): if
             # the caller is cancelled, so is the future, and _resolve leaves it be.
             result, handled_by = await pending.future
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled, or its on_progress failed: nobody waits for it
             self.cancel_request(pending, "the caller went away")
             raise
         return pending.id, result, handled_by

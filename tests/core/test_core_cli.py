@@ -76,6 +76,8 @@ def test_help_explains_every_option() -> None:
     ["--result-retention", "-5"],
     ["--max-sessions", "0"], ["--max-metadata-bytes", "1.5"], ["--max-queued-bytes", "-1"],
     ["--max-pending", "many"], ["--max-history-bytes", "0"],
+    ["--user-wait-limit", "0"], ["--user-wait-limit", "nan"], ["--max-total-factor", "0.5"],
+    ["--max-total-factor", "inf"],
 ])
 def test_out_of_range_options_are_refused_with_a_message(
         option: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,6 +109,14 @@ def test_the_memory_bounds_reach_the_config() -> None:
         "--session-ttl", "9"]))
     assert (cfg.max_sessions, cfg.max_metadata_bytes, cfg.max_queued_bytes, cfg.max_pending,
             cfg.max_history_bytes, cfg.session_ttl) == (3, 4096, 65536, 5, 2048, 9.0)
+
+
+def test_the_long_running_tool_limits_reach_the_config() -> None:
+    cfg, _ = config_from_args(build_parser().parse_args([
+        "serve", "--user-wait-limit", "90", "--max-total-factor", "3"]))
+    assert (cfg.user_wait_limit, cfg.max_total_factor) == (90.0, 3.0)
+    default, _ = config_from_args(build_parser().parse_args(["serve"]))
+    assert (default.user_wait_limit, default.max_total_factor) == (600.0, 10.0)
 
 
 def test_a_store_that_is_not_sqlite_is_a_clear_error(tmp_path: Path) -> None:

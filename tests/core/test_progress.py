@@ -130,6 +130,26 @@ def test_progress_keeps_a_request_alive_up_to_max_total_ms() -> None:
     run(main())
 
 
+def test_the_default_total_is_max_total_factor_times_the_timeout() -> None:
+    async def main() -> None:
+        async with running_core(config(max_total_factor=2.0)) as core:
+            client, welcome = await page_with(core)
+            sid = welcome["sessionId"]
+            started = time.monotonic()
+            call = asyncio.create_task(core.tool_call(sid, "slow", timeoutMs=500))
+            rid = (await next_of(client, "tool.request"))["toolRequestId"]
+            step = 0
+            while not call.done() and time.monotonic() - started < WAIT:
+                step += 1
+                await progress(client, rid, step)
+                await asyncio.sleep(0.05)
+            elapsed = time.monotonic() - started
+            assert call.result().json()["result"]["error"]["code"] == "TOOL_TIMEOUT"
+            assert 0.95 <= elapsed < 4.0  # 2 x 0.5 s, not the default 10 x (5 s)
+
+    run(main())
+
+
 def test_max_total_ms_is_checked() -> None:
     async def main() -> None:
         async with running_core() as core:
