@@ -14,6 +14,7 @@ the session disconnected longest), metadata as JSON text of at most ``max_metada
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hmac
 import json
@@ -197,7 +198,12 @@ class PendingRequest:
                 return
             watcher = asyncio.get_running_loop().create_future()
             self.watchers.append(watcher)
-            await watcher
+            try:
+                await watcher
+            finally:
+                if watcher.cancelled():  # its caller left: it holds no place in the list
+                    with contextlib.suppress(ValueError):
+                        self.watchers.remove(watcher)
 
     def message(self) -> protocol.ToolRequest:
         record = self.record

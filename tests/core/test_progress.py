@@ -364,6 +364,8 @@ def test_an_event_stream_caller_that_hangs_up_cancels_unless_it_gave_a_key() -> 
             await http_handlers_done(core, baseline)
             [rid] = sent
             assert rid in core.registry.get(sid).pending
+            # the caller that left keeps no place among the request's watchers
+            assert core.registry.get(sid).pending[rid].watchers == []
             events.clear()
             events.clear()
             retry = asyncio.create_task(call(keyed))
