@@ -137,13 +137,17 @@ class TurnRecord:
 # page that re-sends the ``turn.start`` of a turn whose ``turn.end`` it never got (lost
 # with a dropped connection or a killed Core) gets that end again, not a second run.
 RECENT_TURNS = 8
+#: seconds between two prunings of old turns (Core calls ``prune_turns``)
+PRUNE_SECONDS = 60.0
+# the key a pruning's failure is kept under
+PRUNE_KEY = "prune"
 
 
 @dataclass
 class Snapshot:
     """What a store holds at start: sessions, their open requests (and the kept results
-    of requests made outside turns), unfinished turns, each session's latest ended ones
-    and those started with an idempotency key, and the keys."""
+    of requests made outside turns), their turns (old ones leave by ``prune_turns``) and
+    the idempotency keys."""
 
     sessions: list[SessionRecord] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
@@ -175,6 +179,10 @@ class Store(Protocol):
     def delete_key(self, key_hash: str) -> None: ...
 
     def mark_end_delivered(self, session_id: str, turn_id: str) -> None: ...
+
+    def prune_turns(self, keep: int = RECENT_TURNS) -> None:
+        """Delete each session's ended turns past its ``keep`` latest, but none that is
+        running, whose end the page has not had, or that an idempotency key names."""
 
     async def flush(self, *keys: str, timeout: float | None = None) -> None: ...
 
@@ -212,6 +220,9 @@ class MemoryStore:
         pass
 
     def mark_end_delivered(self, session_id: str, turn_id: str) -> None:
+        pass
+
+    def prune_turns(self, keep: int = RECENT_TURNS) -> None:
         pass
 
     async def flush(self, *keys: str, timeout: float | None = None) -> None:
@@ -269,6 +280,13 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
 CREATE INDEX IF NOT EXISTS idempotency_keys_session ON idempotency_keys (session_id);
 """
 
+
+_PRUNE_TURNS = (
+    "DELETE FROM turns WHERE status != 'running' AND end_delivered = 1"
+    " AND rowid NOT IN (SELECT rowid FROM (SELECT rowid, row_number() OVER"
+    " (PARTITION BY session_id ORDER BY created_at DESC) AS n FROM turns) WHERE n <= ?)"
+    " AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.session_id = turns.session_id"
+    f" AND k.kind = '{TURN}' AND k.target_id = turns.id)")
 
 # A queued write: its key, its SQL and its parameters (already serialised and checked).
 _Op = tuple[str, str, tuple[Any, ...]]
@@ -410,13 +428,7 @@ class SQLiteStore:
                 _request, known)
             snapshot.turns = _rows(
                 db, "turns", "SELECT rowid, id, session_id, text, status, final_text, error,"
-                " tool_calls, end_delivered, created_at, usage FROM turns"
-                " WHERE status = 'running' OR end_delivered = 0 OR id IN (SELECT t.id"
-                " FROM turns t WHERE t.session_id = turns.session_id"
-                f" ORDER BY t.created_at DESC LIMIT {RECENT_TURNS})"
-                " OR id IN (SELECT k.target_id FROM idempotency_keys k"
-                f" WHERE k.session_id = turns.session_id AND k.kind = '{TURN}')"
-                " ORDER BY created_at",
+                " tool_calls, end_delivered, created_at, usage FROM turns ORDER BY created_at",
                 _turn, known, set())
             snapshot.keys = _rows(
                 db, "idempotency_keys", "SELECT rowid, key_hash, session_id, kind, fingerprint,"
@@ -476,6 +488,9 @@ class SQLiteStore:
         self._submit(turn_key(session_id, turn_id),
                      "UPDATE turns SET end_delivered = 1 WHERE session_id = ? AND id = ?",
                      lambda: (session_id, turn_id))
+
+    def prune_turns(self, keep: int = RECENT_TURNS) -> None:
+        self._submit(PRUNE_KEY, _PRUNE_TURNS, lambda: (keep,))
 
     async def flush(self, *keys: str, timeout: float | None = None) -> None:
         """Wait until every write queued so far is committed, at most ``timeout`` seconds

@@ -1,28 +1,21 @@
-"""The SQLite store keeps what a restart needs, turns' token usage included."""
+"""What only the SQLite store does: migrating files written by older Cores; and Core
+pruning old turns from its store (the store contract itself: test_store_contract.py)."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import sqlite3
 from pathlib import Path
 
-from pedelec_pyodide.core.store import SessionRecord, SQLiteStore, TurnRecord, hash_token
+from corekit import config, run, running_core
 
-
-def test_an_undelivered_turn_end_keeps_its_usage(tmp_path: Path) -> None:
-    path = tmp_path / "core.sqlite"
-
-    async def write() -> None:
-        store = SQLiteStore(path)
-        store.save_session(SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0))
-        store.save_turn(TurnRecord("t1", "s1", "hi", "completed", "done", None, [], False, 1.0,
-                                   {"input_tokens": 7, "output_tokens": 3}))
-        await store.close()
-
-    asyncio.run(write())
-    (turn,) = SQLiteStore(path).load().turns
-    assert (turn.id, turn.final_text, turn.usage) == ("t1", "done",
-                                                      {"input_tokens": 7, "output_tokens": 3})
+from pedelec_pyodide.core.store import (
+    RECENT_TURNS,
+    SessionRecord,
+    SQLiteStore,
+    TurnRecord,
+    hash_token,
+)
 
 
 def test_a_database_from_before_usage_gains_the_column(tmp_path: Path) -> None:
@@ -40,3 +33,24 @@ def test_a_database_from_before_usage_gains_the_column(tmp_path: Path) -> None:
     db.close()
     (turn,) = SQLiteStore(path).load().turns
     assert turn.usage == {}
+
+
+def test_core_prunes_old_turns_from_its_store(tmp_path: Path) -> None:
+    """Turns that ended long ago, in a session that lives on: Core prunes them (at start,
+    then every PRUNE_SECONDS), down to the latest RECENT_TURNS."""
+    path = tmp_path / "core.sqlite"
+
+    async def main() -> None:
+        store = SQLiteStore(path)
+        store.save_session(SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0))
+        for n in range(RECENT_TURNS + 5):
+            store.save_turn(TurnRecord(f"t{n}", "s1", "hi", "completed", "ok",
+                                       end_delivered=True, created_at=float(n)))
+        await store.close()
+        async with running_core(config(store=str(path))) as core:
+            await core.registry.store.flush()
+            with contextlib.closing(sqlite3.connect(path)) as db:
+                count = db.execute("SELECT count(*) FROM turns").fetchone()[0]
+            assert count == RECENT_TURNS
+
+    run(main())

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import os
 import re
 import secrets
@@ -55,35 +54,6 @@ def wrong(token: str) -> str:
 
 
 # --- a write that fails fails alone ---------------------------------------------------------
-
-
-def test_a_value_that_cannot_be_stored_fails_its_own_write_not_the_writer(
-        tmp_path: Path) -> None:
-    """A lone surrogate (the issue's chat line), an object JSON cannot hold and NaN: each
-    fails the flush that names its request, at once and once; the writer goes on, the
-    store is not "degraded" by a caller's value, and the good writes are on disk."""
-    path = tmp_path / "core.sqlite"
-
-    async def main() -> None:
-        store = SQLiteStore(path)
-        store.save_session(SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0))
-        store.save_request(request("surrogate", {"delta": "\ud800"}))
-        store.save_request(request("object", {"when": object()}))
-        store.save_request(request("nan", {"x": math.nan}))
-        store.save_request(request("good", {"n": 1}))
-        await store.flush("s1", "good")
-        for key, words in (("surrogate", "surrogates not allowed"),
-                           ("object", "not JSON serializable"), ("nan", "Out of range float")):
-            with pytest.raises(StoreError, match=words):
-                await store.flush(key)
-            await store.flush(key)  # reported to the flush that asked, once
-        assert store.problem is None
-        store.save_request(request("after", {"n": 2}))
-        await store.flush("after")
-        await store.close()
-
-    run(main())
-    assert [r.id for r in SQLiteStore(path).load().requests] == ["good", "after"]
 
 
 def test_a_write_sqlite_refuses_fails_alone_and_the_rest_of_its_batch_commits(
