@@ -192,13 +192,13 @@ def create_app(config: CoreConfig) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        snapshot = await asyncio.to_thread(store.load)
+        snapshot = await store.load()
         registry.restore(snapshot)
         pruning = asyncio.create_task(_prune_turns(store))
         provisioning: asyncio.Task[None] | None = None
         if config.pyodide_dir is None and config.provision:
             provisioning = asyncio.create_task(_provision(pyodide))
-        log_event("core.started", host=config.host, port=config.port, store=config.store)
+        log_event("core.started", host=config.host, port=config.port, store=store.label)
         try:
             yield
         finally:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from pedelec_pyodide.core.store import MemoryStore, Snapshot, SQLiteStore, Store
@@ -17,7 +17,13 @@ DURABLE = ["sqlite"]
 
 
 async def loaded(store: Store) -> Snapshot:
-    return await asyncio.to_thread(store.load)
+    return await store.load()
+
+
+async def read_only(store: SQLiteStore, on: bool) -> None:
+    """The store's connection refuses writes (``PRAGMA query_only``), or takes them again;
+    on its own thread, between two of the writer's transactions."""
+    await store._worker.call(store._db.execute, f"PRAGMA query_only = {'ON' if on else 'OFF'}")
 
 
 class Backend:
@@ -36,10 +42,11 @@ class Backend:
         """The store takes no write until the block ends (another process holds it)."""
         raise NotImplementedError
 
-    @contextlib.contextmanager
-    def refusing(self, store: Store) -> Iterator[None]:
+    @contextlib.asynccontextmanager
+    async def refusing(self, store: Store) -> AsyncIterator[None]:
         """The store answers every write of ``store`` with an error until the block ends."""
         raise NotImplementedError
+        yield
 
     def damage_request(self, request_id: str) -> None:
         """Spoil a stored request's row behind Core's back (the store is closed)."""
@@ -70,17 +77,28 @@ class SQLiteBackend(Backend):
             holder.execute("ROLLBACK")
             holder.close()
 
-    @contextlib.contextmanager
-    def refusing(self, store: Store) -> Iterator[None]:
+    @contextlib.asynccontextmanager
+    async def refusing(self, store: Store) -> AsyncIterator[None]:
         assert isinstance(store, SQLiteStore)
-        # in the writer's own order, as if the file had turned read-only
-        store._submit("test", "PRAGMA query_only = ON", tuple)
+        await read_only(store, True)  # as if the file had turned read-only
         try:
             yield
         finally:
-            store._submit("test", "PRAGMA query_only = OFF", tuple)
+            await read_only(store, False)
 
     def damage_request(self, request_id: str) -> None:
         with contextlib.closing(sqlite3.connect(self.path)) as db:
             db.execute("UPDATE requests SET args = '{' WHERE id = ?", (request_id,))
             db.commit()
+
+
+def load_file(path: Path) -> Snapshot:
+    """What a Core started on the SQLite file ``path`` would load."""
+    async def main() -> Snapshot:
+        store = SQLiteStore(path)
+        try:
+            return await store.load()
+        finally:
+            await store.close()
+
+    return asyncio.run(main())

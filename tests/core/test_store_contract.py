@@ -106,7 +106,7 @@ def test_saves_never_raise_and_a_flush_returns(backend: Backend) -> None:
         store = backend.open()
         await store_all(store, session("s1"), request("r1"), turn("t1"))
         store.mark_end_delivered("s1", "t1")
-        store.delete_request("r1")
+        store.delete_request("s1", "r1")
         store.delete_session("s1")
         store.prune_turns(RECENT_TURNS)
         await store.flush("s1", "r1")
@@ -208,8 +208,8 @@ def test_a_record_saved_again_replaces_it_and_deletes_delete(durable: Backend) -
                         key("a", "s1", "r1", "tool-call"), key("b", "s1", "r2", "tool-call"),
                         turn("t1", end_delivered=False))
         store.save_session(session("s1", history='[{"again":1}]'))
-        store.delete_request("r1")
-        store.delete_key(key("a", "s1", "r1").key_hash)
+        store.delete_request("s1", "r1")
+        store.delete_key("s1", key("a", "s1", "r1").key_hash)
         store.mark_end_delivered("s1", "t1")
         store.mark_end_delivered("s1", "never-saved")  # changes nothing, creates nothing
         snapshot = await restarted(durable, store)
@@ -356,7 +356,7 @@ def test_a_write_the_store_refuses_is_reported_and_the_writer_goes_on(
     async def main() -> None:
         store = durable.open()
         await store_all(store, session("s1"))
-        with durable.refusing(store):
+        async with durable.refusing(store):
             store.save_request(request("refused"))
             started = time.monotonic()
             with pytest.raises(StoreError, match=durable.refusal):
