@@ -39,7 +39,7 @@ from .public import (
     store_files,
 )
 from .sessions import SHUTDOWN_SECONDS, Registry
-from .store import PRUNE_SECONDS, RECENT_TURNS, Store, open_store
+from .store import PRUNE_SECONDS, RECENT_TURNS, Store, check_reachable, open_store
 
 for _suffix, _type in ((".mjs", "text/javascript"), (".js", "text/javascript"),
                        (".wasm", "application/wasm"), (".whl", "application/zip"),
@@ -298,6 +298,7 @@ def run(config: CoreConfig, announce: Callable[[str], None] = print) -> None:
         raise
     config.port = sock.getsockname()[1]
     app = create_app(config)
+    asyncio.run(check_reachable(config.store, config.store_timeout))
     shown = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
     if ":" in shown:
         shown = "[::1]" if shown == "::" else f"[{shown}]"

@@ -19,7 +19,16 @@ from typing import Any
 
 import pytest
 from corekit import run
-from storekit import BACKENDS, DURABLE, Backend, MemoryBackend, SQLiteBackend, loaded
+from storekit import (
+    BACKENDS,
+    DURABLE,
+    Backend,
+    MemoryBackend,
+    RedisBackend,
+    RedisServer,
+    SQLiteBackend,
+    loaded,
+)
 
 from pedelec_pyodide.core.store import (
     RECENT_TURNS,
@@ -61,6 +70,11 @@ def memory() -> Backend:
 @pytest.fixture
 def sqlite(tmp_path: Path) -> Backend:
     return SQLiteBackend(tmp_path / "core.sqlite")
+
+
+@pytest.fixture
+def redis_backend(redis_server: RedisServer) -> Backend:
+    return RedisBackend(redis_server)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -51,7 +51,8 @@ __all__ = [
     "STORE_UNAVAILABLE", "TOOL_CALL", "TURN", "FlushTimeout", "IdempotencyRecord", "KeyKind",
     "MemoryStore", "RequestRecord", "SQLiteStore", "SessionRecord", "Snapshot", "Store",
     "StoreError", "StoreSpec", "StoreUnavailable", "TurnRecord", "WriteFailed",
-    "WriterStopped", "dump_json", "hash_token", "open_store", "parse_store", "turn_key",
+    "WriterStopped", "check_reachable", "dump_json", "hash_token", "open_store",
+    "parse_store", "turn_key",
 ]
 
 SQLITE_SCHEME = "sqlite:"
@@ -95,6 +96,20 @@ def parse_store(url: str) -> StoreSpec:
     if not path:
         raise ValueError("the SQLite store's path is empty")
     return StoreSpec("sqlite", str(Path(path).expanduser()))
+
+
+async def check_reachable(url: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> None:
+    """Raise :class:`StoreUnavailable` if the store ``url`` names cannot be reached within
+    ``timeout`` seconds (Core checks before it announces its URL; a file is opened then)."""
+    spec = parse_store(url)
+    if spec.kind == "redis":
+        from .redis import RedisStore
+
+        store = RedisStore(spec.target, timeout)
+        try:
+            await store.reachable()
+        finally:
+            await store.close(timeout)
 
 
 def open_store(url: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> Store:

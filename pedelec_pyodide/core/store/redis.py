@@ -107,13 +107,21 @@ class RedisStore(QueuedStore):
 
     # --- reading ------------------------------------------------------------------------
 
+    async def reachable(self) -> None:
+        """Return once Redis answers; :class:`~.errors.StoreUnavailable` if it has not
+        within the store's timeout."""
+        await self._patiently(self._probe)
+
     async def _load(self) -> Snapshot:
-        """Every session's rows, checked; tried again until the store's deadline if
-        Redis cannot be reached (Core starts only with what it stored)."""
+        """Every session's rows, checked (Core starts only with what it stored)."""
+        return await self._patiently(self._read)
+
+    async def _patiently(self, make: Callable[[], Awaitable[_T]]) -> _T:
+        """``make()``, tried again until the store's deadline while Redis is out of reach."""
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                return await self._read()
+                return await make()
             except StoreUnavailable:
                 if time.monotonic() >= deadline:
                     raise
