@@ -146,7 +146,8 @@ class RedisStore(QueuedStore):
                 session, requests, order, turns, delivered, keys = replies[6 * n:6 * n + 6]
                 if session is not None:
                     found["sessions"].append((self._key("session", sid), session))
-                for rid in [*order, *(rid for rid in requests if rid not in set(order))]:
+                ordered = set(order)
+                for rid in [*order, *(rid for rid in requests if rid not in ordered)]:
                     if rid in requests:
                         found["requests"].append((_where(self._key("requests", sid), rid),
                                                   requests[rid]))
