@@ -242,8 +242,9 @@ class QueuedStore:
             while True:
                 while not self._queue:
                     self._wakeup.clear()
-                    try:
-                        await asyncio.wait_for(self._wakeup.wait(), PROBE_SECONDS)
+                    try:  # (asyncio.timeout: no task per wait, unlike wait_for)
+                        async with asyncio.timeout(PROBE_SECONDS):
+                            await self._wakeup.wait()
                     except TimeoutError:  # idle: is the store still there?
                         await self._retrying([])
                 ops: list[Op] = []
