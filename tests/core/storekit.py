@@ -25,10 +25,6 @@ DURABLE = ["sqlite", "redis_backend"]
 WAIT = 10.0  # seconds: the bound on any single wait here
 
 
-async def loaded(store: Store) -> Snapshot:
-    return await store.load()
-
-
 async def read_only(store: SQLiteStore, on: bool) -> None:
     """The store's connection refuses writes (``PRAGMA query_only``), or takes them again;
     on its own thread, between two of the writer's transactions."""

@@ -2,8 +2,9 @@
 
 A backend is reached through a :class:`Backend` of ``storekit.py``: ``open()`` a store,
 ``reopen()`` another on the same data (as a restarted Core would), and the faults a test
-needs made real (``stall``: the store takes nothing for a while; ``refuse``: it answers
-every write with an error; ``damage_request``: a stored row spoiled behind Core's back).
+needs made real (``stalled``: the store takes nothing for a while; ``refusing``: it
+answers every write with an error; ``damage_request``: a stored row spoiled behind Core's
+back).
 The memory store keeps nothing past its process, so the tests of what is stored run on the
 durable backends; the rest run on all of them.
 """
@@ -27,7 +28,6 @@ from storekit import (
     RedisBackend,
     RedisServer,
     SQLiteBackend,
-    loaded,
 )
 
 from pedelec_pyodide.core.store import (
@@ -107,7 +107,7 @@ async def restarted(backend: Backend, store: Store) -> Snapshot:
     await store.close()
     other = backend.reopen()
     try:
-        return await loaded(other)
+        return await other.load()
     finally:
         await other.close()
 
@@ -276,7 +276,7 @@ def test_prune_turns_keeps_the_latest_and_every_one_still_needed(durable: Backen
         store.save_key(key("k", "s1", "keyed"))
         await store.flush()
         store = await reopened(durable, store)
-        assert len((await loaded(store)).turns) == 24  # all of them, until pruned
+        assert len((await store.load()).turns) == 24  # all of them, until pruned
         store.prune_turns(4)
         snapshot = await restarted(durable, store)
         assert sorted(t.id for t in snapshot.turns) == [
@@ -305,7 +305,7 @@ def test_flush_returns_once_earlier_writes_are_stored(durable: Backend) -> None:
         await store.flush()
         other = durable.reopen()
         try:
-            assert len((await loaded(other)).requests) == 200
+            assert len((await other.load()).requests) == 200
         finally:
             await other.close()
         await store.close()
@@ -394,7 +394,7 @@ def test_damaged_rows_are_skipped_at_load_with_a_warning(
         durable.damage_request("bad")
         other = durable.reopen()
         try:
-            return await loaded(other)
+            return await other.load()
         finally:
             await other.close()
 
