@@ -192,7 +192,7 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def core_process(db: Path, port: int) -> AsyncIterator[subprocess.Popen[str]]:
+async def core_process(db: Path | str, port: int) -> AsyncIterator[subprocess.Popen[str]]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
     process = subprocess.Popen(
         [sys.executable, str(HERE / "core_process.py"), str(db), str(port)],

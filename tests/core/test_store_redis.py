@@ -5,14 +5,17 @@ and a real Core on it (the store contract itself: test_store_contract.py)."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
-from corekit import WAIT, RawClient, config, run, running_core, tool_meta, until
+from corekit import TOKEN, WAIT, RawClient, config, run, running_core, tool_meta, until
 from storekit import RedisServer, free_port
+from test_core_resume import core_process
 from test_store_faults import echo_page
 
 from pedelec_pyodide.core.store import (
@@ -179,3 +182,35 @@ def test_serve_with_redis_out_of_reach_exits_with_a_clear_error(tmp_path: Path) 
     assert "cannot reach redis://:***@127.0.0.1" in failed.stderr
     assert "hunter2" not in failed.stderr + failed.stdout
     assert failed.stdout == ""  # nothing announced
+
+
+def test_sigterm_stops_core_within_5_seconds_while_redis_is_away(
+        redis_server: RedisServer) -> None:
+    """A real Core process on Redis, a control-API call waiting on a page that never
+    answers, Redis killed (Core retrying its writes): SIGTERM still stops it in time."""
+    port = free_port()
+
+    async def main() -> float:
+        async with core_process(redis_server.url, port) as process:
+            page = await RawClient.open(f"ws://127.0.0.1:{port}/pedelec/v1/bridge")
+            welcome = await page.hello([tool_meta("c")])
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=WAIT,
+                                         headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+                path = f"/pedelec/v1/sessions/{welcome['sessionId']}/tool-calls"
+                waiting = [asyncio.create_task(http.post(path, json={"tool": "c", "args": {}}))]
+                assert (await page.recv())["type"] == "tool.request"
+                redis_server.kill()
+                # a request to store while Redis is away: its write is retried
+                waiting.append(asyncio.create_task(http.post(path, json={"tool": "c"})))
+                await asyncio.sleep(0.5)
+                started = time.monotonic()
+                process.send_signal(signal.SIGTERM)
+                await asyncio.to_thread(process.wait, 3 * WAIT)
+                elapsed = time.monotonic() - started
+                await asyncio.gather(*waiting, return_exceptions=True)
+            await page.ws.close()
+            return elapsed
+
+    elapsed = run(main())
+    print(f"SIGTERM to exit, Redis away: {elapsed:.2f} s")
+    assert elapsed < 5, elapsed

@@ -20,6 +20,7 @@ every write sets whole values, so a batch sent again after a lost connection is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -249,10 +250,8 @@ class RedisStore(QueuedStore):
         await self._call(self._redis.ping)
 
     async def _release(self) -> None:
-        try:
-            await asyncio.wait_for(self._redis.aclose(), self.timeout)
-        except (*_UNREACHABLE, redis_errors.RedisError):
-            pass  # the connection is gone either way
+        with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
+            await self._redis.aclose()  # the connection is gone either way
 
 
 def _where(key: str, field: bytes) -> str:

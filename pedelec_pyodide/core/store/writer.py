@@ -177,16 +177,21 @@ class QueuedStore:
             return
         self._put(None)
         self._closed = True
+        limit = self.timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
         task = self._task
         if task is not None:
-            limit = self.timeout if timeout is None else timeout
             await asyncio.wait({task}, timeout=limit)
             if not task.done():
                 task.cancel()
                 unwritten = sum(isinstance(item, Op) for item in self._queue)
                 log_event("store.close_timeout", level=logging.WARNING, seconds=limit,
                           unwritten=unwritten)
-        await self._release()
+        try:  # whatever is left of the deadline, and a little for the sockets
+            await asyncio.wait_for(self._release(), max(0.1, deadline - loop.time()))
+        except TimeoutError:
+            log_event("store.release_timeout", level=logging.WARNING, store=self.label)
 
     # --- queueing -------------------------------------------------------------------------
 
