@@ -12,6 +12,7 @@ import socket
 import sqlite3
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -31,31 +32,13 @@ async def read_only(store: SQLiteStore, on: bool) -> None:
     await store._worker.call(store._db.execute, f"PRAGMA query_only = {'ON' if on else 'OFF'}")
 
 
-class Backend:
-    #: what the store's error says while :meth:`refusing`
-    refusal = ""
-
-    def open(self) -> Store:
-        raise NotImplementedError
+class Backend(ABC):
+    @abstractmethod
+    def open(self) -> Store: ...
 
     def reopen(self) -> Store:
         """Another store on the same data, as a restarted Core would open it."""
         return self.open()
-
-    @contextlib.contextmanager
-    def stalled(self) -> Iterator[None]:
-        """The store takes no write until the block ends (another process holds it)."""
-        raise NotImplementedError
-
-    @contextlib.asynccontextmanager
-    async def refusing(self, store: Store) -> AsyncIterator[None]:
-        """The store answers every write of ``store`` with an error until the block ends."""
-        raise NotImplementedError
-        yield
-
-    def damage_request(self, request_id: str) -> None:
-        """Spoil a stored request's row behind Core's back (the store is closed)."""
-        raise NotImplementedError
 
 
 class MemoryBackend(Backend):
@@ -63,7 +46,24 @@ class MemoryBackend(Backend):
         return MemoryStore()
 
 
-class SQLiteBackend(Backend):
+class DurableBackend(Backend):
+    #: what the store's error says while :meth:`refusing`
+    refusal = ""
+
+    @abstractmethod
+    def stalled(self) -> contextlib.AbstractContextManager[None]:
+        """The store takes no write until the block ends (another process holds it)."""
+
+    @abstractmethod
+    def refusing(self, store: Store) -> contextlib.AbstractAsyncContextManager[None]:
+        """The store answers every write of ``store`` with an error until the block ends."""
+
+    @abstractmethod
+    def damage_request(self, request_id: str) -> None:
+        """Spoil a stored request's row behind Core's back (the store is closed)."""
+
+
+class SQLiteBackend(DurableBackend):
     refusal = "readonly"
 
     def __init__(self, path: Path) -> None:
@@ -182,7 +182,7 @@ class RedisServer:
             self.process.send_signal(signal.SIGCONT)
 
 
-class RedisBackend(Backend):
+class RedisBackend(DurableBackend):
     refusal = "NOREPLICAS"
 
     def __init__(self, server: RedisServer) -> None:

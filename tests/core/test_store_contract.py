@@ -24,6 +24,7 @@ from storekit import (
     BACKENDS,
     DURABLE,
     Backend,
+    DurableBackend,
     MemoryBackend,
     RedisBackend,
     RedisServer,
@@ -68,12 +69,12 @@ def memory() -> Backend:
 
 
 @pytest.fixture
-def sqlite(tmp_path: Path) -> Backend:
+def sqlite(tmp_path: Path) -> DurableBackend:
     return SQLiteBackend(tmp_path / "core.sqlite")
 
 
 @pytest.fixture
-def redis_backend(redis_server: RedisServer) -> Backend:
+def redis_backend(redis_server: RedisServer) -> DurableBackend:
     return RedisBackend(redis_server)
 
 
@@ -84,8 +85,8 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
 
 @pytest.fixture(params=DURABLE)
-def durable(request: pytest.FixtureRequest) -> Backend:
-    made: Backend = request.getfixturevalue(request.param)
+def durable(request: pytest.FixtureRequest) -> DurableBackend:
+    made: DurableBackend = request.getfixturevalue(request.param)
     return made
 
 
@@ -143,7 +144,7 @@ def test_the_memory_store_keeps_nothing(memory: Backend) -> None:
 # --- what is stored ------------------------------------------------------------------------
 
 
-def test_records_are_captured_when_saved(durable: Backend) -> None:
+def test_records_are_captured_when_saved(durable: DurableBackend) -> None:
     """Core goes on changing its records after it saves them: what is stored is what they
     were at ``save_*``, whenever the store writes it."""
 
@@ -172,7 +173,7 @@ def test_records_are_captured_when_saved(durable: Backend) -> None:
     run(main())
 
 
-def test_every_field_comes_back_as_saved(durable: Backend) -> None:
+def test_every_field_comes_back_as_saved(durable: DurableBackend) -> None:
     async def main() -> None:
         store = durable.open()
         records = [
@@ -196,7 +197,7 @@ def test_every_field_comes_back_as_saved(durable: Backend) -> None:
     run(main())
 
 
-def test_order_at_load(durable: Backend) -> None:
+def test_order_at_load(durable: DurableBackend) -> None:
     """Sessions, turns and keys by creation; requests in the order they were last
     saved (a request saved again with its result comes after those saved since)."""
 
@@ -215,7 +216,7 @@ def test_order_at_load(durable: Backend) -> None:
     run(main())
 
 
-def test_a_record_saved_again_replaces_it_and_deletes_delete(durable: Backend) -> None:
+def test_a_record_saved_again_replaces_it_and_deletes_delete(durable: DurableBackend) -> None:
     async def main() -> None:
         store = durable.open()
         await store_all(store, session("s1"), request("r1"), request("r2"),
@@ -235,7 +236,7 @@ def test_a_record_saved_again_replaces_it_and_deletes_delete(durable: Backend) -
     run(main())
 
 
-def test_delete_session_takes_its_requests_turns_and_keys(durable: Backend) -> None:
+def test_delete_session_takes_its_requests_turns_and_keys(durable: DurableBackend) -> None:
     async def main() -> None:
         store = durable.open()
         for sid in ("gone", "kept"):
@@ -259,7 +260,7 @@ def test_delete_session_takes_its_requests_turns_and_keys(durable: Backend) -> N
     run(main())
 
 
-def test_prune_turns_keeps_the_latest_and_every_one_still_needed(durable: Backend) -> None:
+def test_prune_turns_keeps_the_latest_and_every_one_still_needed(durable: DurableBackend) -> None:
     """Per session: the latest ``keep`` turns stay, and older ones that are running, whose
     end the page has not had, or that an idempotency key names; nothing else. Loading
     prunes nothing: a turn stays until ``prune_turns`` says otherwise."""
@@ -293,7 +294,7 @@ async def reopened(backend: Backend, store: Store) -> Store:
 # --- flush ------------------------------------------------------------------------------------
 
 
-def test_flush_returns_once_earlier_writes_are_stored(durable: Backend) -> None:
+def test_flush_returns_once_earlier_writes_are_stored(durable: DurableBackend) -> None:
     """A flush returns only after every earlier write is stored: read from a second store
     on the same data (another Core) as soon as it returns."""
 
@@ -313,7 +314,7 @@ def test_flush_returns_once_earlier_writes_are_stored(durable: Backend) -> None:
     run(main())
 
 
-def test_a_flush_has_a_deadline_and_the_writes_go_through_after(durable: Backend) -> None:
+def test_a_flush_has_a_deadline_and_the_writes_go_through_after(durable: DurableBackend) -> None:
     async def main() -> None:
         store = durable.open()
         await store_all(store, session("s1"))
@@ -334,7 +335,7 @@ def test_a_flush_has_a_deadline_and_the_writes_go_through_after(durable: Backend
 # --- failures -------------------------------------------------------------------------------
 
 
-def test_a_value_that_cannot_be_stored_fails_its_own_write(durable: Backend) -> None:
+def test_a_value_that_cannot_be_stored_fails_its_own_write(durable: DurableBackend) -> None:
     """A lone surrogate, an object JSON cannot hold and NaN: each fails the flush that
     names its write, once; the store is not "degraded" by a caller's value; the good
     writes are stored."""
@@ -362,7 +363,7 @@ def test_a_value_that_cannot_be_stored_fails_its_own_write(durable: Backend) -> 
 
 
 def test_a_write_the_store_refuses_is_reported_and_the_writer_goes_on(
-        durable: Backend) -> None:
+        durable: DurableBackend) -> None:
     """The store answers writes with an error: the flush naming one raises, at once (not
     at its deadline); ``problem`` says why (health: degraded); once the store takes writes
     again the next write is stored and ``problem`` clears."""
@@ -386,7 +387,7 @@ def test_a_write_the_store_refuses_is_reported_and_the_writer_goes_on(
 
 
 def test_damaged_rows_are_skipped_at_load_with_a_warning(
-        durable: Backend, caplog: pytest.LogCaptureFixture) -> None:
+        durable: DurableBackend, caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> Snapshot:
         store = durable.open()
         await store_all(store, session("s1"), request("r1"), request("bad"), request("r3"))
@@ -404,7 +405,7 @@ def test_damaged_rows_are_skipped_at_load_with_a_warning(
     assert sum("store.row_skipped" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_close_stores_what_was_queued(durable: Backend) -> None:
+def test_close_stores_what_was_queued(durable: DurableBackend) -> None:
     async def main() -> None:
         store = durable.open()
         store.save_session(session("s1"))
@@ -415,7 +416,7 @@ def test_close_stores_what_was_queued(durable: Backend) -> None:
 
 
 def test_many_tasks_writing_and_flushing_at_once_are_all_stored_in_order(
-        durable: Backend) -> None:
+        durable: DurableBackend) -> None:
 
     async def main() -> None:
         store = durable.open()

@@ -277,6 +277,9 @@ class SQLiteStore(QueuedStore):
     def _of_store(self, exc: Exception) -> bool:
         return _code(exc) in _STORE_CODES
 
+    async def _probe(self) -> None:
+        pass  # a file is always within reach: what fails is a write, reported as such
+
     async def _release(self) -> None:
         self._worker.stop(self._db.close)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
@@ -62,7 +63,7 @@ PROBE_SECONDS = 2.0
 _Item = Op | asyncio.Future[None] | None  # None: close
 
 
-class QueuedStore:
+class QueuedStore(ABC):
     """The queue and its writer; a backend subclasses it with :meth:`_load`,
     :meth:`_apply` and :meth:`_release`."""
 
@@ -83,13 +84,14 @@ class QueuedStore:
 
     # --- what a backend provides --------------------------------------------------------
 
+    @abstractmethod
     async def _load(self) -> Snapshot:
-        raise NotImplementedError
+        """Every stored record that makes sense (see :mod:`.rows`)."""
 
+    @abstractmethod
     async def _apply(self, ops: list[Op]) -> None:
         """Store ``ops`` as one transaction, all or none; raise
         :class:`~.errors.StoreUnavailable` if the store cannot be reached."""
-        raise NotImplementedError
 
     def _whole_batch(self, exc: Exception) -> bool:
         """Whether ``exc`` would fail every write of the batch again (no use trying them
@@ -100,10 +102,12 @@ class QueuedStore:
         """Whether ``exc`` is the store's failure (health: degraded), not one value's."""
         return True
 
+    @abstractmethod
     async def _probe(self) -> None:
         """Raise :class:`~.errors.StoreUnavailable` if the store cannot be reached (the
         writer asks when it has been idle a while, so health tells without a write)."""
 
+    @abstractmethod
     async def _release(self) -> None:
         """Let go of the connection (the writer has stopped, or been given up on)."""
 
