@@ -20,10 +20,12 @@ from test_store_faults import echo_page
 
 from pedelec_pyodide.core.store import (
     STORE_UNAVAILABLE,
+    IdempotencyRecord,
     RequestRecord,
     SessionRecord,
     Store,
     StoreError,
+    TurnRecord,
     hash_token,
     open_store,
     writer,
@@ -214,3 +216,24 @@ def test_sigterm_stops_core_within_5_seconds_while_redis_is_away(
     elapsed = run(main())
     print(f"SIGTERM to exit, Redis away: {elapsed:.2f} s")
     assert elapsed < 5, elapsed
+
+
+def test_a_deleted_session_leaves_no_key_behind(redis_server: RedisServer) -> None:
+    async def main() -> None:
+        store = open_store(redis_server.url)
+        for sid in ("gone", "kept"):
+            store.save_session(SessionRecord(sid, hash_token("t"), "[]", "[]", 1.0))
+            store.save_request(request(f"r-{sid}", sid))
+            store.save_turn(TurnRecord(f"t-{sid}", sid, "hi", "running", created_at=1.0))
+            store.save_turn(TurnRecord(f"u-{sid}", sid, "hi", "completed", created_at=2.0))
+            store.mark_end_delivered(sid, f"u-{sid}")
+            store.save_key(IdempotencyRecord(hash_token(sid), sid, "turn", "f" * 64,
+                                             f"t-{sid}", 1.0))
+        store.delete_session("gone")
+        await store.close()
+        with redis_server.client() as client:
+            keys = sorted(key.decode() for key in client.keys("*"))
+            assert keys and not [key for key in keys if "gone" in key], keys
+            assert client.zrange("pedelec:main:sessions", 0, -1) == [b"kept"]
+
+    run(main())

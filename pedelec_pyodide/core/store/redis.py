@@ -9,7 +9,9 @@ that wrote them, so any node can load and carry on a session:
 - ``P:requests:ID`` and ``P:order:ID``: hash of request id -> row, and sorted set of
   request id -> when it was last saved (requests load in that order)
 - ``P:turns:ID``, ``P:delivered:ID``: hash of turn id -> row, and the turns whose end
-  the page has had since their row was saved
+  the page has had since their row was saved; ``P:turnorder:ID`` (sorted set of turn id
+  -> start), ``P:running:ID`` and ``P:undelivered:ID`` (sets of turn ids): what pruning
+  needs, without reading the rows
 - ``P:keys:ID``: hash of an idempotency key's hash -> row
 
 A row is the JSON array of the record's columns (:mod:`.ops`), checked at load as the
@@ -47,6 +49,11 @@ CHUNK = 200
 _UNREACHABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError,
                 redis_errors.ReadOnlyError, OSError, TimeoutError)
 _T = TypeVar("_T")
+# every key of one session (deleted with it)
+_SESSION_KEYS = ("session", "requests", "order", "turns", "delivered", "turnorder", "running",
+                 "undelivered", "keys")
+_STATUS, _DELIVERED, _CREATED = (TURN_COLUMNS.index(name) for name in (
+    "status", "end_delivered", "created_at"))
 
 
 def check_url(url: str) -> tuple[str, str]:
@@ -197,8 +204,7 @@ class RedisStore(QueuedStore):
             pipe.set(self._key("session", sid), _row(op))
             pipe.zadd(self._key("sessions"), {sid: op.row[4]})
         elif op.kind == "delete_session":
-            pipe.delete(*(self._key(kind, sid) for kind in (
-                "session", "requests", "order", "turns", "delivered", "keys")))
+            pipe.delete(*(self._key(kind, sid) for kind in _SESSION_KEYS))
             pipe.zrem(self._key("sessions"), sid)
         elif op.kind == "request":
             self._last_order = max(self._last_order + 1, time.time_ns() // 1000)
@@ -210,8 +216,16 @@ class RedisStore(QueuedStore):
         elif op.kind == "turn":
             pipe.hset(self._key("turns", sid), target, _row(op))
             pipe.hdel(self._key("delivered", sid), target)  # the row says, until marked
+            pipe.zadd(self._key("turnorder", sid), {target: op.row[_CREATED]})
+            for kind, present in (("running", op.row[_STATUS] == "running"),
+                                  ("undelivered", not op.row[_DELIVERED])):
+                if present:
+                    pipe.sadd(self._key(kind, sid), target)
+                else:
+                    pipe.srem(self._key(kind, sid), target)
         elif op.kind == "end_delivered":
             pipe.hset(self._key("delivered", sid), target, 1)
+            pipe.srem(self._key("undelivered", sid), target)
         elif op.kind == "key":
             pipe.hset(self._key("keys", sid), target, _row(op))
         elif op.kind == "delete_key":
@@ -225,24 +239,27 @@ class RedisStore(QueuedStore):
         return [value.decode("utf-8", "replace") for value in raw]
 
     async def _prune(self, keep: int) -> None:
+        """Per session: the turns past the ``keep`` latest (by ``P:turnorder``) that are
+        not running, not undelivered and not named by a key; no turn row is read."""
         ids = await self._session_ids()
         for start in range(0, len(ids), CHUNK):
             chunk = ids[start:start + CHUNK]
             pipe = self._redis.pipeline(transaction=False)
             for sid in chunk:
-                pipe.hgetall(self._key("turns", sid))
-                pipe.hkeys(self._key("delivered", sid))
+                pipe.zrange(self._key("turnorder", sid), 0, -(keep + 1))
+                pipe.smembers(self._key("running", sid))
+                pipe.smembers(self._key("undelivered", sid))
                 pipe.hvals(self._key("keys", sid))
             replies = await self._call(pipe.execute)
             deletes = self._redis.pipeline(transaction=True)
             for n, sid in enumerate(chunk):
-                turns, delivered, keys = replies[3 * n:3 * n + 3]
-                gone = _prunable(turns, set(delivered), keys, keep)
+                older, running, undelivered, keys = replies[4 * n:4 * n + 4]
+                kept = running | undelivered | _keyed_turns(keys)
+                gone = [tid for tid in older if tid not in kept]
                 if gone:
                     deletes.hdel(self._key("turns", sid), *gone)
-                stray = set(delivered) - set(turns)  # marked, never saved
-                if gone or stray:
-                    deletes.hdel(self._key("delivered", sid), *(set(gone) | stray))
+                    deletes.zrem(self._key("turnorder", sid), *gone)
+                    deletes.hdel(self._key("delivered", sid), *gone)
             if len(deletes):
                 await self._call(deletes.execute)
 
@@ -283,28 +300,16 @@ def _turn_columns(stored: tuple[Any, ...], *context: Any) -> Any:
     return rows.turn(tuple(columns), *context)
 
 
-def _prunable(turns: dict[bytes, bytes], delivered: set[bytes], keys: list[bytes],
-              keep: int) -> list[bytes]:
-    """The turns of one session ``prune_turns`` deletes (the SQLite backend's rule); a
-    row that cannot be read is left for the load to report."""
-    keyed = set()
+def _keyed_turns(keys: list[bytes]) -> set[bytes]:
+    """The turn ids the idempotency-key rows ``keys`` name (a row that cannot be read
+    names none: the load reports it)."""
+    named = set()
+    kind, target = KEY_COLUMNS.index("kind"), KEY_COLUMNS.index("target_id")
     for value in keys:
         try:
             row = json.loads(value)
-            if row[KEY_COLUMNS.index("kind")] == TURN:
-                keyed.add(str(row[KEY_COLUMNS.index("target_id")]).encode())
+            if row[kind] == TURN:
+                named.add(str(row[target]).encode())
         except (ValueError, TypeError, IndexError, KeyError):
             continue
-    status, ended, created = (TURN_COLUMNS.index(name) for name in (
-        "status", "end_delivered", "created_at"))
-    read: list[tuple[float, bytes, list[Any]]] = []
-    for tid, value in turns.items():
-        try:
-            row = json.loads(value)
-            read.append((float(row[created]), tid, row))
-        except (ValueError, TypeError, IndexError, KeyError):
-            continue
-    read.sort(key=lambda item: item[0], reverse=True)
-    return [tid for n, (_at, tid, row) in enumerate(read)
-            if n >= keep and row[status] != "running" and (row[ended] or tid in delivered)
-            and tid not in keyed]
+    return named
