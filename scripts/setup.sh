@@ -1,5 +1,6 @@
 # Installs what the demo and the tests need, idempotently (sourced by scripts/test, scripts/demo).
-# Python venv with the package and its extras; npm packages; Debian's chromium for e2e tests.
+# Python venv with the package and its extras; npm packages; Debian's chromium for e2e tests;
+# Debian's redis-server for the Redis store's tests.
 step() { printf '\n== %s\n' "$*" >&2; }
 
 setup_python() {
@@ -20,20 +21,33 @@ setup_node() {
   PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
 }
 
+apt_install() {
+  if [[ $(id -u) == 0 ]]; then
+    apt-get update -qq && apt-get install -y -qq "$@" >/dev/null
+  else
+    sudo apt-get update -qq && sudo apt-get install -y -qq "$@" >/dev/null
+  fi
+}
+
 setup_chromium() {
   if [[ -x /usr/bin/chromium ]]; then
     return
   fi
   step "Debian's chromium"
-  if [[ $(id -u) == 0 ]]; then
-    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
-  else
-    sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null
+  apt_install chromium
+}
+
+setup_redis() {
+  if command -v redis-server >/dev/null; then
+    return
   fi
+  step "Debian's redis-server (the tests start their own, on loopback ports)"
+  apt_install redis-server
 }
 
 setup_python
 setup_node
+setup_redis
 if [[ -f playwright.config.js ]]; then
   setup_chromium
 fi

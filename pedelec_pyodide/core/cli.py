@@ -23,7 +23,7 @@ from .config import (
 from .log import configure
 from .public import check_allow_host
 from .server import agent_factory_for, run
-from .store import DEFAULT_STORE_TIMEOUT
+from .store import DEFAULT_STORE_TIMEOUT, StoreError, parse_store
 
 
 def _directory(value: str) -> Path:
@@ -78,6 +78,16 @@ def _at_least_one(value: str) -> float:
     return number
 
 
+def _store(value: str) -> str:
+    """``--store``: a URL that names a backend (the URL itself is not quoted back: it
+    may hold a password)."""
+    try:
+        parse_store(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
     expected = "a whole number" if kind is int else "a number"
 
@@ -120,9 +130,10 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
     parser.add_argument("--agent", default="offline",
                         help="the agent running turns: offline (default; no network), "
                         "openai:MODEL or anthropic:MODEL")
-    parser.add_argument("--store", default="memory",
-                        help="where sessions live: memory (default; lost on exit) or "
-                        "PATH.sqlite (survives restarts of Core)")
+    parser.add_argument("--store", default="memory", type=_store, metavar="URL",
+                        help="where sessions live: memory (default; lost on exit), "
+                        "PATH.sqlite or sqlite:PATH (survives restarts of Core), or "
+                        "redis://HOST:PORT/DB (shared by the Core processes given it)")
     parser.add_argument("--store-timeout", type=_positive(float),
                         default=DEFAULT_STORE_TIMEOUT, metavar="SECONDS",
                         help="how long a tool request waits for the store to commit it; "
@@ -283,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"pedelec: error: {exc}", file=sys.stderr)
         return 2
-    if cfg.store != "memory" and not Path(cfg.store).expanduser().parent.is_dir():
+    spec = parse_store(cfg.store)
+    if spec.kind == "sqlite" and not Path(spec.target).parent.is_dir():
         print(f"pedelec: error: --store {cfg.store}: its directory does not exist",
               file=sys.stderr)
         return 2
@@ -303,8 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(cfg, announce)
     except KeyboardInterrupt:
         return 0
-    except sqlite3.Error as exc:  # opened before the URL is announced
-        print(f"pedelec: error: --store {cfg.store}: {exc}", file=sys.stderr)
+    except (sqlite3.Error, StoreError) as exc:  # opened before the URL is announced
+        print(f"pedelec: error: --store {spec.label}: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"pedelec: error: cannot listen on {cfg.host}:{cfg.port}: {exc}", file=sys.stderr)

@@ -6,6 +6,7 @@ Errors are JSON: ``{"error": {"code", "message"}}`` with a 4xx status.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import secrets
@@ -29,7 +30,15 @@ from .sessions import (
     Registry,
     checked_call,
 )
-from .store import TOOL_CALL, TURN, IdempotencyRecord, KeyKind, TurnRecord
+from .store import (
+    STORE_UNAVAILABLE,
+    TOOL_CALL,
+    TURN,
+    IdempotencyRecord,
+    KeyKind,
+    StoreError,
+    TurnRecord,
+)
 from .turns import start_turn
 
 UNAUTHORIZED = "UNAUTHORIZED"
@@ -48,6 +57,10 @@ EXCERPT_CHARS = 40
 EVENT_STREAM = "text/event-stream"
 
 
+# what a 503 (the store out of reach) tells the caller to wait before trying again
+RETRY_AFTER_SECONDS = "1"
+
+
 class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
@@ -56,9 +69,19 @@ class ApiError(Exception):
         self.message = message
 
     def response(self) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else (
+            {"Retry-After": RETRY_AFTER_SECONDS} if self.status == 503 else None)
         return JSONResponse({"error": {"code": self.code, "message": self.message}},
                             status_code=self.status, headers=headers)
+
+
+def _store_reachable(session: CoreSession) -> None:
+    """A 503 :class:`ApiError` while the store cannot be reached: what Core would start
+    now it could not keep (a request must be stored before it is sent)."""
+    store = session.registry.store
+    if store.unavailable:
+        raise ApiError(503, STORE_UNAVAILABLE, f"Core cannot reach its store, so it started "
+                       f"nothing: {store.problem}; try again later")
 
 
 def _registry(request: Request) -> Registry:
@@ -288,6 +311,9 @@ async def _tool_answer(request: Request, session: CoreSession, request_id: str, 
                 session.cancel_request(pending, "the caller hung up")
             return JSONResponse(_request_state(session, request_id), status_code=202)
         result, handled_by = pending.future.result()
+        if keyed:  # what a retry with the key gets, even after a restart: stored first
+            with contextlib.suppress(StoreError):  # the store logs why
+                await session.registry.store.flush(request_id)
         return JSONResponse(
             {"toolRequestId": request_id, "result": result, "handledBy": handled_by})
     state = _request_state(session, request_id)
@@ -378,6 +404,7 @@ async def tool_call(request: Request) -> Response:
     known, claim = _claim(session, key, TOOL_CALL, asked)
     if known is not None:  # a retry: the first request's result, never a second run
         return await _tool_answer(request, session, known.target_id, keyed=True)
+    _store_reachable(session)
     if not wait_for_page and session.connection is None:
         gone = session.disconnected_at
         since = f" for {time.time() - gone:.0f} s" if gone is not None else ""
@@ -430,6 +457,7 @@ async def turn(request: Request) -> Response:
     known, claim = _claim(session, key, TURN, {"text": text})
     if known is not None:  # a retry: that turn's end, waiting for it if it runs
         return await _turn_answer(session, session.callers.turns[known.target_id])
+    _store_reachable(session)
     if session.turn is not None:
         raise ApiError(409, TURN_BUSY,
                        f"turn {session.turn.turn_id!r} is still running; one turn at a time")

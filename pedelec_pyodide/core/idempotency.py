@@ -91,7 +91,7 @@ class CallerMemory:
             known = turn is not None if record.kind == TURN else (
                 record.target_id in pending or record.target_id in self.results)
             if not known:
-                self._store.delete_key(record.key_hash)
+                self._store.delete_key(record.session_id, record.key_hash)
                 continue
             self.keys[record.key_hash] = record
             self._key_of[record.target_id] = record.key_hash
@@ -109,7 +109,7 @@ class CallerMemory:
             if len(results) <= self._limit and (request.finished_at or 0.0) > horizon:
                 break
             del results[request.id]
-            self._store.delete_request(request.id)
+            self._store.delete_request(request.session_id, request.id)
             self._forget_key(request.id)
         turns = self.turns
         while turns:
@@ -123,5 +123,5 @@ class CallerMemory:
     def _forget_key(self, target_id: str) -> None:
         hashed = self._key_of.pop(target_id, None)
         if hashed is not None:
-            del self.keys[hashed]
-            self._store.delete_key(hashed)
+            record = self.keys.pop(hashed)
+            self._store.delete_key(record.session_id, hashed)

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .bridge import origin_allowed
 from .log import log_event
+from .store import parse_store
 
 #: names Core always answers to, besides its bind address and ``--allow-host``
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -56,10 +57,11 @@ _HOST_NAME = re.compile(_NAME)
 
 
 def store_files(store: str) -> tuple[Path, ...]:
-    """The files an SQLite store ``store`` (a path) may have on disk; none for ``memory``."""
-    if store == "memory" or "://" in store:
+    """The files the store ``store`` (``--store``) may have on disk: an SQLite file's."""
+    spec = parse_store(store)
+    if spec.kind != "sqlite":
         return ()
-    return tuple(Path(f"{store}{suffix}") for suffix in SQLITE_SUFFIXES)
+    return tuple(Path(f"{spec.target}{suffix}") for suffix in SQLITE_SUFFIXES)
 
 
 def _hidden(path: str) -> bool:

@@ -39,7 +39,7 @@ from .public import (
     store_files,
 )
 from .sessions import SHUTDOWN_SECONDS, Registry
-from .store import open_store
+from .store import PRUNE_SECONDS, RECENT_TURNS, Store, check_reachable, open_store
 
 for _suffix, _type in ((".mjs", "text/javascript"), (".js", "text/javascript"),
                        (".wasm", "application/wasm"), (".whl", "application/zip"),
@@ -169,6 +169,14 @@ class LazyMcp:
             await self._runner
 
 
+async def _prune_turns(store: Store) -> None:
+    """Old turns leave the store on a schedule, not at load: a session that lives long
+    keeps its latest turns only."""
+    while True:
+        store.prune_turns(RECENT_TURNS)
+        await asyncio.sleep(PRUNE_SECONDS)
+
+
 def create_app(config: CoreConfig) -> Starlette:
     """The whole of Core as an ASGI app; start and stop it with its lifespan."""
     agent_factory = config.agent_factory or agent_factory_for(config.agent)
@@ -184,15 +192,17 @@ def create_app(config: CoreConfig) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        snapshot = await asyncio.to_thread(store.load)
+        snapshot = await store.load()
         registry.restore(snapshot)
+        pruning = asyncio.create_task(_prune_turns(store))
         provisioning: asyncio.Task[None] | None = None
         if config.pyodide_dir is None and config.provision:
             provisioning = asyncio.create_task(_provision(pyodide))
-        log_event("core.started", host=config.host, port=config.port, store=config.store)
+        log_event("core.started", host=config.host, port=config.port, store=store.label)
         try:
             yield
         finally:
+            pruning.cancel()
             if provisioning is not None:
                 provisioning.cancel()
             await mcp_endpoint.stop()
@@ -288,6 +298,7 @@ def run(config: CoreConfig, announce: Callable[[str], None] = print) -> None:
         raise
     config.port = sock.getsockname()[1]
     app = create_app(config)
+    asyncio.run(check_reachable(config.store, config.store_timeout))
     shown = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
     if ":" in shown:
         shown = "[::1]" if shown == "::" else f"[{shown}]"

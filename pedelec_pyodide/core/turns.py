@@ -176,10 +176,10 @@ class TurnRunner:
                     session.cancel_request(restored, "the turn ended before this request")
         store = session.registry.store
         for pending in self._requests:
-            store.delete_request(pending.id)
+            store.delete_request(session.id, pending.id)
         for step in self._journal:
             for request in step:
-                store.delete_request(request.id)
+                store.delete_request(session.id, request.id)
         session.record.history = trimmed_history(
             self.history, session.registry.config.max_history_bytes)
         store.save_session(session.record)  # the agent's history

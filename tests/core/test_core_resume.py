@@ -192,7 +192,7 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def core_process(db: Path, port: int) -> AsyncIterator[subprocess.Popen[str]]:
+async def core_process(db: Path | str, port: int) -> AsyncIterator[subprocess.Popen[str]]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
     process = subprocess.Popen(
         [sys.executable, str(HERE / "core_process.py"), str(db), str(port)],
@@ -208,13 +208,16 @@ async def core_process(db: Path, port: int) -> AsyncIterator[subprocess.Popen[st
         await asyncio.to_thread(process.wait, WAIT)
 
 
-def test_core_killed_mid_turn_resumes_the_turn_from_sqlite(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_core_killed_mid_turn_resumes_the_turn_from_its_store(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     """kill -9 of Core while b is pending: after the restart the page resumes, b's result
     (from the handler that was still running) reaches the turn once, c runs, the turn ends
-    completed, and no handler ran twice."""
+    completed, and no handler ran twice; the same on an SQLite file and on Redis."""
+    db = (tmp_path / "core.sqlite" if backend == "sqlite"
+          else request.getfixturevalue("redis_server").url)
 
     async def main() -> None:
-        db = tmp_path / "core.sqlite"
         port = free_port()
         url = f"ws://127.0.0.1:{port}/pedelec/v1/bridge"
         gated = GatedTools("a", "b", "c")

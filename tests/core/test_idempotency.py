@@ -30,6 +30,7 @@ from corekit import (
     running_core,
     until,
 )
+from storekit import load_file
 from test_core_resume import core_process, free_port
 from test_core_turns import GatedTools
 
@@ -408,7 +409,7 @@ def test_keys_are_stored_hashed_and_go_with_their_session(tmp_path: Path) -> Non
 
     asyncio.run(write())
     assert b"my-secret-key" not in path.read_bytes()
-    snapshot = SQLiteStore(path).load()
+    snapshot = load_file(path)
     assert {(k.key_hash, k.target_id) for k in snapshot.keys} == {
         (hashed, "r1"), (key_hash("s2", "x"), "t9")}
     (request,) = snapshot.requests
@@ -420,7 +421,7 @@ def test_keys_are_stored_hashed_and_go_with_their_session(tmp_path: Path) -> Non
         await store.close()
 
     asyncio.run(delete())
-    snapshot = SQLiteStore(path).load()
+    snapshot = load_file(path)
     assert [k.session_id for k in snapshot.keys] == ["s2"] and snapshot.requests == []
 
 
@@ -443,7 +444,7 @@ def test_a_database_from_before_kept_results_gains_the_column(tmp_path: Path) ->
         await store.close()
 
     asyncio.run(write())
-    requests = SQLiteStore(path).load().requests
+    requests = load_file(path).requests
     assert [(r.id, r.finished_at) for r in requests] == [("r0", None), ("r1", 3.0)]
 
 

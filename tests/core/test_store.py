@@ -1,28 +1,27 @@
-"""The SQLite store keeps what a restart needs, turns' token usage included."""
+"""What only the SQLite store does: migrating files written by older Cores; and Core
+pruning old turns from its store (the store contract itself: test_store_contract.py)."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import re
 import sqlite3
 from pathlib import Path
 
-from pedelec_pyodide.core.store import SessionRecord, SQLiteStore, TurnRecord, hash_token
+import pytest
+from corekit import config, run, running_core
+from storekit import load_file
 
-
-def test_an_undelivered_turn_end_keeps_its_usage(tmp_path: Path) -> None:
-    path = tmp_path / "core.sqlite"
-
-    async def write() -> None:
-        store = SQLiteStore(path)
-        store.save_session(SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0))
-        store.save_turn(TurnRecord("t1", "s1", "hi", "completed", "done", None, [], False, 1.0,
-                                   {"input_tokens": 7, "output_tokens": 3}))
-        await store.close()
-
-    asyncio.run(write())
-    (turn,) = SQLiteStore(path).load().turns
-    assert (turn.id, turn.final_text, turn.usage) == ("t1", "done",
-                                                      {"input_tokens": 7, "output_tokens": 3})
+from pedelec_pyodide.core.store import (
+    RECENT_TURNS,
+    SessionRecord,
+    SQLiteStore,
+    StoreSpec,
+    TurnRecord,
+    hash_token,
+    open_store,
+    parse_store,
+)
 
 
 def test_a_database_from_before_usage_gains_the_column(tmp_path: Path) -> None:
@@ -38,5 +37,59 @@ def test_a_database_from_before_usage_gains_the_column(tmp_path: Path) -> None:
     db.execute("INSERT INTO turns VALUES ('t0', 's0', 'x', 'completed', 'ok', NULL, '[]', 0, 1)")
     db.commit()
     db.close()
-    (turn,) = SQLiteStore(path).load().turns
+    (turn,) = load_file(path).turns
     assert turn.usage == {}
+
+
+def test_core_prunes_old_turns_from_its_store(tmp_path: Path) -> None:
+    """Turns that ended long ago, in a session that lives on: Core prunes them (at start,
+    then every PRUNE_SECONDS), down to the latest RECENT_TURNS."""
+    path = tmp_path / "core.sqlite"
+
+    async def main() -> None:
+        store = SQLiteStore(path)
+        store.save_session(SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0))
+        for n in range(RECENT_TURNS + 5):
+            store.save_turn(TurnRecord(f"t{n}", "s1", "hi", "completed", "ok",
+                                       end_delivered=True, created_at=float(n)))
+        await store.close()
+        async with running_core(config(store=str(path))) as core:
+            await core.registry.store.flush()
+            with contextlib.closing(sqlite3.connect(path)) as db:
+                count = db.execute("SELECT count(*) FROM turns").fetchone()[0]
+            assert count == RECENT_TURNS
+
+    run(main())
+
+
+@pytest.mark.parametrize(("url", "kind", "target"), [
+    ("memory", "memory", ""),
+    ("core.sqlite", "sqlite", "core.sqlite"),
+    ("/var/lib/pedelec/core.sqlite", "sqlite", "/var/lib/pedelec/core.sqlite"),
+    ("sqlite:core.sqlite", "sqlite", "core.sqlite"),
+    ("sqlite:///var/lib/core.sqlite", "sqlite", "/var/lib/core.sqlite"),
+    ("redis://127.0.0.1:6379/0", "redis", "redis://127.0.0.1:6379/0"),
+    ("redis://:secret@redis.internal/2?cluster=eu-1", "redis",
+     "redis://:secret@redis.internal/2?cluster=eu-1"),
+])
+def test_the_store_url_names_its_backend(url: str, kind: str, target: str) -> None:
+    assert parse_store(url) == StoreSpec(kind, target)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("http://example.com/x", "not a store"),
+    ("sqlite:", "empty"),
+    ("redis:///0", "needs a host"),
+    ("redis://h:port/0", "port is not a number"),
+    ("redis://h/zero", "must be a number"),
+    ("redis://h/0?socket_timeout=1", "only ?cluster=NAME"),
+    ("redis://h/0?cluster=a:b", "cluster name"),
+])
+def test_a_store_url_that_names_no_backend_says_why(url: str, words: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(words)):
+        parse_store(url)
+
+
+def test_a_redis_store_logs_its_url_without_the_password() -> None:
+    store = open_store("redis://:hunter2@127.0.0.1:1/3?cluster=eu")
+    assert store.label == "redis://:***@127.0.0.1:1/3?cluster=eu"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import os
 import re
 import secrets
@@ -19,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 from corekit import TOKEN, WAIT, Page, RawClient, config, run, running_core, tool_meta
+from storekit import load_file, read_only
 from test_core_resume import core_process, free_port
 
 from pedelec_pyodide import Session, define_tool
-from pedelec_pyodide.core import store as store_module
 from pedelec_pyodide.core.store import (
     STORE_FAILED,
     RequestRecord,
@@ -30,6 +29,7 @@ from pedelec_pyodide.core.store import (
     SQLiteStore,
     StoreError,
     hash_token,
+    writer,
 )
 
 
@@ -55,35 +55,6 @@ def wrong(token: str) -> str:
 
 
 # --- a write that fails fails alone ---------------------------------------------------------
-
-
-def test_a_value_that_cannot_be_stored_fails_its_own_write_not_the_writer(
-        tmp_path: Path) -> None:
-    """A lone surrogate (the issue's chat line), an object JSON cannot hold and NaN: each
-    fails the flush that names its request, at once and once; the writer goes on, the
-    store is not "degraded" by a caller's value, and the good writes are on disk."""
-    path = tmp_path / "core.sqlite"
-
-    async def main() -> None:
-        store = SQLiteStore(path)
-        store.save_session(SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0))
-        store.save_request(request("surrogate", {"delta": "\ud800"}))
-        store.save_request(request("object", {"when": object()}))
-        store.save_request(request("nan", {"x": math.nan}))
-        store.save_request(request("good", {"n": 1}))
-        await store.flush("s1", "good")
-        for key, words in (("surrogate", "surrogates not allowed"),
-                           ("object", "not JSON serializable"), ("nan", "Out of range float")):
-            with pytest.raises(StoreError, match=words):
-                await store.flush(key)
-            await store.flush(key)  # reported to the flush that asked, once
-        assert store.problem is None
-        store.save_request(request("after", {"n": 2}))
-        await store.flush("after")
-        await store.close()
-
-    run(main())
-    assert [r.id for r in SQLiteStore(path).load().requests] == ["good", "after"]
 
 
 def test_a_write_sqlite_refuses_fails_alone_and_the_rest_of_its_batch_commits(
@@ -117,7 +88,7 @@ def test_a_write_sqlite_refuses_fails_alone_and_the_rest_of_its_batch_commits(
         await store.close()
 
     run(main())
-    assert [r.id for r in SQLiteStore(path).load().requests] == ["small-1", "small-2",
+    assert [r.id for r in load_file(path).requests] == ["small-1", "small-2",
                                                                   "small-3"]
 
 
@@ -133,8 +104,7 @@ def test_a_read_only_store_fails_the_request_unsent_and_health_says_degraded(
             sid = page.session.session_id
             assert sid is not None
             store = core.registry.store
-            # in the writer's own order, as if the file had turned read-only
-            store._submit("test", "PRAGMA query_only = ON", tuple)
+            await read_only(store, True)
             answer = (await core.tool_call(sid, "echo", {"n": 1})).json()
             error = answer["result"]["error"]
             assert (error["code"], error["retryable"]) == (STORE_FAILED, True)
@@ -142,7 +112,7 @@ def test_a_read_only_store_fails_the_request_unsent_and_health_says_degraded(
             assert answer["handledBy"] == "none"
             health = (await core.http.get("/pedelec/v1/health")).json()
             assert health["status"] == "degraded" and "readonly" in health["reason"]
-            store._submit("test", "PRAGMA query_only = OFF", tuple)
+            await read_only(store, False)
             answer = (await core.tool_call(sid, "echo", {"n": 2})).json()
             assert answer["result"] == {"n": 2}
             assert [f["args"] for f in page.frames("tool.request")] == [{"n": 2}]
@@ -195,10 +165,10 @@ def test_if_the_writer_dies_every_waiter_fails_and_health_says_why(
             assert sid is not None
             store = core.registry.store
 
-            def broken(ops: object) -> None:
+            async def broken(ops: object) -> None:
                 raise RuntimeError("injected bug")
 
-            monkeypatch.setattr(store, "_apply", broken)
+            monkeypatch.setattr(store, "_write", broken)
             for n in (1, 2):
                 started = time.monotonic()
                 answer = (await core.tool_call(sid, "echo", {"n": n})).json()
@@ -474,7 +444,7 @@ def test_writes_queued_behind_a_stuck_store_are_bounded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While the writer is stuck (another process holds the lock), queued text is capped:
     a write past the cap fails at once instead of being held in memory."""
-    monkeypatch.setattr(store_module, "MAX_QUEUED_CHARS", 1_000_000)
+    monkeypatch.setattr(writer, "MAX_QUEUED_CHARS", 1_000_000)
     path = tmp_path / "core.sqlite"
 
     async def main() -> None:
@@ -495,4 +465,4 @@ def test_writes_queued_behind_a_stuck_store_are_bounded(
         await store.close()
 
     run(main())
-    assert [r.id for r in SQLiteStore(path).load().requests] == ["first", "third"]
+    assert [r.id for r in load_file(path).requests] == ["first", "third"]

@@ -1,0 +1,126 @@
+"""Where Core writes what a restart (or another Core process) needs: sessions, resume-token
+hashes, turns, pending requests, kept results and idempotency keys.
+
+One interface (:class:`Store`), three backends chosen by ``--store``'s URL in
+:func:`open_store`: ``memory`` (keeps nothing), an SQLite file (one durable process) and
+Redis (several processes). Core's session, turn and request logic sees only the interface.
+Writes are queued and never block; ``await store.flush(*keys)`` returns once everything
+queued before it is stored: Core flushes before it sends a tool request, so a request a
+page may run is always stored. The queue, shared by the durable backends: :mod:`.writer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from .errors import (
+    STORE_FAILED,
+    STORE_UNAVAILABLE,
+    FlushTimeout,
+    StoreError,
+    StoreUnavailable,
+    WriteFailed,
+    WriterStopped,
+)
+from .interface import Store
+from .memory import MemoryStore
+from .records import (
+    KEY_KINDS,
+    PRUNE_SECONDS,
+    RECENT_TURNS,
+    TOOL_CALL,
+    TURN,
+    IdempotencyRecord,
+    KeyKind,
+    RequestRecord,
+    SessionRecord,
+    Snapshot,
+    TurnRecord,
+    dump_json,
+    hash_token,
+    turn_key,
+)
+from .sqlite import SQLiteStore
+from .writer import DEFAULT_STORE_TIMEOUT
+
+__all__ = [
+    "DEFAULT_STORE_TIMEOUT", "KEY_KINDS", "PRUNE_SECONDS", "RECENT_TURNS", "STORE_FAILED",
+    "STORE_UNAVAILABLE", "TOOL_CALL", "TURN", "FlushTimeout", "IdempotencyRecord", "KeyKind",
+    "MemoryStore", "RequestRecord", "SQLiteStore", "SessionRecord", "Snapshot", "Store",
+    "StoreError", "StoreSpec", "StoreUnavailable", "TurnRecord", "WriteFailed",
+    "WriterStopped", "check_reachable", "dump_json", "hash_token", "open_store",
+    "parse_store", "turn_key",
+]
+
+SQLITE_SCHEME = "sqlite:"
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """What ``--store`` names: ``memory``, an SQLite file (a path, or ``sqlite:PATH``)
+    or a Redis server (``redis://[:PASSWORD@]HOST[:PORT][/DB]``, or ``rediss://``)."""
+
+    kind: Literal["memory", "sqlite", "redis"]
+    target: str  # the SQLite file's path, the Redis URL; "" for memory
+
+    @property
+    def label(self) -> str:
+        """What to call it in a message or a log: no password."""
+        if self.kind == "redis":
+            from .redis import public_url
+
+            return public_url(self.target)
+        return self.target or self.kind
+
+
+def parse_store(url: str) -> StoreSpec:
+    """The backend ``url`` names; ``ValueError`` (saying why) for one that names none."""
+    if url == "memory":
+        return StoreSpec("memory", "")
+    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    if scheme in ("redis", "rediss"):
+        # redis-py takes 0.15 s or more to import: only when a Redis URL is given
+        from .redis import check_url
+
+        check_url(url)
+        return StoreSpec("redis", url)
+    if url.startswith(SQLITE_SCHEME):
+        path = url[len(SQLITE_SCHEME):].removeprefix("//")
+    elif scheme:
+        raise ValueError(f"{scheme}:// is not a store: use memory, a file path, "
+                         "sqlite:PATH or redis://HOST:PORT/DB")
+    else:
+        path = url
+    if not path:
+        raise ValueError("the SQLite store's path is empty")
+    return StoreSpec("sqlite", str(Path(path).expanduser()))
+
+
+async def check_reachable(url: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> None:
+    """Raise :class:`StoreUnavailable` if the store ``url`` names cannot be reached within
+    ``timeout`` seconds (Core checks before it announces its URL; a file is opened then)."""
+    spec = parse_store(url)
+    if spec.kind == "redis":
+        from .redis import RedisStore
+
+        store = RedisStore(spec.target, timeout)
+        try:
+            await store.reachable()
+        finally:
+            await store.close(timeout)
+
+
+def open_store(url: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> Store:
+    """The store ``url`` names (see :func:`parse_store`); an SQLite file is created
+    ``0600`` when missing; Redis is connected to when first used."""
+    spec = parse_store(url)
+    if spec.kind == "memory":
+        return MemoryStore()
+    if spec.kind == "redis":
+        from .redis import RedisStore
+
+        return RedisStore(spec.target, timeout)
+    return SQLiteStore(spec.target, timeout)

@@ -1,0 +1,39 @@
+"""What a store raises, and the error codes Core answers with because of it."""
+
+from __future__ import annotations
+
+#: the error code of a request that could not be stored (so it was not sent)
+STORE_FAILED = "STORE_FAILED"
+#: the control API's code (HTTP 503) while the store cannot be reached
+STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+# the longest reason quoted in an error or a log line
+MAX_REASON_CHARS = 200
+
+
+class StoreError(Exception):
+    """A write the store could not make, or a flush that could not wait any longer."""
+
+    code = STORE_FAILED
+
+
+class WriteFailed(StoreError):
+    """One write failed: its value cannot be stored, or the store refused it."""
+
+
+class FlushTimeout(StoreError):
+    """A flush's deadline passed before the writes before it were stored."""
+
+
+class WriterStopped(StoreError):
+    """The store's writer has stopped (a bug): nothing more is stored."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached (a server down, a connection lost). Raised by a
+    backend's writes: the writer keeps them and tries again until the store is back."""
+
+
+def reason(exc: BaseException) -> str:
+    """An exception as one short line for an error or a log."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS] + "..."

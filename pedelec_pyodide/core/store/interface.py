@@ -1,0 +1,65 @@
+"""The one interface Core's session, turn and request logic uses, whatever the backend."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .records import (
+    RECENT_TURNS,
+    IdempotencyRecord,
+    RequestRecord,
+    SessionRecord,
+    Snapshot,
+    TurnRecord,
+)
+
+
+class Store(Protocol):
+    """Writes are queued (``save_*`` and ``delete_*`` never block and never raise) and
+    stored in order; ``flush`` waits for them. See docs/reference/server.md, "The store"."""
+
+    #: whether what is stored outlives the process
+    durable: bool
+    #: what the store is, safe to log (a URL without its password)
+    label: str
+
+    @property
+    def problem(self) -> str | None:
+        """Why the store is not storing (health reports ``degraded``), or None."""
+
+    @property
+    def unavailable(self) -> bool:
+        """The store cannot be reached at all: the control API answers 503."""
+
+    async def load(self) -> Snapshot:
+        """Every stored record that makes sense; a damaged one is skipped with a warning."""
+
+    def save_session(self, record: SessionRecord) -> None: ...
+
+    def delete_session(self, session_id: str) -> None:
+        """The session with its requests, turns and idempotency keys."""
+
+    def save_request(self, record: RequestRecord) -> None: ...
+
+    def delete_request(self, session_id: str, request_id: str) -> None: ...
+
+    def save_turn(self, record: TurnRecord) -> None: ...
+
+    def mark_end_delivered(self, session_id: str, turn_id: str) -> None:
+        """The page has had the turn's end (a turn not stored stays so)."""
+
+    def save_key(self, record: IdempotencyRecord) -> None: ...
+
+    def delete_key(self, session_id: str, key_hash: str) -> None: ...
+
+    def prune_turns(self, keep: int = RECENT_TURNS) -> None:
+        """Delete each session's ended turns past its ``keep`` latest, but none that is
+        running, whose end the page has not had, or that an idempotency key names."""
+
+    async def flush(self, *keys: str, timeout: float | None = None) -> None:
+        """Return once every write queued before is stored, within ``timeout`` seconds
+        (default: the store's); raise :class:`~.errors.StoreError` past that, or if a
+        write of one of ``keys`` failed since their last flush."""
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Store what is queued (at most ``timeout`` seconds) and let go of the store."""

@@ -1,0 +1,110 @@
+"""What Core stores: its records, as dataclasses, and the rules of their keys."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+# Ended turns remembered per session (in memory, and in the store until pruned), so a
+# page that re-sends the ``turn.start`` of a turn whose ``turn.end`` it never got (lost
+# with a dropped connection or a killed Core) gets that end again, not a second run.
+RECENT_TURNS = 8
+#: seconds between two prunings of old turns (Core calls ``Store.prune_turns``)
+PRUNE_SECONDS = 60.0
+
+
+def hash_token(token: str) -> str:
+    """What the store keeps of a resume token: its sha256, in hex."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def turn_key(session_id: str, turn_id: str) -> str:
+    """The key of a turn's writes (turn ids are the page's, unique per session only)."""
+    return f"{session_id}/{turn_id}"
+
+
+def dump_json(value: Any) -> str:
+    """Compact JSON text, as Core keeps metadata and history in memory."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass
+class SessionRecord:
+    """A session as stored. Its tool metadata and the agent's history are kept as compact
+    JSON text: decoded, they take up to ~24 times the memory of their JSON."""
+
+    id: str
+    token_hash: str  # hash_token(resume token): the token itself is never stored
+    tools: str  # JSON: the page's tool metadata
+    history: str  # JSON: the agent's own record of earlier turns
+    created_at: float
+
+
+@dataclass
+class RequestRecord:
+    """A tool request that has not been delivered to its caller yet."""
+
+    id: str
+    session_id: str
+    turn_id: str | None
+    step: int
+    index: int
+    tool: str
+    args: Any
+    deadline: float  # wall-clock (time.time()) seconds
+    result: Any = None
+    handled_by: str | None = None  # set once the result is in
+    # wall-clock time the result came in; kept (outside turns) until the retention ends
+    finished_at: float | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self.handled_by is not None
+
+
+#: what an ``Idempotency-Key`` started: a control-API tool call or a turn
+KeyKind = Literal["tool-call", "turn"]
+TOOL_CALL: KeyKind = "tool-call"
+TURN: KeyKind = "turn"
+KEY_KINDS: tuple[KeyKind, ...] = (TOOL_CALL, TURN)
+
+
+@dataclass
+class IdempotencyRecord:
+    """An ``Idempotency-Key`` a control-API caller gave, and what it started. The key is
+    kept only as ``key_hash`` (sha256 of the session id and the key), never in clear."""
+
+    key_hash: str
+    session_id: str
+    kind: KeyKind
+    fingerprint: str  # sha256 of what the request asked for (see core/idempotency.py)
+    target_id: str  # the toolRequestId or turnId it started
+    created_at: float
+
+
+@dataclass
+class TurnRecord:
+    id: str
+    session_id: str
+    text: str
+    status: str  # running | completed | failed | cancelled
+    final_text: str = ""
+    error: dict[str, Any] | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    end_delivered: bool = False
+    created_at: float = 0.0
+    usage: dict[str, int] = field(default_factory=dict)  # the model's token counts
+
+
+@dataclass
+class Snapshot:
+    """What a store holds at start: sessions (oldest first), their open requests and the
+    kept results of requests made outside turns (in the order last saved), their turns
+    (by start; old ones leave by ``prune_turns``) and the idempotency keys."""
+
+    sessions: list[SessionRecord] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
+    keys: list[IdempotencyRecord] = field(default_factory=list)

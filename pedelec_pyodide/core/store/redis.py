@@ -1,0 +1,315 @@
+"""The Redis backend: every Core process given the same Redis URL shares what it stores.
+
+Keys (``P`` is ``pedelec:CLUSTER:``, ``?cluster=NAME`` in the URL, ``main`` by default, so
+several clusters can share one Redis database); a session's keys hold nothing of the node
+that wrote them, so any node can load and carry on a session:
+
+- ``P:sessions``: sorted set, each session's id by its creation time
+- ``P:session:ID``: the session's row (JSON)
+- ``P:requests:ID`` and ``P:order:ID``: hash of request id -> row, and sorted set of
+  request id -> when it was last saved (requests load in that order)
+- ``P:turns:ID``, ``P:delivered:ID``: hash of turn id -> row, and the turns whose end
+  the page has had since their row was saved; ``P:turnorder:ID`` (sorted set of turn id
+  -> start), ``P:running:ID`` and ``P:undelivered:ID`` (sets of turn ids): what pruning
+  needs, without reading the rows
+- ``P:keys:ID``: hash of an idempotency key's hash -> row
+
+A row is the JSON array of the record's columns (:mod:`.ops`), checked at load as the
+SQLite backend checks its rows. A batch of writes is one ``MULTI``/``EXEC`` transaction;
+every write sets whole values, so a batch sent again after a lost connection is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from . import rows
+from .errors import StoreUnavailable, reason
+from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
+from .records import TURN, Snapshot
+from .writer import DEFAULT_STORE_TIMEOUT, QueuedStore
+
+#: the cluster of a Redis URL without ``?cluster=``
+DEFAULT_CLUSTER = "main"
+# sessions read per round trip at load, and per pruning's round trip
+CHUNK = 200
+# what "cannot reach the store" is: the writer keeps the writes and tries again
+_UNREACHABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError,
+                redis_errors.ReadOnlyError, OSError, TimeoutError)
+_T = TypeVar("_T")
+# every key of one session (deleted with it)
+_SESSION_KEYS = ("session", "requests", "order", "turns", "delivered", "turnorder", "running",
+                 "undelivered", "keys")
+_STATUS, _DELIVERED, _CREATED = (TURN_COLUMNS.index(name) for name in (
+    "status", "end_delivered", "created_at"))
+
+
+def check_url(url: str) -> tuple[str, str]:
+    """The URL to connect to (without ``cluster``) and the cluster; ``ValueError`` saying
+    what is wrong with ``url``."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ValueError("a Redis URL needs a host: redis://HOST:PORT/DB")
+    try:
+        parts.port  # noqa: B018 (raises for a port that is not a number)
+    except ValueError:
+        raise ValueError("the Redis port is not a number") from None
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise ValueError(f"the Redis database must be a number, not {db[:20]!r}")
+    query = parse_qs(parts.query, keep_blank_values=True)
+    unknown = sorted(set(query) - {"cluster"})
+    if unknown:
+        raise ValueError(f"a Redis store takes only ?cluster=NAME, not {unknown[0][:20]!r}")
+    cluster = query.get("cluster", [DEFAULT_CLUSTER])[-1]
+    if not cluster or not all(c.isalnum() or c in "-_." for c in cluster):
+        raise ValueError("the cluster name must be letters, digits, '-', '_' or '.'")
+    return urlunsplit(parts._replace(query="")), cluster
+
+
+def public_url(url: str) -> str:
+    """``url`` without its password, to log."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + netloc))
+
+
+class RedisStore(QueuedStore):
+    """Redis through redis-py's asyncio client, connected to when first used."""
+
+    def __init__(self, url: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> None:
+        target, cluster = check_url(url)
+        super().__init__(public_url(url), timeout)
+        self.prefix = f"pedelec:{cluster}:"
+        # each call has a deadline (the socket's), and fails rather than retrying: the
+        # writer decides what to try again
+        self._redis = Redis.from_url(
+            target, socket_timeout=timeout, socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0), health_check_interval=0)
+        self._last_order = 0
+
+    def _key(self, kind: str, session_id: str = "") -> str:
+        return f"{self.prefix}{kind}:{session_id}" if session_id else f"{self.prefix}{kind}"
+
+    async def _call(self, make: Callable[[], Awaitable[_T]]) -> _T:
+        """``make()`` awaited; a store out of reach raised as StoreUnavailable."""
+        try:
+            return await asyncio.wait_for(make(), 2 * self.timeout)
+        except _UNREACHABLE as exc:
+            raise StoreUnavailable(f"cannot reach {self.label} ({reason(exc)})") from None
+
+    # --- reading ------------------------------------------------------------------------
+
+    async def reachable(self) -> None:
+        """Return once Redis answers; :class:`~.errors.StoreUnavailable` if it has not
+        within the store's timeout."""
+        await self._patiently(self._probe)
+
+    async def _load(self) -> Snapshot:
+        """Every session's rows, checked (Core starts only with what it stored)."""
+        return await self._patiently(self._read)
+
+    async def _patiently(self, make: Callable[[], Awaitable[_T]]) -> _T:
+        """``make()``, tried again until the store's deadline while Redis is out of reach."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return await make()
+            except StoreUnavailable:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    async def _read(self) -> Snapshot:
+        ids = await self._session_ids()
+        found: dict[str, list[tuple[Any, ...]]] = {
+            "sessions": [], "requests": [], "turns": [], "idempotency_keys": []}
+        for start in range(0, len(ids), CHUNK):
+            chunk = ids[start:start + CHUNK]
+            pipe = self._redis.pipeline(transaction=False)
+            for sid in chunk:
+                pipe.get(self._key("session", sid))
+                pipe.hgetall(self._key("requests", sid))
+                pipe.zrange(self._key("order", sid), 0, -1)
+                pipe.hgetall(self._key("turns", sid))
+                pipe.hgetall(self._key("delivered", sid))
+                pipe.hgetall(self._key("keys", sid))
+            replies = await self._call(pipe.execute)
+            for n, sid in enumerate(chunk):
+                session, requests, order, turns, delivered, keys = replies[6 * n:6 * n + 6]
+                if session is not None:
+                    found["sessions"].append((self._key("session", sid), session))
+                ordered = set(order)
+                for rid in [*order, *(rid for rid in requests if rid not in ordered)]:
+                    if rid in requests:
+                        found["requests"].append((_where(self._key("requests", sid), rid),
+                                                  requests[rid]))
+                for tid, row in turns.items():
+                    found["turns"].append((_where(self._key("turns", sid), tid), row,
+                                           tid in delivered))
+                for hashed, row in keys.items():
+                    found["idempotency_keys"].append((_where(self._key("keys", sid), hashed),
+                                                      row))
+        snapshot = Snapshot()
+        snapshot.sessions = rows.records("sessions", found["sessions"],
+                                         _columns(rows.session, len(SESSION_COLUMNS)))
+        known = {session.id for session in snapshot.sessions}
+        snapshot.requests = rows.records("requests", found["requests"],
+                                         _columns(rows.request, len(REQUEST_COLUMNS)), known)
+        snapshot.turns = sorted(rows.records("turns", found["turns"], _turn_columns, known,
+                                             set()), key=lambda turn: turn.created_at)
+        snapshot.keys = sorted(rows.records("idempotency_keys", found["idempotency_keys"],
+                                            _columns(rows.key, len(KEY_COLUMNS)), known),
+                               key=lambda record: record.created_at)
+        return snapshot
+
+    # --- writing ------------------------------------------------------------------------
+
+    async def _apply(self, ops: list[Op]) -> None:
+        """The batch as one transaction; a pruning (it reads first) between them."""
+        start = 0
+        for end, op in enumerate(ops):
+            if op.kind == "prune_turns":
+                await self._transaction(ops[start:end])
+                await self._prune(op.row[0])
+                start = end + 1
+        await self._transaction(ops[start:])
+
+    async def _transaction(self, ops: list[Op]) -> None:
+        if not ops:
+            return
+        pipe = self._redis.pipeline(transaction=True)
+        for op in ops:
+            self._queue_write(pipe, op)
+        await self._call(pipe.execute)
+
+    def _queue_write(self, pipe: Pipeline, op: Op) -> None:
+        sid, target = op.session_id, op.target
+        if op.kind == "session":
+            pipe.set(self._key("session", sid), _row(op))
+            pipe.zadd(self._key("sessions"), {sid: op.row[4]})
+        elif op.kind == "delete_session":
+            pipe.delete(*(self._key(kind, sid) for kind in _SESSION_KEYS))
+            pipe.zrem(self._key("sessions"), sid)
+        elif op.kind == "request":
+            self._last_order = max(self._last_order + 1, time.time_ns() // 1000)
+            pipe.hset(self._key("requests", sid), target, _row(op))
+            pipe.zadd(self._key("order", sid), {target: self._last_order})
+        elif op.kind == "delete_request":
+            pipe.hdel(self._key("requests", sid), target)
+            pipe.zrem(self._key("order", sid), target)
+        elif op.kind == "turn":
+            pipe.hset(self._key("turns", sid), target, _row(op))
+            pipe.hdel(self._key("delivered", sid), target)  # the row says, until marked
+            pipe.zadd(self._key("turnorder", sid), {target: op.row[_CREATED]})
+            for kind, present in (("running", op.row[_STATUS] == "running"),
+                                  ("undelivered", not op.row[_DELIVERED])):
+                if present:
+                    pipe.sadd(self._key(kind, sid), target)
+                else:
+                    pipe.srem(self._key(kind, sid), target)
+        elif op.kind == "end_delivered":
+            pipe.hset(self._key("delivered", sid), target, 1)
+            pipe.srem(self._key("undelivered", sid), target)
+        elif op.kind == "key":
+            pipe.hset(self._key("keys", sid), target, _row(op))
+        elif op.kind == "delete_key":
+            pipe.hdel(self._key("keys", sid), target)
+        else:
+            raise ValueError(f"no such write: {op.kind}")
+
+    async def _session_ids(self) -> list[str]:
+        raw: list[bytes] = await self._call(
+            lambda: self._redis.zrange(self._key("sessions"), 0, -1))  # type: ignore[arg-type,return-value]
+        return [value.decode("utf-8", "replace") for value in raw]
+
+    async def _prune(self, keep: int) -> None:
+        """Per session: the turns past the ``keep`` latest (by ``P:turnorder``) that are
+        not running, not undelivered and not named by a key; no turn row is read."""
+        ids = await self._session_ids()
+        for start in range(0, len(ids), CHUNK):
+            chunk = ids[start:start + CHUNK]
+            pipe = self._redis.pipeline(transaction=False)
+            for sid in chunk:
+                pipe.zrange(self._key("turnorder", sid), 0, -(keep + 1))
+                pipe.smembers(self._key("running", sid))
+                pipe.smembers(self._key("undelivered", sid))
+                pipe.hvals(self._key("keys", sid))
+            replies = await self._call(pipe.execute)
+            deletes = self._redis.pipeline(transaction=True)
+            for n, sid in enumerate(chunk):
+                older, running, undelivered, keys = replies[4 * n:4 * n + 4]
+                kept = running | undelivered | _keyed_turns(keys)
+                gone = [tid for tid in older if tid not in kept]
+                if gone:
+                    deletes.hdel(self._key("turns", sid), *gone)
+                    deletes.zrem(self._key("turnorder", sid), *gone)
+                    deletes.hdel(self._key("delivered", sid), *gone)
+            if len(deletes):
+                await self._call(deletes.execute)
+
+    async def _probe(self) -> None:
+        await self._call(self._redis.ping)
+
+    async def _release(self) -> None:
+        with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
+            await self._redis.aclose()  # the connection is gone either way
+
+
+def _where(key: str, field: bytes) -> str:
+    return f"{key}/{field.decode('utf-8', 'backslashreplace')}"
+
+
+def _row(op: Op) -> str:
+    return json.dumps(op.row, ensure_ascii=False, separators=(",", ":"))
+
+
+def _decoded(value: Any, width: int) -> list[Any]:
+    columns = json.loads(value)
+    if not isinstance(columns, list) or len(columns) != width:
+        raise ValueError(f"the row is not a list of {width} columns")
+    return columns
+
+
+def _columns(build: Callable[..., Any], width: int) -> Callable[..., Any]:
+    """``build`` of a row stored as the JSON array of its columns."""
+    def built(stored: tuple[Any, ...], *context: Any) -> Any:
+        return build(tuple(_decoded(stored[0], width)), *context)
+    return built
+
+
+def _turn_columns(stored: tuple[Any, ...], *context: Any) -> Any:
+    columns = _decoded(stored[0], len(TURN_COLUMNS))
+    if stored[1]:  # marked delivered since the row was saved
+        columns[TURN_COLUMNS.index("end_delivered")] = 1
+    return rows.turn(tuple(columns), *context)
+
+
+def _keyed_turns(keys: list[bytes]) -> set[bytes]:
+    """The turn ids the idempotency-key rows ``keys`` name (a row that cannot be read
+    names none: the load reports it)."""
+    named = set()
+    kind, target = KEY_COLUMNS.index("kind"), KEY_COLUMNS.index("target_id")
+    for value in keys:
+        try:
+            row = json.loads(value)
+            if row[kind] == TURN:
+                named.add(str(row[target]).encode())
+        except (ValueError, TypeError, IndexError, KeyError):
+            continue
+    return named

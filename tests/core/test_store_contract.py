@@ -1,0 +1,433 @@
+"""The store contract: what every backend does, each test run against every backend.
+
+A backend is reached through a :class:`Backend` of ``storekit.py``: ``open()`` a store,
+``reopen()`` another on the same data (as a restarted Core would), and the faults a test
+needs made real (``stalled``: the store takes nothing for a while; ``refusing``: it
+answers every write with an error; ``damage_request``: a stored row spoiled behind Core's
+back).
+The memory store keeps nothing past its process, so the tests of what is stored run on the
+durable backends; the rest run on all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corekit import run
+from storekit import (
+    BACKENDS,
+    DURABLE,
+    Backend,
+    DurableBackend,
+    MemoryBackend,
+    RedisBackend,
+    RedisServer,
+    SQLiteBackend,
+)
+
+from pedelec_pyodide.core.store import (
+    RECENT_TURNS,
+    IdempotencyRecord,
+    RequestRecord,
+    SessionRecord,
+    Snapshot,
+    Store,
+    StoreError,
+    TurnRecord,
+    hash_token,
+)
+
+
+def session(sid: str, created_at: float = 1.0, history: str = "[]") -> SessionRecord:
+    return SessionRecord(sid, hash_token("t-" + sid), "[]", history, created_at)
+
+
+def request(rid: str, sid: str = "s1", args: Any = None, **fields: Any) -> RequestRecord:
+    return RequestRecord(rid, sid, fields.pop("turn_id", None), 0, 0, "echo",
+                         {"n": 1} if args is None else args, 1e12, **fields)
+
+
+def turn(tid: str, sid: str = "s1", created_at: float = 1.0, **fields: Any) -> TurnRecord:
+    fields.setdefault("status", "completed")
+    fields.setdefault("end_delivered", True)
+    return TurnRecord(tid, sid, "hi", created_at=created_at, **fields)
+
+
+def key(name: str, sid: str, target: str, kind: Any = "turn") -> IdempotencyRecord:
+    return IdempotencyRecord(hash_token(sid + name), sid, kind, "f" * 64, target, 2.0)
+
+
+@pytest.fixture
+def memory() -> Backend:
+    return MemoryBackend()
+
+
+@pytest.fixture
+def sqlite(tmp_path: Path) -> DurableBackend:
+    return SQLiteBackend(tmp_path / "core.sqlite")
+
+
+@pytest.fixture
+def redis_backend(redis_server: RedisServer) -> DurableBackend:
+    return RedisBackend(redis_server)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    made: Backend = request.getfixturevalue(request.param)
+    return made
+
+
+@pytest.fixture(params=DURABLE)
+def durable(request: pytest.FixtureRequest) -> DurableBackend:
+    made: DurableBackend = request.getfixturevalue(request.param)
+    return made
+
+
+async def store_all(store: Store, *records: Any) -> None:
+    for record in records:
+        if isinstance(record, SessionRecord):
+            store.save_session(record)
+        elif isinstance(record, RequestRecord):
+            store.save_request(record)
+        elif isinstance(record, TurnRecord):
+            store.save_turn(record)
+        else:
+            store.save_key(record)
+    await store.flush()
+
+
+async def restarted(backend: Backend, store: Store) -> Snapshot:
+    """What a Core started after this one stopped would load."""
+    await store.close()
+    other = backend.reopen()
+    try:
+        return await other.load()
+    finally:
+        await other.close()
+
+
+# --- every backend ---------------------------------------------------------------------------
+
+
+def test_saves_never_raise_and_a_flush_returns(backend: Backend) -> None:
+    async def main() -> None:
+        store = backend.open()
+        await store_all(store, session("s1"), request("r1"), turn("t1"))
+        store.mark_end_delivered("s1", "t1")
+        store.delete_request("s1", "r1")
+        store.delete_session("s1")
+        store.prune_turns(RECENT_TURNS)
+        await store.flush("s1", "r1")
+        assert store.problem is None
+        await store.close()
+
+    run(main())
+
+
+def test_the_memory_store_keeps_nothing(memory: Backend) -> None:
+    async def main() -> None:
+        store = memory.open()
+        await store_all(store, session("s1"), request("r1"))
+        assert not store.durable
+        assert await restarted(memory, store) == Snapshot()
+
+    run(main())
+
+
+# --- what is stored ------------------------------------------------------------------------
+
+
+def test_records_are_captured_when_saved(durable: DurableBackend) -> None:
+    """Core goes on changing its records after it saves them: what is stored is what they
+    were at ``save_*``, whenever the store writes it."""
+
+    async def main() -> None:
+        store = durable.open()
+        record = session("s1")
+        args = {"n": 1}
+        pending = request("r1", args=args)
+        ended = turn("t1", tool_calls=[{"tool": "echo"}])
+        with durable.stalled():  # the writes queue up: nothing written yet
+            store.save_session(record)
+            store.save_request(pending)
+            store.save_turn(ended)
+            record.history = '[{"changed": true}]'
+            args["n"] = 2
+            pending.handled_by = "named"
+            ended.tool_calls.append({"tool": "changed"})
+            ended.status = "failed"
+        await store.flush()
+        snapshot = await restarted(durable, store)
+        assert [s.history for s in snapshot.sessions] == ["[]"]
+        assert [(r.args, r.handled_by) for r in snapshot.requests] == [({"n": 1}, None)]
+        assert [(t.status, t.tool_calls) for t in snapshot.turns] == [
+            ("completed", [{"tool": "echo"}])]
+
+    run(main())
+
+
+def test_every_field_comes_back_as_saved(durable: DurableBackend) -> None:
+    async def main() -> None:
+        store = durable.open()
+        records = [
+            SessionRecord("s1", hash_token("t"), "[]", '[{"role":"user","content":"é"}]',
+                          12.5),
+            RequestRecord("r1", "s1", "t1", 2, 3, "echo", {"a": [1, "ü"]}, 99.5),
+            RequestRecord("r2", "s1", None, 0, 0, "echo", None, 98.0, {"ok": True}, "named",
+                          50.25),
+            TurnRecord("t1", "s1", "hello", "running", created_at=5.0),
+            TurnRecord("t0", "s1", "before", "failed", "", {"code": "X", "message": "m"},
+                       [{"tool": "echo", "args": {}}], False, 4.0, {"input_tokens": 7}),
+            key("k", "s1", "r2", "tool-call"),
+        ]
+        await store_all(store, *records)
+        snapshot = await restarted(durable, store)
+        assert snapshot.sessions == records[:1]
+        assert snapshot.requests == records[1:3]
+        assert snapshot.turns == [records[4], records[3]]  # by created_at
+        assert snapshot.keys == records[5:]
+
+    run(main())
+
+
+def test_order_at_load(durable: DurableBackend) -> None:
+    """Sessions, turns and keys by creation; requests in the order they were last
+    saved (a request saved again with its result comes after those saved since)."""
+
+    async def main() -> None:
+        store = durable.open()
+        await store_all(store, session("late", 3.0), session("early", 1.0),
+                        request("r1", "early"), request("r2", "early"),
+                        turn("t2", "early", 2.0), turn("t1", "early", 1.0))
+        store.save_request(request("r1", "early", result=1, handled_by="named",
+                                   finished_at=5.0))
+        snapshot = await restarted(durable, store)
+        assert [s.id for s in snapshot.sessions] == ["early", "late"]
+        assert [r.id for r in snapshot.requests] == ["r2", "r1"]
+        assert [t.id for t in snapshot.turns] == ["t1", "t2"]
+
+    run(main())
+
+
+def test_a_record_saved_again_replaces_it_and_deletes_delete(durable: DurableBackend) -> None:
+    async def main() -> None:
+        store = durable.open()
+        await store_all(store, session("s1"), request("r1"), request("r2"),
+                        key("a", "s1", "r1", "tool-call"), key("b", "s1", "r2", "tool-call"),
+                        turn("t1", end_delivered=False))
+        store.save_session(session("s1", history='[{"again":1}]'))
+        store.delete_request("s1", "r1")
+        store.delete_key("s1", key("a", "s1", "r1").key_hash)
+        store.mark_end_delivered("s1", "t1")
+        store.mark_end_delivered("s1", "never-saved")  # changes nothing, creates nothing
+        snapshot = await restarted(durable, store)
+        assert [s.history for s in snapshot.sessions] == ['[{"again":1}]']
+        assert [r.id for r in snapshot.requests] == ["r2"]
+        assert [k.target_id for k in snapshot.keys] == ["r2"]
+        assert [(t.id, t.end_delivered) for t in snapshot.turns] == [("t1", True)]
+
+    run(main())
+
+
+def test_delete_session_takes_its_requests_turns_and_keys(durable: DurableBackend) -> None:
+    async def main() -> None:
+        store = durable.open()
+        for sid in ("gone", "kept"):
+            await store_all(store, session(sid), request(f"r-{sid}", sid),
+                            request(f"k-{sid}", sid, result=1, handled_by="named",
+                                    finished_at=1.0),
+                            turn(f"t-{sid}", sid), turn(f"u-{sid}", sid, 2.0, status="running"),
+                            key("x", sid, f"t-{sid}"))
+        store.delete_session("gone")
+        snapshot = await restarted(durable, store)
+        assert {s.id for s in snapshot.sessions} == {"kept"}
+        assert {r.id for r in snapshot.requests} == {"r-kept", "k-kept"}
+        assert {t.id for t in snapshot.turns} == {"t-kept", "u-kept"}
+        assert {k.session_id for k in snapshot.keys} == {"kept"}
+        # and a session saved again under that id starts empty
+        store = durable.reopen()
+        await store_all(store, session("gone"))
+        snapshot = await restarted(durable, store)
+        assert {r.session_id for r in snapshot.requests} == {"kept"}
+
+    run(main())
+
+
+def test_prune_turns_keeps_the_latest_and_every_one_still_needed(durable: DurableBackend) -> None:
+    """Per session: the latest ``keep`` turns stay, and older ones that are running, whose
+    end the page has not had, or that an idempotency key names; nothing else. Loading
+    prunes nothing: a turn stays until ``prune_turns`` says otherwise."""
+
+    async def main() -> None:
+        store = durable.open()
+        await store_all(store, session("s1"), session("s2"))
+        for n in range(20):
+            store.save_turn(turn(f"t{n:02}", "s1", float(n)))
+        store.save_turn(turn("s2-old", "s2", 0.5))
+        store.save_turn(turn("running", "s1", 0.1, status="running"))
+        store.save_turn(turn("undelivered", "s1", 0.2, end_delivered=False))
+        store.save_turn(turn("keyed", "s1", 0.3))
+        store.save_key(key("k", "s1", "keyed"))
+        await store.flush()
+        store = await reopened(durable, store)
+        assert len((await store.load()).turns) == 24  # all of them, until pruned
+        store.prune_turns(4)
+        snapshot = await restarted(durable, store)
+        assert sorted(t.id for t in snapshot.turns) == [
+            "keyed", "running", "s2-old", "t16", "t17", "t18", "t19", "undelivered"]
+
+    run(main())
+
+
+async def reopened(backend: Backend, store: Store) -> Store:
+    await store.close()
+    return backend.reopen()
+
+
+# --- flush ------------------------------------------------------------------------------------
+
+
+def test_flush_returns_once_earlier_writes_are_stored(durable: DurableBackend) -> None:
+    """A flush returns only after every earlier write is stored: read from a second store
+    on the same data (another Core) as soon as it returns."""
+
+    async def main() -> None:
+        store = durable.open()
+        store.save_session(session("s1"))
+        for n in range(200):
+            store.save_request(request(f"r{n:03}", args={"blob": "x" * 1000}))
+        await store.flush()
+        other = durable.reopen()
+        try:
+            assert len((await other.load()).requests) == 200
+        finally:
+            await other.close()
+        await store.close()
+
+    run(main())
+
+
+def test_a_flush_has_a_deadline_and_the_writes_go_through_after(durable: DurableBackend) -> None:
+    async def main() -> None:
+        store = durable.open()
+        await store_all(store, session("s1"))
+        with durable.stalled():
+            store.save_request(request("r1"))
+            started = time.monotonic()
+            with pytest.raises(StoreError):
+                await store.flush("r1", timeout=0.5)
+            assert 0.4 < time.monotonic() - started < 4
+            assert store.problem is not None
+        await store.flush("r1", timeout=10)
+        assert store.problem is None
+        assert [r.id for r in (await restarted(durable, store)).requests] == ["r1"]
+
+    run(main())
+
+
+# --- failures -------------------------------------------------------------------------------
+
+
+def test_a_value_that_cannot_be_stored_fails_its_own_write(durable: DurableBackend) -> None:
+    """A lone surrogate, an object JSON cannot hold and NaN: each fails the flush that
+    names its write, once; the store is not "degraded" by a caller's value; the good
+    writes are stored."""
+
+    async def main() -> None:
+        store = durable.open()
+        store.save_session(session("s1"))
+        store.save_request(request("surrogate", args={"delta": "\ud800"}))
+        store.save_request(request("object", args={"when": object()}))
+        store.save_request(request("nan", args={"x": math.nan}))
+        store.save_request(request("good"))
+        await store.flush("s1", "good")
+        for name, words in (("surrogate", "surrogates not allowed"),
+                            ("object", "not JSON serializable"),
+                            ("nan", "Out of range float")):
+            with pytest.raises(StoreError, match=words):
+                await store.flush(name)
+            await store.flush(name)  # reported to the flush that asked, once
+        assert store.problem is None
+        store.save_request(request("after"))
+        await store.flush("after")
+        assert [r.id for r in (await restarted(durable, store)).requests] == ["good", "after"]
+
+    run(main())
+
+
+def test_a_write_the_store_refuses_is_reported_and_the_writer_goes_on(
+        durable: DurableBackend) -> None:
+    """The store answers writes with an error: the flush naming one raises, at once (not
+    at its deadline); ``problem`` says why (health: degraded); once the store takes writes
+    again the next write is stored and ``problem`` clears."""
+
+    async def main() -> None:
+        store = durable.open()
+        await store_all(store, session("s1"))
+        async with durable.refusing(store):
+            store.save_request(request("refused"))
+            started = time.monotonic()
+            with pytest.raises(StoreError, match=durable.refusal):
+                await store.flush("refused", timeout=30)
+            assert time.monotonic() - started < 10
+            assert store.problem is not None and durable.refusal in store.problem
+        store.save_request(request("after"))
+        await store.flush("after")
+        assert store.problem is None
+        assert [r.id for r in (await restarted(durable, store)).requests] == ["after"]
+
+    run(main())
+
+
+def test_damaged_rows_are_skipped_at_load_with_a_warning(
+        durable: DurableBackend, caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> Snapshot:
+        store = durable.open()
+        await store_all(store, session("s1"), request("r1"), request("bad"), request("r3"))
+        await store.close()
+        durable.damage_request("bad")
+        other = durable.reopen()
+        try:
+            return await other.load()
+        finally:
+            await other.close()
+
+    with caplog.at_level(logging.WARNING, logger="pedelec.core"):
+        snapshot = run(main())
+    assert [r.id for r in snapshot.requests] == ["r1", "r3"]
+    assert sum("store.row_skipped" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_close_stores_what_was_queued(durable: DurableBackend) -> None:
+    async def main() -> None:
+        store = durable.open()
+        store.save_session(session("s1"))
+        store.save_request(request("r1"))
+        assert [r.id for r in (await restarted(durable, store)).requests] == ["r1"]
+
+    run(main())
+
+
+def test_many_tasks_writing_and_flushing_at_once_are_all_stored_in_order(
+        durable: DurableBackend) -> None:
+
+    async def main() -> None:
+        store = durable.open()
+        store.save_session(session("s1"))
+
+        async def one(n: int) -> None:
+            store.save_request(request(f"r{n:03}"))
+            await store.flush(f"r{n:03}")
+
+        await asyncio.gather(*(one(n) for n in range(100)))
+        ids = [r.id for r in (await restarted(durable, store)).requests]
+        assert ids == [f"r{n:03}" for n in range(100)]
+
+    run(main())

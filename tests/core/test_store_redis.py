@@ -1,0 +1,239 @@
+"""What only the Redis store does, against a real redis-server (Debian's) of each test's
+own: surviving a restart of Redis, waiting out Redis being away, clusters side by side,
+and a real Core on it (the store contract itself: test_store_contract.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from corekit import TOKEN, WAIT, RawClient, config, run, running_core, tool_meta, until
+from storekit import RedisServer, free_port
+from test_core_resume import core_process
+from test_store_faults import echo_page
+
+from pedelec_pyodide.core.store import (
+    STORE_UNAVAILABLE,
+    IdempotencyRecord,
+    RequestRecord,
+    SessionRecord,
+    Store,
+    StoreError,
+    TurnRecord,
+    hash_token,
+    open_store,
+    writer,
+)
+
+
+def request(rid: str, sid: str = "s1") -> RequestRecord:
+    return RequestRecord(rid, sid, None, 0, 0, "echo", {"n": rid}, 1e12)
+
+
+async def stored_ids(url: str) -> list[str]:
+    store = open_store(url)
+    try:
+        return [r.id for r in (await store.load()).requests]
+    finally:
+        await store.close()
+
+
+def test_what_redis_acknowledged_survives_its_sigkill(redis_server: RedisServer) -> None:
+    """Append-only file, ``appendfsync everysec``: Redis writes the file before it answers,
+    so a killed redis-server (not the machine) loses no write a flush returned for."""
+
+    async def main() -> None:
+        store = open_store(redis_server.url)
+        store.save_session(SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0))
+        for n in range(300):
+            store.save_request(request(f"r{n:03}"))
+            if n % 50 == 49:
+                await store.flush()
+        await store.flush()
+        redis_server.kill()
+        redis_server.start()
+        await store.close()
+        assert await stored_ids(redis_server.url) == [f"r{n:03}" for n in range(300)]
+
+    run(main())
+
+
+def test_while_redis_is_away_writes_wait_and_are_stored_when_it_is_back(
+        redis_server: RedisServer) -> None:
+    """Redis killed mid-run: a flush fails at its deadline, naming the store out of reach;
+    the store says it is unavailable; the writes are kept, and stored in order once Redis
+    is back, with nothing lost and nothing left failed."""
+
+    async def main() -> None:
+        store = open_store(redis_server.url, timeout=1.0)
+        store.save_session(SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0))
+        store.save_request(request("before"))
+        await store.flush("s1", "before")
+        redis_server.kill()
+        store.save_request(request("during-1"))
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="cannot reach redis://127"):
+            await store.flush("during-1", timeout=2.0)
+        assert 1.5 < time.monotonic() - started < 6
+        assert store.unavailable and "cannot reach" in (store.problem or "")
+        store.save_request(request("during-2"))
+        redis_server.start()
+        await store.flush("during-1", "during-2", timeout=WAIT)
+        assert not store.unavailable and store.problem is None
+        await store.close()
+        assert await stored_ids(redis_server.url) == ["before", "during-1", "during-2"]
+
+    run(main())
+
+
+def test_an_idle_store_notices_redis_is_away_and_back(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No write to fail: the writer checks on Redis when idle, so health can tell."""
+    monkeypatch.setattr(writer, "PROBE_SECONDS", 0.2)
+
+    async def main() -> None:
+        store = open_store(redis_server.url, timeout=1.0)
+        store.save_session(SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0))
+        await store.flush()
+        redis_server.kill()
+        await until(lambda: store.unavailable, "the store to notice")
+        redis_server.start()
+        await until(lambda: not store.unavailable, "the store to see Redis back")
+        assert store.problem is None
+        await store.close()
+
+    run(main())
+
+
+def test_clusters_on_one_redis_database_do_not_see_each_other(
+        redis_server: RedisServer) -> None:
+    async def main() -> None:
+        stores: dict[str, Store] = {}
+        for cluster in ("eu", "us"):
+            store = open_store(f"{redis_server.url}?cluster={cluster}")
+            store.save_session(SessionRecord(f"s-{cluster}", hash_token("t"), "[]", "[]", 1.0))
+            await store.close()
+            stores[cluster] = open_store(f"{redis_server.url}?cluster={cluster}")
+        for cluster, store in stores.items():
+            assert [s.id for s in (await store.load()).sessions] == [f"s-{cluster}"]
+            await store.close()
+        with redis_server.client() as client:
+            assert all(key.startswith((b"pedelec:eu:", b"pedelec:us:"))
+                       for key in client.keys("*"))
+
+    run(main())
+
+
+def test_core_on_redis_says_503_while_redis_is_away_and_resumes_after(
+        redis_server: RedisServer) -> None:
+    """A real Core with --store redis://: calls go through; Redis killed: health says
+    degraded with the reason and a control-API call is refused 503 STORE_UNAVAILABLE,
+    nothing sent to the page; Redis back: calls go through again; and a Core started
+    afterwards on the same Redis resumes the page's session with its token."""
+
+    async def main() -> None:
+        cfg = config(store=redis_server.url, store_timeout=1.0)
+        async with running_core(cfg) as core:
+            page = await echo_page().connect(core.ws_url)
+            sid, token = page.session.session_id, page.session.resume_token
+            assert sid is not None and token is not None
+            assert (await core.tool_call(sid, "echo", {"n": 1})).json()["result"] == {"n": 1}
+            redis_server.kill()
+            for _ in range(int(WAIT / 0.1)):  # the next write, or the idle check, tells
+                health = (await core.http.get("/pedelec/v1/health")).json()
+                if health["status"] == "degraded":
+                    break
+                await asyncio.sleep(0.1)
+            assert health["status"] == "degraded" and "cannot reach" in health["reason"]
+            refused = await core.tool_call(sid, "echo", {"n": 2})
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["code"] == STORE_UNAVAILABLE
+            assert refused.headers["retry-after"] == "1"
+            turn = await core.turn(sid, "hello")
+            assert turn.json()["error"]["code"] == STORE_UNAVAILABLE
+            redis_server.start()
+            await until(lambda: not core.registry.store.unavailable, "Redis back")
+            assert (await core.tool_call(sid, "echo", {"n": 3})).json()["result"] == {"n": 3}
+            assert [f["args"] for f in page.frames("tool.request")] == [{"n": 1}, {"n": 3}]
+            await page.drop()
+        async with running_core(config(store=redis_server.url)) as core:
+            client = await RawClient.open(core.ws_url)
+            welcome = await client.hello([tool_meta("echo")], sessionId=sid,
+                                         resumeToken=token)
+            assert (welcome["type"], welcome["resumed"]) == ("welcome", True)
+            await client.close()
+
+    run(main())
+
+
+def test_serve_with_redis_out_of_reach_exits_with_a_clear_error(tmp_path: Path) -> None:
+    """Core starts only with what it stored: no Redis (within --store-timeout) is an exit
+    with the reason, and the password in the URL is never printed."""
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+    failed = subprocess.run(
+        [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port", "0",
+         "--no-provision", "--store", url, "--store-timeout", "0.5"],
+        capture_output=True, text=True, timeout=30)
+    assert failed.returncode == 2, failed.stderr
+    assert "cannot reach redis://:***@127.0.0.1" in failed.stderr
+    assert "hunter2" not in failed.stderr + failed.stdout
+    assert failed.stdout == ""  # nothing announced
+
+
+def test_sigterm_stops_core_within_5_seconds_while_redis_is_away(
+        redis_server: RedisServer) -> None:
+    """A real Core process on Redis, a control-API call waiting on a page that never
+    answers, Redis killed (Core retrying its writes): SIGTERM still stops it in time."""
+    port = free_port()
+
+    async def main() -> float:
+        async with core_process(redis_server.url, port) as process:
+            page = await RawClient.open(f"ws://127.0.0.1:{port}/pedelec/v1/bridge")
+            welcome = await page.hello([tool_meta("c")])
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=WAIT,
+                                         headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+                path = f"/pedelec/v1/sessions/{welcome['sessionId']}/tool-calls"
+                waiting = [asyncio.create_task(http.post(path, json={"tool": "c", "args": {}}))]
+                assert (await page.recv())["type"] == "tool.request"
+                redis_server.kill()
+                # a request to store while Redis is away: its write is retried
+                waiting.append(asyncio.create_task(http.post(path, json={"tool": "c"})))
+                await asyncio.sleep(0.5)
+                started = time.monotonic()
+                process.send_signal(signal.SIGTERM)
+                await asyncio.to_thread(process.wait, 3 * WAIT)
+                elapsed = time.monotonic() - started
+                await asyncio.gather(*waiting, return_exceptions=True)
+            await page.ws.close()
+            return elapsed
+
+    elapsed = run(main())
+    print(f"SIGTERM to exit, Redis away: {elapsed:.2f} s")
+    assert elapsed < 5, elapsed
+
+
+def test_a_deleted_session_leaves_no_key_behind(redis_server: RedisServer) -> None:
+    async def main() -> None:
+        store = open_store(redis_server.url)
+        for sid in ("gone", "kept"):
+            store.save_session(SessionRecord(sid, hash_token("t"), "[]", "[]", 1.0))
+            store.save_request(request(f"r-{sid}", sid))
+            store.save_turn(TurnRecord(f"t-{sid}", sid, "hi", "running", created_at=1.0))
+            store.save_turn(TurnRecord(f"u-{sid}", sid, "hi", "completed", created_at=2.0))
+            store.mark_end_delivered(sid, f"u-{sid}")
+            store.save_key(IdempotencyRecord(hash_token(sid), sid, "turn", "f" * 64,
+                                             f"t-{sid}", 1.0))
+        store.delete_session("gone")
+        await store.close()
+        with redis_server.client() as client:
+            keys = sorted(key.decode() for key in client.keys("*"))
+            assert keys and not [key for key in keys if "gone" in key], keys
+            assert client.zrange("pedelec:main:sessions", 0, -1) == [b"kept"]
+
+    run(main())
