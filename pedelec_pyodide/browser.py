@@ -529,8 +529,10 @@ class PageSession:
         self._unsubscribe = self.session.subscribe(self._forward)
         self._is_ready = False
         self._ready_waiters: list[asyncio.Future[None]] = []
-        # tool request id -> the JS decision awaited: (approved, reason, no approver)
-        self._asking: dict[str, asyncio.Future[tuple[bool, str | None, bool]]] = {}
+        # tool request id -> the request and the JS decision awaited: (approved, reason,
+        # no approver)
+        self._asking: dict[str, tuple[ApprovalRequest,
+                                      asyncio.Future[tuple[bool, str | None, bool]]]] = {}
 
     async def _ask_page(self, request: ApprovalRequest) -> bool:
         if not self._is_ready:
@@ -539,15 +541,14 @@ class PageSession:
             await waiter
         decision: asyncio.Future[tuple[bool, str | None, bool]] = (
             asyncio.get_running_loop().create_future())
-        self._asking[request.tool_request_id] = decision
+        self._asking[request.tool_request_id] = (request, decision)
         try:
             self._emit("approval", json.dumps({
                 "toolRequestId": request.tool_request_id, "tool": request.tool,
                 "args": request.args, "turnId": request.turn_id}, ensure_ascii=False))
             approved, reason, nobody = await decision
         finally:
-            if self._asking.get(request.tool_request_id) is decision:
-                del self._asking[request.tool_request_id]
+            self._asking.pop(request.tool_request_id, None)
         if nobody:
             raise ApprovalUnavailable("no approval listener on the page")
         return approved or request.deny(reason)
@@ -563,10 +564,13 @@ class PageSession:
     def decide(self, tool_request_id: str, decision_json: str) -> bool:
         """The page's answer to an ``approval`` event: ``{"approved", "reason"?,
         "noApprover"?}``. False if that request is not awaiting one (decided already)."""
-        decision = self._asking.get(str(tool_request_id))
-        if decision is None or decision.done():
+        asked = self._asking.get(str(tool_request_id))
+        if asked is None or asked[1].done():
             return False
+        request, decision = asked
         answer = json.loads(decision_json)
+        if answer.get("approved") is True:
+            request.approve()  # recorded now: a reload before the handler runs keeps it
         reason = answer.get("reason")
         decision.set_result((answer.get("approved") is True,
                              reason if isinstance(reason, str) else None,

@@ -8,6 +8,7 @@ view of the engine's private record of a request in flight; it holds no state of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
@@ -121,19 +122,27 @@ class ApprovalRequest:
     resolves to) ``True`` to run it; anything else denies it. ``return request.deny(
     "reason")`` denies with a reason the agent sees (``details.reason``)."""
 
-    __slots__ = ("args", "reason", "tool", "tool_request_id", "turn_id")
+    __slots__ = ("_on_approve", "approved", "args", "reason", "tool", "tool_request_id",
+                 "turn_id")
 
-    def __init__(self, tool: str, args: Any, tool_request_id: str, turn_id: str | None
-                 ) -> None:
+    def __init__(self, tool: str, args: Any, tool_request_id: str, turn_id: str | None,
+                 on_approve: Callable[[], None] | None = None) -> None:
         self.tool = tool
         self.args = args
         self.tool_request_id = tool_request_id
         self.turn_id = turn_id
         #: why it was denied, when the approver said (see :meth:`deny`)
         self.reason: str | None = None
+        self.approved = False
+        self._on_approve = on_approve
 
     def approve(self) -> bool:
-        """``True``: ``return request.approve()`` reads as what it does."""
+        """Record the approval at once (it survives a reload from this moment, before the
+        handler runs) and return ``True``: ``return request.approve()``."""
+        if not self.approved:
+            self.approved = True
+            if self._on_approve is not None:
+                self._on_approve()
         return True
 
     def deny(self, reason: str | None = None) -> bool:

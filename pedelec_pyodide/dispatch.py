@@ -483,11 +483,6 @@ class Engine:
         if denial is not None:
             self.finish(rec, denial)
             return
-        if rec.record:
-            try:
-                self.ledger.approve(rec.tool_request_id, rec.tool)
-            except Exception:
-                _ledger_failed(rec.tool_request_id)
         rec.status = "running"
         if self.outbox.listening():
             self.outbox.emit(ToolStatus(rec.tool_request_id, rec.tool, rec.turn_id, "running"))
@@ -501,7 +496,8 @@ class Engine:
         approver = self.approver or self.default_approver
         if approver is None:
             return _no_approver(rec.tool)
-        request = ApprovalRequest(rec.tool, rec.args, rec.tool_request_id, rec.turn_id)
+        request = ApprovalRequest(rec.tool, rec.args, rec.tool_request_id, rec.turn_id,
+                                  lambda: self._record_approval(rec))
         self.set_waiting(rec, True, APPROVAL_REASON, status=False)
         try:
             verdict: Any = approver(request)
@@ -519,11 +515,20 @@ class Engine:
             if not rec.answered:
                 self.set_waiting(rec, False, None, status=False)
         if verdict is True:
+            request.approve()
             return None
         reason = request.reason or "denied"
         return _Failure(tool_error(
             TOOL_DENIED, f"the user denied running {rec.tool!r}: {excerpt(reason)}",
             details={"reason": reason[:MAX_STATUS_TEXT]}, retryable=False))
+
+    def _record_approval(self, rec: InFlight) -> None:
+        """In the ledger with its request: a reload from now on does not ask again."""
+        if rec.record and not rec.answered:
+            try:
+                self.ledger.approve(rec.tool_request_id, rec.tool)
+            except Exception:
+                _ledger_failed(rec.tool_request_id)
 
     # --- while it runs -----------------------------------------------------------------
 
