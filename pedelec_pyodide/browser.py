@@ -195,6 +195,9 @@ def create_session(
         session_options.setdefault("ledger", StorageLedger(store, prefix + "ledger:"))
     if in_worker():
         session_options.setdefault("explain_error", explain_worker_error)
+    # Pyodide's WebLoop spawns async handlers and times progress and cancels: frames
+    # arrive in JS callbacks, where no loop is running (get_running_loop raises there)
+    session_options.setdefault("scheduler", asyncio.get_event_loop())
     session = Session(tools, **session_options)
     session.client.setdefault("runtime", "pyodide")
     if store is not None:

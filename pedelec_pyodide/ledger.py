@@ -237,7 +237,9 @@ class StorageLedger:
 
     def was_started(self, tool_request_id: str) -> bool:
         raw = self._storage.getItem(self._prefix + tool_request_id)
-        return raw is not None and raw != "" and not raw.startswith(_APPROVED_PREFIX)
+        if not raw:  # None, "", or JS null (a JsNull in Pyodide, not None)
+            return False
+        return not str(raw).startswith(_APPROVED_PREFIX)
 
     def was_approved(self, tool_request_id: str) -> bool:
         return bool(self._storage.getItem(self._prefix + tool_request_id))
