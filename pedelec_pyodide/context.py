@@ -32,20 +32,37 @@ class _Record(Protocol):
     @property
     def cancelled(self) -> bool: ...
 
-    def report(self, progress: Any, total: Any, message: Any) -> None: ...
+    def report(self, progress: float, total: float | None = None,
+               message: str | None = None) -> None: ...
 
     def wait_begin(self, reason: str | None) -> None: ...
 
     def wait_end(self) -> None: ...
 
 
-class ToolContext:
-    """What a handler knows about the request it is running, and how it reports on it."""
+class Progress(Protocol):
+    def __call__(self, progress: float, total: float | None = None,
+                 message: str | None = None) -> None: ...
 
-    __slots__ = ("_record",)
+
+class ToolContext:
+    """What a handler knows about the request it is running, and how it reports on it.
+
+    ``ctx.progress(progress, total=None, message=None)`` reports how far the request has
+    got. Never blocks; sent to Core (and the page's ``toolprogress`` event) at most ~10
+    times a second, the latest value kept and the last one sent before the result.
+    ``progress`` must be a finite number greater than the one before (``ValueError``
+    otherwise); ``total`` a finite number when known; ``message`` a short text (cut to
+    1,000 characters). Ignored once the request has been answered. (An attribute bound
+    to the request's record, not a method: a handler may call it for every item, and a
+    call through a method would cost a second Python call each time.)
+    """
+
+    __slots__ = ("_record", "progress")
 
     def __init__(self, record: _Record) -> None:
         self._record = record
+        self.progress: Progress = record.report
 
     @property
     def tool(self) -> str:
@@ -74,16 +91,6 @@ class ToolContext:
         """The request was cancelled (``session.cancel``, Core's deadline, a cancelled
         turn) or the session closed: stop early and return what makes sense."""
         return self._record.cancelled
-
-    def progress(self, progress: float, total: float | None = None,
-                 message: str | None = None) -> None:
-        """Report how far the request has got. Never blocks; sent to Core (and the page's
-        ``toolprogress`` event) at most ~10 times a second, the latest value kept and the
-        last one sent before the result. ``progress`` must be a finite number greater
-        than the one before (``ValueError`` otherwise); ``total`` a finite number when
-        known; ``message`` a short text (cut to 1,000 characters). Ignored once the
-        request has been answered."""
-        self._record.report(progress, total, message)
 
     def waiting_for_user(self, reason: str | None = None) -> WaitingForUser:
         """``async with ctx.waiting_for_user("confirm the address"): ...`` around code that

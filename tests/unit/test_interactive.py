@@ -121,6 +121,7 @@ async def test_progress_within_the_interval_keeps_the_latest_for_the_timer() -> 
     (lambda ctx: ctx.progress(float("nan")), "finite number"),
     (lambda ctx: ctx.progress(True), "finite number"),
     (lambda ctx: ctx.progress("1"), "finite number"),
+    (lambda ctx: ctx.progress(2**60), "finite number"),  # beyond a double: the wire refuses it
     (lambda ctx: ctx.progress(1, float("inf")), "total must be"),
     (lambda ctx: ctx.progress(1, message=3), "message must be"),
 ])
