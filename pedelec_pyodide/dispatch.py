@@ -602,6 +602,8 @@ class Engine:
             rec.cancelled_by = reason
         if rec.status == "awaiting_approval":
             asking = rec.asking
+            if not grace:  # Core's cancel: Core has answered its caller and forgotten it
+                rec.reply = False
             self._answer(rec, _cancelled(rec, reason, "before it was approved"))
             if asking is not None:
                 asking.cancel()
