@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from . import protocol
 from .context import ApprovalRequest, ToolContext
 from .dispatch import (
+    APPROVAL_REASON,
     DEFAULT_CANCEL_GRACE,
     Approver,
     Engine,
@@ -414,8 +415,9 @@ class Session:
             if not rec.reply:
                 continue
             if rec.waiting or rec.status == "awaiting_approval":
+                reason = APPROVAL_REASON if rec.status == "awaiting_approval" else None
                 self._send(protocol.ToolWaiting(tool_request_id=rec.tool_request_id,
-                                                waiting=True).encode())
+                                                waiting=True, reason=reason).encode())
             if rec.latest is not None:
                 self._send_progress(rec)
 

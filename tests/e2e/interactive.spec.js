@@ -40,6 +40,14 @@ test("a reload while an approval is asked asks again after it, and the tool runs
   expect(await runs(page, "remove_note")).toBe(1);
 });
 
+test("with no approval listener on the page, a tool that needs approval is denied at once", async ({ page }) => {
+  const { sessionId } = await openPage(page, `${URL}?no-approver`);
+  const { result } = await callTool(app, sessionId, "remove_note", { note: "x" });
+  expect(result.error).toMatchObject({ code: "TOOL_DENIED", retryable: false, details: { reason: "no approver" } });
+  expect(result.error.message).toContain("no approver is registered");
+  expect(await runs(page, "remove_note")).toBe(0);
+});
+
 test("progress arrives as toolprogress events, the last one before the result", async ({ page }) => {
   const { sessionId } = await openPage(page, URL);
   const response = await callTool(app, sessionId, "count_up", { steps: 12 });

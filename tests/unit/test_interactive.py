@@ -550,3 +550,23 @@ def test_every_exception_of_the_package_is_a_pedelec_error_and_exported() -> Non
               if isinstance(item, type) and issubclass(item, BaseException)]
     assert len(errors) >= 10
     assert all(issubclass(error, PedelecError) for error in errors)
+
+
+async def test_a_resumed_connection_tells_core_again_that_an_approval_is_asked() -> None:
+    runs: list[Any] = []
+    session = Session([approval_tool(runs)])
+    decision: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    session.on_approval(lambda request: decision)
+    connected(session)
+    session.receive(request("q1", "delete", {"id": 2}))
+    await spin()
+    session.connection_lost()
+    core = FakeCore()
+    session.connection_made(core)
+    session.receive(WELCOME)
+    assert wire(core, "tool.waiting") == [("tool.waiting", True, "approval")]
+    decision.set_result(True)
+    await spin()
+    assert wire(core, "tool.waiting", "tool.result") == [
+        ("tool.waiting", True, "approval"), ("tool.waiting", False, None),
+        ("tool.result", {"deleted": 2})]
