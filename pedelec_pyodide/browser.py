@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from . import protocol
@@ -175,6 +175,21 @@ def explain_worker_error(exc: BaseException) -> str | None:
     return None
 
 
+class PageLoop:
+    """The page's scheduler: Pyodide's WebLoop spawns async handlers and times progress
+    and cancels. Looked up at each call: frames arrive in JS callbacks, where no loop is
+    running (``get_running_loop`` raises there), while ``get_event_loop`` is the WebLoop."""
+
+    def time(self) -> float:
+        return asyncio.get_event_loop().time()
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> asyncio.TimerHandle:
+        return asyncio.get_event_loop().call_later(delay, callback)
+
+    def create_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return asyncio.get_event_loop().create_task(coro)
+
+
 def create_session(
     core_url: str,
     tools: Iterable[Tool] = (),
@@ -195,9 +210,7 @@ def create_session(
         session_options.setdefault("ledger", StorageLedger(store, prefix + "ledger:"))
     if in_worker():
         session_options.setdefault("explain_error", explain_worker_error)
-    # Pyodide's WebLoop spawns async handlers and times progress and cancels: frames
-    # arrive in JS callbacks, where no loop is running (get_running_loop raises there)
-    session_options.setdefault("scheduler", asyncio.get_event_loop())
+    session_options.setdefault("scheduler", PageLoop())
     session = Session(tools, **session_options)
     session.client.setdefault("runtime", "pyodide")
     if store is not None:

@@ -570,3 +570,63 @@ async def test_a_resumed_connection_tells_core_again_that_an_approval_is_asked()
     assert wire(core, "tool.waiting", "tool.result") == [
         ("tool.waiting", True, "approval"), ("tool.waiting", False, None),
         ("tool.result", {"deleted": 2})]
+
+
+# --- the page's JS approver (browser.PageSession, with a stand-in for the js module) -------
+
+
+@pytest.fixture
+def page_session(monkeypatch: pytest.MonkeyPatch) -> Any:
+    import sys
+    from types import SimpleNamespace
+    from urllib.parse import urlsplit
+
+    from pedelec_pyodide.browser import PageSession
+
+    def url(text: str, base: str | None = None) -> SimpleNamespace:  # the JS URL class
+        parts = urlsplit(text)
+        return SimpleNamespace(protocol=f"{parts.scheme}:", host=parts.netloc,
+                               pathname=parts.path or "/", search="")
+
+    monkeypatch.setitem(sys.modules, "js", SimpleNamespace(URL=SimpleNamespace(new=url)))
+    emitted: list[tuple[str, Any]] = []
+    page = PageSession("http://127.0.0.1:1",
+                       lambda kind, detail: emitted.append((kind, json.loads(detail))),
+                       '{"storage": false}')
+    page.emitted = emitted
+    return page
+
+
+async def test_the_page_asks_its_js_only_once_ready_and_takes_its_decisions(
+    page_session: Any,
+) -> None:
+    page, runs = page_session, []
+    page.session.add_tool(approval_tool(runs))
+    core = connected(page.session)
+    asked = lambda: [d for kind, d in page.emitted if kind == "approval"]  # noqa: E731
+    page.session.receive(request("q1", "delete", {"id": 1}, turn_id="turn-1"))
+    await spin()
+    # a request Core re-sends as the page reloads: the app's listeners are not there yet
+    assert asked() == [] and page.session.pending[0].status == "awaiting_approval"
+    page.ready()
+    await spin()
+    assert asked() == [{"toolRequestId": "q1", "tool": "delete", "args": {"id": 1},
+                        "turnId": "turn-1"}]
+    assert page.decide("q1", '{"approved": true}') is True
+    assert page.decide("q1", '{"approved": false}') is False  # decided already
+    await spin()
+    assert runs == [1]
+
+    page.session.receive(request("q2", "delete", {"id": 2}))
+    await spin()
+    page.decide("q2", '{"approved": false, "reason": "keep it"}')
+    page.session.receive(request("q3", "delete", {"id": 3}))
+    await spin()
+    page.decide("q3", '{"approved": false, "noApprover": true}')  # nothing listens in JS
+    await spin()
+    denied, nobody = (r["result"]["error"] for r in core.of_type("tool.result")[1:])
+    assert denied["details"] == {"reason": "keep it"}
+    assert nobody["details"] == {"reason": "no approver"}
+    assert runs == [1]
+    assert json.loads(page.pending()) == []
+    assert page.cancel("q9") is False
