@@ -11,6 +11,11 @@ absolute time.
 - wire: the whole page path, a ``tool.request`` frame in (parsed and checked), a
   ``tool.result`` frame out, recorded in the delivery ledger (no target: for reference)
 - with a 3-property schema, the baseline adds one bare call of the same jsonschema validator
+- progress: a request (frame in, frame out) whose sync handler does 10,000 steps of a small
+  unit of work (a short note's first words as a JSON summary, a few microseconds), each
+  followed by
+  ``ctx.progress(step, total, message)``, against the same handler without the progress
+  calls (the target: <= 1.1x)
 """
 
 from __future__ import annotations
@@ -42,6 +47,33 @@ ARGS_TEXT = '{"delta": 2, "label": "clicks", "enabled": true}'
 
 def handler(args: dict[str, Any]) -> dict[str, Any]:
     return {"value": args["delta"] + 1}
+
+
+STEPS = 10_000
+NOTES = [f"Note {n}. " + "Some words written down in a note about the day. " * 4
+         for n in range(100)]
+
+
+def summarise(step: int) -> int:
+    """One step of the long tool's work: a short note's first words as a JSON summary."""
+    words = NOTES[step % 100].split()
+    return len(json.dumps({"step": step, "summary": " ".join(words[:12]),
+                           "words": len(words)}))
+
+
+def long_plain(args: dict[str, Any], ctx: Any) -> int:
+    total = 0
+    for step in range(STEPS):
+        total += summarise(step)
+    return total
+
+
+def long_progress(args: dict[str, Any], ctx: Any) -> int:
+    total = 0
+    for step in range(STEPS):
+        total += summarise(step)
+        ctx.progress(step + 1, STEPS, "summarising")
+    return total
 
 
 async def time_per_call(step: Callable[[], Awaitable[Any] | Any], calls: int,
@@ -117,6 +149,22 @@ async def main(rounds: int = 15, calls: int = 4000) -> dict[str, float]:
         plain.receive(frame_head + ',"toolRequestId":"' + str(next(counter)) + '"}')
         return sink.last
 
+    long = Session()
+    long.on_tool("plain", long_plain)
+    long.on_tool("progress", long_progress)
+    long_sink = Sink()
+    long.connection_made(long_sink)
+    long_ids = iter(range(10**9))
+
+    def long_request(tool: str) -> Callable[[], str]:
+        head = '{"type":"tool.request","turnId":null,"tool":"' + tool + '","args":{}'
+
+        def run() -> str:
+            long.receive(head + ',"toolRequestId":"' + str(next(long_ids)) + '"}')
+            return long_sink.last
+
+        return run
+
     assert await dispatch_untyped() == json.loads(minimal())
     assert await dispatch_validated() == json.loads(minimal_validated())
     wire()
@@ -129,6 +177,8 @@ async def main(rounds: int = 15, calls: int = 4000) -> dict[str, float]:
                                 dispatch_validated, True, rounds, calls, 1.3),
         "wire": await compare("wire: frame in -> frame out", minimal, wire, False,
                               rounds, calls, None),
+        "progress": await compare("10,000 steps with ctx.progress", long_request("plain"),
+                                  long_request("progress"), False, rounds, 10, 1.1),
     }
 
 

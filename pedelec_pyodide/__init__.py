@@ -2,17 +2,22 @@
 
 from typing import Any
 
-from .ledger import MemoryLedger, StorageLedger
-from .results import ToolError, invalid_args, tool_error
-from .session import (
+from .context import ApprovalRequest, ToolContext
+from .dispatch import DEFAULT_CANCEL_GRACE, PendingRequest, ToolProgress, ToolStatus
+from .errors import (
+    ApprovalUnavailable,
+    CoreUnreachableError,
     NotConnectedError,
-    Session,
+    OriginRefusedError,
+    PedelecError,
     SessionClosedError,
-    SessionState,
-    ToolCall,
-    ToolContext,
     TurnError,
 )
+from .ledger import MemoryLedger, StorageLedger
+from .protocol import ProtocolError
+from .results import ResultError, ToolError, invalid_args, tool_error
+from .schemas import SchemaError
+from .session import Session, SessionState, ToolCall
 from .tools import Tool, define_tool
 
 
@@ -25,8 +30,18 @@ async def connect(core_url: str, tools: list[Tool] | tuple[Tool, ...] = (), **op
 
 
 __all__ = [
+    "DEFAULT_CANCEL_GRACE",
+    "ApprovalRequest",
+    "ApprovalUnavailable",
+    "CoreUnreachableError",
     "MemoryLedger",
     "NotConnectedError",
+    "OriginRefusedError",
+    "PedelecError",
+    "PendingRequest",
+    "ProtocolError",
+    "ResultError",
+    "SchemaError",
     "Session",
     "SessionClosedError",
     "SessionState",
@@ -35,6 +50,8 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "ToolError",
+    "ToolProgress",
+    "ToolStatus",
     "TurnError",
     "connect",
     "define_tool",

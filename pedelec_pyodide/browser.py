@@ -19,19 +19,22 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from . import protocol
-from .ledger import Storage, StorageLedger
-from .session import (
+from .context import ApprovalRequest
+from .dispatch import ToolCall, ToolProgress, ToolStatus
+from .errors import (
+    ApprovalUnavailable,
+    CoreUnreachableError,
     NotConnectedError,
-    Session,
+    OriginRefusedError,
     SessionClosedError,
-    SessionState,
-    ToolCall,
     TurnError,
 )
+from .ledger import Storage, StorageLedger
+from .session import Session, SessionState
 from .tools import Tool
 
 logger = logging.getLogger("pedelec_pyodide")
@@ -43,12 +46,8 @@ ORIGIN_CHECK_PATH = "/pedelec/v1/origin-check"
 _OPEN = 1
 
 
-class CoreUnreachableError(ConnectionError):
-    """The first connection to Core failed (nothing listening, wrong URL, refused)."""
-
-
-class OriginRefusedError(CoreUnreachableError):
-    """Core does not let pages from this origin open a session (``--allow-origin``)."""
+__all__ = ["CoreUnreachableError", "OriginRefusedError", "PageSession", "bridge_of", "connect",
+           "create_session"]
 
 
 def bridge_url(core_url: str, base: str | None = None) -> str:
@@ -176,6 +175,21 @@ def explain_worker_error(exc: BaseException) -> str | None:
     return None
 
 
+class PageLoop:
+    """The page's scheduler: Pyodide's WebLoop spawns async handlers and times progress
+    and cancels. Looked up at each call: frames arrive in JS callbacks, where no loop is
+    running (``get_running_loop`` raises there), while ``get_event_loop`` is the WebLoop."""
+
+    def time(self) -> float:
+        return asyncio.get_event_loop().time()
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> asyncio.TimerHandle:
+        return asyncio.get_event_loop().call_later(delay, callback)
+
+    def create_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return asyncio.get_event_loop().create_task(coro)
+
+
 def create_session(
     core_url: str,
     tools: Iterable[Tool] = (),
@@ -196,6 +210,7 @@ def create_session(
         session_options.setdefault("ledger", StorageLedger(store, prefix + "ledger:"))
     if in_worker():
         session_options.setdefault("explain_error", explain_worker_error)
+    session_options.setdefault("scheduler", PageLoop())
     session = Session(tools, **session_options)
     session.client.setdefault("runtime", "pyodide")
     if store is not None:
@@ -242,7 +257,6 @@ class Bridge:
         self._stopped = False
         self._refused = False
         self.connections = 0
-        self._unsubscribe = session.subscribe(self._on_session_event)
 
     # Transport -----------------------------------------------------------------------
 
@@ -290,7 +304,7 @@ class Bridge:
         elif kind == "open":
             self.connections += 1
             if not self.session.closed:
-                self.session.connection_made(self)
+                self.session.connection_made(self, self)
         elif kind == "close":
             self._closed(int(event.code), str(event.reason))
         # "error" is always followed by "close", which carries what there is to know
@@ -347,29 +361,32 @@ class Bridge:
         if welcomed is not None and not welcomed.done():
             welcomed.set_exception(error)
 
-    def _on_session_event(self, event: Any) -> None:
-        if isinstance(event, protocol.Welcome):
-            self._failures = 0
-            self._save()
-            if self._welcomed is not None and not self._welcomed.done():
-                self._welcomed.set_result(None)
-        elif isinstance(event, protocol.Error) and not self.session.connected:
-            # refused before welcome (e.g. an unknown or expired session): start afresh
-            if self.session.session_id is not None:
-                logger.warning("Core refused the hello (%s: %s)", event.code, event.message)
-                self._refused = True
-                socket = self._socket
-                if socket is not None:
-                    socket.close(4000, "retrying without resume")
-            elif self._welcomed is not None and not self._welcomed.done():
-                self._fail_first(CoreUnreachableError(
-                    f"Core at {self.url} refused the session: {event.code}: {event.message}"
-                ))
-                socket = self._socket
-                if socket is not None:
-                    socket.close(1000, "refused")
-        elif event is SessionState.CLOSED:
-            self.stop(forget=True)
+    # AdapterEvents: what the Session tells this adapter --------------------------------
+
+    def welcomed(self, welcome: protocol.Welcome) -> None:
+        self._failures = 0
+        self._save()
+        if self._welcomed is not None and not self._welcomed.done():
+            self._welcomed.set_result(None)
+
+    def refused(self, error: protocol.Error) -> None:
+        # refused before welcome (e.g. an unknown or expired session): start afresh
+        if self.session.session_id is not None:
+            logger.warning("Core refused the hello (%s: %s)", error.code, error.message)
+            self._refused = True
+            socket = self._socket
+            if socket is not None:
+                socket.close(4000, "retrying without resume")
+        elif self._welcomed is not None and not self._welcomed.done():
+            self._fail_first(CoreUnreachableError(
+                f"Core at {self.url} refused the session: {error.code}: {error.message}"
+            ))
+            socket = self._socket
+            if socket is not None:
+                socket.close(1000, "refused")
+
+    def session_closed(self) -> None:
+        self.stop(forget=True)
 
     def _save(self) -> None:
         if self._storage is not None and self.session.session_id:
@@ -396,7 +413,6 @@ class Bridge:
             socket.close(1000, "closed by the page")
             if not self.session.closed:
                 self.session.connection_lost()
-        self._unsubscribe()
         if forget:
             self._forget()
         _BRIDGES.pop(id(self.session), None)
@@ -493,6 +509,13 @@ def _event_for(session: Session, event: Any) -> tuple[str, dict[str, Any]] | Non
                            "state": session.state.value}
     if isinstance(event, protocol.Error):
         return "error", {"code": event.code, "message": event.message}
+    if isinstance(event, ToolProgress):
+        return "toolprogress", {"toolRequestId": event.tool_request_id, "tool": event.tool,
+                                "turnId": event.turn_id, "progress": event.progress,
+                                "total": event.total, "message": event.message}
+    if isinstance(event, ToolStatus):
+        return "toolstatus", {"toolRequestId": event.tool_request_id, "tool": event.tool,
+                              "turnId": event.turn_id, "status": event.status}
     return None
 
 
@@ -500,19 +523,86 @@ class PageSession:
     """What web/pedelec-pyodide.js holds: the page's Session and its JS-facing calls.
 
     ``emit(type, json)`` is a JS function; it receives every session event as a type
-    (``statechange``, ``toolcall``, ``delta``, ``turnend``, ``welcome``, ``error``) and a
-    JSON string. ``namespace`` is the globals of the page's Python blocks (``session`` is
-    bound there).
+    (``statechange``, ``toolcall``, ``toolstatus``, ``toolprogress``, ``approval``,
+    ``delta``, ``turnend``, ``welcome``, ``error``) and a JSON string. ``namespace`` is the
+    globals of the page's Python blocks (``session`` is bound there).
+
+    Approvals: unless the page's Python registers ``session.on_approval``, a request that
+    needs approval is an ``approval`` event for the page's JS, answered by
+    :meth:`decide`. Those asked before the page is ready (a request Core re-sends as the
+    page reloads) wait for :meth:`ready`: the app's listeners are not attached before.
+    The JS answers at once, "no approver", when nothing listens.
     """
 
     def __init__(self, core_url: str, emit: Callable[[str, str], Any],
                  options_json: str = "{}") -> None:
         options = json.loads(options_json)
         self.core_url = core_url
-        self.session = create_session(core_url, storage=options.get("storage", True))
+        self.session = create_session(core_url, storage=options.get("storage", True),
+                                      default_approver=self._ask_page)
         self.namespace: dict[str, Any] = {"__name__": "__main__", "session": self.session}
         self._emit = emit
         self._unsubscribe = self.session.subscribe(self._forward)
+        self._is_ready = False
+        self._ready_waiters: list[asyncio.Future[None]] = []
+        # tool request id -> the request and the JS decision awaited: (approved, reason,
+        # no approver)
+        self._asking: dict[str, tuple[ApprovalRequest,
+                                      asyncio.Future[tuple[bool, str | None, bool]]]] = {}
+
+    async def _ask_page(self, request: ApprovalRequest) -> bool:
+        if not self._is_ready:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._ready_waiters.append(waiter)
+            await waiter
+        decision: asyncio.Future[tuple[bool, str | None, bool]] = (
+            asyncio.get_running_loop().create_future())
+        self._asking[request.tool_request_id] = (request, decision)
+        try:
+            self._emit("approval", json.dumps({
+                "toolRequestId": request.tool_request_id, "tool": request.tool,
+                "args": request.args, "turnId": request.turn_id}, ensure_ascii=False))
+            approved, reason, nobody = await decision
+        finally:
+            self._asking.pop(request.tool_request_id, None)
+        if nobody:
+            raise ApprovalUnavailable("no approval listener on the page")
+        return approved or request.deny(reason)
+
+    def ready(self) -> None:
+        """The page is ready and its listeners attached: ask what was held back."""
+        self._is_ready = True
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def decide(self, tool_request_id: str, decision_json: str) -> bool:
+        """The page's answer to an ``approval`` event: ``{"approved", "reason"?,
+        "noApprover"?}``. False if that request is not awaiting one (decided already)."""
+        asked = self._asking.get(str(tool_request_id))
+        if asked is None or asked[1].done():
+            return False
+        request, decision = asked
+        answer = json.loads(decision_json)
+        if answer.get("approved") is True:
+            request.approve()  # recorded now: a reload before the handler runs keeps it
+        reason = answer.get("reason")
+        decision.set_result((answer.get("approved") is True,
+                             reason if isinstance(reason, str) else None,
+                             answer.get("noApprover") is True))
+        return True
+
+    def cancel(self, tool_request_id: str) -> bool:
+        """``session.cancelTool(id)``: False if no such request is in flight."""
+        return self.session.cancel(str(tool_request_id))
+
+    def pending(self) -> str:
+        """``session.pending`` as JSON."""
+        return json.dumps([
+            {"toolRequestId": item.tool_request_id, "tool": item.tool, "turnId": item.turn_id,
+             "status": item.status, "progress": item.progress}
+            for item in self.session.pending], ensure_ascii=False)
 
     def _forward(self, event: Any) -> None:
         found = _event_for(self.session, event)

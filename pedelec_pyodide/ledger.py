@@ -1,6 +1,8 @@
-"""The delivery ledger: which tool requests this tab has started and finished.
+"""The delivery ledger: which tool requests this tab has approved, started and finished.
 
-Keyed by ``toolRequestId``. A request Core re-sends after a reconnect or a reload is never
+Keyed by ``toolRequestId``. An approval given is recorded with its request, so a request
+re-sent after a reload is not asked about again (and, approved but never started, runs
+once). A request Core re-sends after a reconnect or a reload is never
 run twice: a finished one gets its stored result, and one that was interrupted mid-run
 runs again only if its tool is read-only or idempotent. The browser keeps the ledger in
 ``sessionStorage`` (see :class:`StorageLedger`) so it survives a reload.
@@ -20,6 +22,8 @@ INDEX_CHUNK = 32
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 # what an entry whose result gave way to room keeps: it was started (see StorageLedger)
 _STARTED = "{}"
+# how a StorageLedger entry approved but not started begins (checked without parsing)
+_APPROVED_PREFIX = '{"approved":'
 
 
 class Ledger(Protocol):
@@ -33,6 +37,21 @@ class Ledger(Protocol):
 
     def was_started(self, tool_request_id: str) -> bool: ...
 
+    def approve(self, tool_request_id: str, tool: str) -> None:
+        """The user approved the request; its handler has not started yet."""
+        ...
+
+    def was_approved(self, tool_request_id: str) -> bool:
+        """Approved, started or finished: in each case never to be asked about again."""
+        ...
+
+
+class _Approved:
+    """A MemoryLedger entry: approved, not started."""
+
+
+_APPROVED = _Approved()
+
 
 class MemoryLedger:
     """The last ``max_entries`` requests, in memory, keeping at most ``max_bytes`` of
@@ -43,7 +62,8 @@ class MemoryLedger:
                  max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[str, tuple[str, HandledBy] | None] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[str, HandledBy] | _Approved | None] = (
+            OrderedDict())
         self._bytes = 0  # the length of the results kept
 
     def start(self, tool_request_id: str, tool: str) -> None:
@@ -52,31 +72,40 @@ class MemoryLedger:
     def finish(self, tool_request_id: str, result_json: str, handled_by: HandledBy) -> None:
         self._put(tool_request_id, (result_json, handled_by))
 
-    def _put(self, tool_request_id: str, entry: tuple[str, HandledBy] | None) -> None:
+    def approve(self, tool_request_id: str, tool: str) -> None:
+        self._put(tool_request_id, _APPROVED)
+
+    def _put(self, tool_request_id: str, entry: tuple[str, HandledBy] | _Approved | None
+             ) -> None:
         # A request that never ran (no handler, invalid args) is finished without a start.
         entries = self._entries
         replaced = entries.get(tool_request_id)
-        if replaced is not None:
+        if isinstance(replaced, tuple):
             self._bytes -= len(replaced[0])
-        if entry is not None:
+        if isinstance(entry, tuple):
             self._bytes += len(entry[0])
         entries[tool_request_id] = entry
         if len(entries) > self.max_entries:
             evicted = entries.popitem(last=False)[1]
-            if evicted is not None:
+            if isinstance(evicted, tuple):
                 self._bytes -= len(evicted[0])
         if self._bytes > self.max_bytes:
             for key, kept in entries.items():  # oldest first
-                if kept is not None and key != tool_request_id:
+                if isinstance(kept, tuple) and key != tool_request_id:
                     entries[key] = None
                     self._bytes -= len(kept[0])
                     if self._bytes <= self.max_bytes:
                         break
 
     def get(self, tool_request_id: str) -> tuple[str, HandledBy] | None:
-        return self._entries.get(tool_request_id)
+        entry = self._entries.get(tool_request_id)
+        return entry if isinstance(entry, tuple) else None
 
     def was_started(self, tool_request_id: str) -> bool:
+        return (tool_request_id in self._entries
+                and self._entries[tool_request_id] is not _APPROVED)
+
+    def was_approved(self, tool_request_id: str) -> bool:
         return tool_request_id in self._entries
 
     def __len__(self) -> int:
@@ -141,6 +170,10 @@ class StorageLedger:
     def finish(self, tool_request_id: str, result_json: str, handled_by: HandledBy) -> None:
         self._put(tool_request_id, json.dumps({"result": result_json, "handledBy": handled_by}))
 
+    def approve(self, tool_request_id: str, tool: str) -> None:
+        self._put(tool_request_id, json.dumps({"approved": True, "tool": tool},
+                                               separators=(",", ":")))
+
     def _put(self, tool_request_id: str, entry: str) -> None:
         # A request that never ran (no handler, invalid args) is finished without a start.
         self._set(self._prefix + tool_request_id, entry, tool_request_id)
@@ -203,4 +236,10 @@ class StorageLedger:
             return None
 
     def was_started(self, tool_request_id: str) -> bool:
+        raw = self._storage.getItem(self._prefix + tool_request_id)
+        if not raw:  # None, "", or JS null (a JsNull in Pyodide, not None)
+            return False
+        return not str(raw).startswith(_APPROVED_PREFIX)
+
+    def was_approved(self, tool_request_id: str) -> bool:
         return bool(self._storage.getItem(self._prefix + tool_request_id))

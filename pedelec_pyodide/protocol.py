@@ -17,8 +17,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
+from .errors import PedelecError
+from .metadata import check_metadata
 from .text import lone_surrogate_in_json, not_unicode, quote
-from .tools import check_metadata
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 1024 * 1024
@@ -34,7 +35,7 @@ TURN_STATUSES: tuple[str, ...] = ("completed", "failed", "cancelled")
 SESSION_STATES: tuple[str, ...] = ("connecting", "idle", "running", "waiting_tool_result", "closed")
 
 
-class ProtocolError(Exception):
+class ProtocolError(PedelecError):
     """A frame that breaks the protocol. ``code`` is stable; ``message`` is for people."""
 
     def __init__(self, code: str, message: str) -> None:

@@ -7,6 +7,7 @@ import json.encoder
 import math
 from typing import Any
 
+from .errors import PedelecError
 from .text import excerpt, json_path, lone_surrogate_in_json, not_unicode
 
 DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
@@ -44,7 +45,7 @@ def invalid_args(message: str, details: Any = None) -> dict[str, Any]:
     return tool_error(INVALID_ARGS, message, details=details, retryable=True)
 
 
-class ToolError(Exception):
+class ToolError(PedelecError):
     """Raise in a handler to return a structured error result instead of a crash."""
 
     def __init__(
@@ -59,7 +60,7 @@ class ToolError(Exception):
         return code
 
 
-class ResultError(Exception):
+class ResultError(PedelecError):
     """A handler's value that cannot be sent; ``result`` is the error result to send instead."""
 
     def __init__(self, result: dict[str, Any]) -> None:

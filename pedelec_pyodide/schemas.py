@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .errors import PedelecError
 from .text import excerpt, json_path, quote
 
 JSON_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
@@ -38,7 +39,7 @@ MAX_PATTERN_LENGTH = 1000
 MAX_PATTERN_NESTING = 50
 
 
-class SchemaError(ValueError):
+class SchemaError(PedelecError, ValueError):
     """A schema that is not valid JSON Schema; the message names where and why."""
 
 

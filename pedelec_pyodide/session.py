@@ -1,46 +1,55 @@
-"""Session: the sans-I/O state machine that holds handlers and runs tool requests.
+"""Session: the wire and turn protocol around the dispatch engine (``dispatch.py``).
 
 A Session works with no transport at all (tests, notebooks: ``await session.dispatch``).
 An I/O adapter (the browser bridge, a test's WebSocket) attaches a :class:`Transport` and
 feeds frames from Core to :meth:`Session.receive`; the Session answers through
-``transport.send``. Nothing here imports ``js``.
+``transport.send``, and tells the adapter what it must act on through the explicit
+:class:`AdapterEvents` callbacks. Work that outlives a frame (an async handler) is spawned
+through the :class:`~pedelec_pyodide.dispatch.Scheduler` the adapter chose. Nothing here
+imports ``js``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import inspect
-import itertools
-import json
 import logging
 import os
-import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from . import protocol
-from .ledger import Ledger, MemoryLedger
-from .protocol import HandledBy, ProtocolError
-from .results import (
-    DEFAULT_MAX_RESULT_BYTES,
-    INVALID_ARGS,
-    TOOL_HANDLER_ERROR,
-    TOOL_HANDLER_NOT_FOUND,
-    TOOL_OUTCOME_UNKNOWN,
-    ResultError,
-    ToolError,
-    encode_result,
-    tool_error,
+from .context import ApprovalRequest, ToolContext
+from .dispatch import (
+    APPROVAL_REASON,
+    DEFAULT_CANCEL_GRACE,
+    Approver,
+    Engine,
+    InFlight,
+    PendingRequest,
+    Registration,
+    RunningLoop,
+    Scheduler,
+    ToolCall,
+    ToolProgress,
+    ToolStatus,
 )
-from .signatures import Invoker, leading_arity
-from .text import excerpt, lone_surrogate_at, not_unicode
+from .errors import NotConnectedError, SessionClosedError, TurnError
+from .ledger import Ledger, MemoryLedger
+from .protocol import ProtocolError
+from .results import DEFAULT_MAX_RESULT_BYTES
+from .text import lone_surrogate_at, not_unicode
 from .tools import Tool
 
 logger = logging.getLogger("pedelec_pyodide")
 
 Disposer = Callable[[], None]
+
+__all__ = [
+    "TURN_LOST", "AdapterEvents", "ApprovalRequest", "NotConnectedError", "PendingRequest",
+    "Session", "SessionClosedError", "SessionState", "ToolCall", "ToolContext",
+    "ToolProgress", "ToolStatus", "Transport", "TurnError",
+]
 
 
 class SessionState(enum.StrEnum):
@@ -57,130 +66,33 @@ class Transport(Protocol):
     def send(self, frame: str) -> None: ...
 
 
-class SessionClosedError(RuntimeError):
-    """The session was closed; nothing more can be sent or run through it."""
+class AdapterEvents(Protocol):
+    """What the Session tells the adapter that connected it (see ``connection_made``)."""
 
+    def welcomed(self, welcome: protocol.Welcome) -> None:
+        """Core welcomed the session (new or resumed)."""
 
-class NotConnectedError(RuntimeError):
-    """The operation needs Core, and the session has no connection to it."""
+    def refused(self, error: protocol.Error) -> None:
+        """Core answered an ``error`` before its welcome (e.g. an unknown session)."""
+
+    def session_closed(self) -> None:
+        """``session.close()`` was called: close the connection for good."""
 
 
 #: ``TurnError.code`` of a turn whose session could not be resumed (its end is unknown)
 TURN_LOST = "TURN_LOST"
 
-
-class TurnError(Exception):
-    """A turn that ended ``failed`` or ``cancelled``; ``status``, ``code`` and ``text`` say how."""
-
-    def __init__(self, status: str, code: str, message: str, text: str) -> None:
-        super().__init__(f"turn {status}: {code}: {message}")
-        self.status = status
-        self.code = code
-        self.message = message
-        self.text = text
-
-
-@dataclass(slots=True)
-class ToolCall:
-    """One finished tool request: what ran, who handled it, what it returned, how long."""
-
-    tool_request_id: str
-    tool: str
-    args: Any
-    turn_id: str | None
-    result: Any
-    result_json: str
-    handled_by: HandledBy
-    duration_ms: float
-
-    @property
-    def is_error(self) -> bool:
-        return isinstance(self.result, dict) and set(self.result) == {"error"}
-
-
-class _Registration:
-    """One registered handler, and how many leading arguments it takes."""
-
-    __slots__ = ("body_runs_later", "current", "handler", "takes", "tier")
-
-    def __init__(self, handler: Invoker, tier: HandledBy) -> None:
-        self.handler = handler
-        self.tier: HandledBy = tier
-        self.takes = leading_arity(handler, 3 if tier == "fallback" else 2)
-        # Calling an ``async def`` runs none of its body: the ledger marks such a request
-        # started only when the body first runs, so a reload before then loses nothing.
-        self.body_runs_later = inspect.iscoroutinefunction(handler)
-        self.current = True
-
-
-class ToolContext:
-    """What a handler knows about the request it is running."""
-
-    __slots__ = ("_args", "_finished", "_record", "_registration", "_result", "_result_json",
-                 "_started", "session", "tool", "tool_request_id", "turn_id")
-
-    def __init__(
-        self,
-        session: Session,
-        tool: str,
-        tool_request_id: str,
-        turn_id: str | None,
-        registration: _Registration | None,
-        args: Any,
-        record: bool,
-        timed: bool,
-    ) -> None:
-        self.session = session
-        self.tool = tool
-        self.tool_request_id = tool_request_id
-        self.turn_id = turn_id
-        self._registration = registration
-        self._args = args
-        self._record = record
-        # perf_counter is not free in the page: time only when someone will see the figure
-        self._started = time.perf_counter() if timed else 0.0
-        self._result: Any = None
-        self._result_json = ""
-        self._finished = 0.0
-
-    @property
-    def active(self) -> bool:
-        """The handler's registration is still current and the session still open."""
-        registration = self._registration
-        return (
-            registration is not None
-            and registration.current
-            and not self.session.closed
-        )
-
-    @property
-    def cancelled(self) -> bool:
-        """Core cancelled this request (deadline, cancelled turn) or the session closed."""
-        return self.tool_request_id in self.session._cancelled or self.session.closed
-
-    @property
-    def _tier(self) -> HandledBy:
-        return self._registration.tier if self._registration is not None else "none"
-
-    def _call(self) -> ToolCall:
-        """The finished request's record."""
-        duration = (self._finished - self._started) * 1000 if self._started else 0.0
-        return ToolCall(self.tool_request_id, self.tool, self._args, self.turn_id, self._result,
-                        self._result_json, self._tier, duration)
-
-    def __repr__(self) -> str:
-        return f"<ToolContext {self.tool} {self.tool_request_id}>"
-
-
 Listener = Callable[[Any], None]
 
 
 class Session:
-    """Tool definitions, handlers, and the dispatch of tool requests.
+    """Tool definitions, handlers, the dispatch of tool requests, and turns.
 
     Events passed to :meth:`subscribe` listeners: a :class:`SessionState` when the state
-    changes, a :class:`ToolCall` when a request finishes, and the :mod:`protocol` messages
-    ``Welcome``, ``TurnDelta``, ``TurnEnd`` and ``Error`` as they arrive from Core.
+    changes; a :class:`ToolStatus` when a request begins, changes status or is answered;
+    a :class:`ToolProgress` as progress is sent; a :class:`ToolCall` when a request
+    finishes; and the :mod:`protocol` messages ``Welcome``, ``TurnDelta``, ``TurnEnd`` and
+    ``Error`` as they arrive from Core.
     """
 
     def __init__(
@@ -191,31 +103,32 @@ class Session:
         ledger: Ledger | None = None,
         client: Mapping[str, Any] | None = None,
         explain_error: Callable[[BaseException], str | None] | None = None,
+        scheduler: Scheduler | None = None,
+        cancel_grace: float = DEFAULT_CANCEL_GRACE,
+        default_approver: Approver | None = None,
     ) -> None:
-        self.max_result_bytes = max_result_bytes
-        #: adds a sentence to a ``TOOL_HANDLER_ERROR`` message for exceptions the runtime
-        #: can explain (the browser edge: no DOM in a Web Worker, e.g. a notebook kernel)
-        self.explain_error = explain_error
+        if not cancel_grace >= 0:
+            raise ValueError(f"cancel_grace must be a number of seconds >= 0, got "
+                             f"{cancel_grace!r}")
         self.session_id: str | None = None
         self.resume_token: str | None = None
         self.client = dict(client or {"name": "pedelec-pyodide"})
-        self._tools: dict[str, Tool] = {}
-        self._inline: dict[str, _Registration] = {}
-        self._named: dict[str, _Registration] = {}
-        self._fallback: _Registration | None = None
-        self._ledger = ledger if ledger is not None else MemoryLedger()
-        self._inflight: dict[str, ToolContext] = {}
-        self._waiters: dict[str, list[asyncio.Future[ToolCall]]] = {}
-        self._cancelled: set[str] = set()
-        self._pending = 0
+        self._scheduler = scheduler if scheduler is not None else RunningLoop()
+        self._listeners: list[Listener] = []
+        #: ``explain_error`` adds a sentence to a ``TOOL_HANDLER_ERROR`` message for
+        #: exceptions the runtime can explain (the browser edge: no DOM in a Web Worker)
+        self._engine = Engine(
+            self, _Outbox(self), ledger if ledger is not None else MemoryLedger(),
+            max_result_bytes=max_result_bytes, scheduler=self._scheduler,
+            cancel_grace=cancel_grace, explain_error=explain_error)
+        self._engine.default_approver = default_approver
         self._turns: dict[str, asyncio.Future[str]] = {}
         self._turn_texts: dict[str, str] = {}
         self._transport: Transport | None = None
+        self._adapter: AdapterEvents | None = None
         self._connecting = False
         self._closed = False
-        self._listeners: list[Listener] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._local_ids = itertools.count(1)
+        self._tasks: set[asyncio.Future[None]] = set()
         self._last_state = self.state
         for tool in tools:
             self._define(tool)
@@ -226,7 +139,7 @@ class Session:
     def state(self) -> SessionState:
         if self._closed:
             return SessionState.CLOSED
-        if self._pending:
+        if self._engine.inflight:
             return SessionState.WAITING_TOOL_RESULT
         if self._turns:
             return SessionState.RUNNING
@@ -244,7 +157,20 @@ class Session:
 
     @property
     def tools(self) -> Mapping[str, Tool]:
-        return dict(self._tools)
+        return dict(self._engine.tools)
+
+    @property
+    def max_result_bytes(self) -> int:
+        return self._engine.max_result_bytes
+
+    @max_result_bytes.setter
+    def max_result_bytes(self, value: int) -> None:
+        self._engine.max_result_bytes = value
+
+    @property
+    def pending(self) -> list[PendingRequest]:
+        """The requests in flight, oldest first, each with its status and latest progress."""
+        return [rec.pending() for rec in self._engine.inflight.values()]
 
     def subscribe(self, listener: Listener) -> Disposer:
         """Call ``listener(event)`` for every session event; returns its disposer."""
@@ -274,17 +200,18 @@ class Session:
             self._last_state = state
             self._emit(state)
 
-    # --- definitions and handlers ------------------------------------------------------
+    # --- definitions, handlers, approvers ----------------------------------------------
 
-    def _define(self, tool: Tool) -> _Registration | None:
+    def _define(self, tool: Tool) -> Registration | None:
         if not isinstance(tool, Tool):
             raise TypeError(f"expected a Tool (from define_tool), got {type(tool).__name__}")
-        if tool.name in self._tools:
+        engine = self._engine
+        if tool.name in engine.tools:
             raise ValueError(f"two tools are defined under the name {tool.name!r}")
-        self._tools[tool.name] = tool
+        engine.tools[tool.name] = tool
         registration = None
         if tool._invoker is not None:
-            registration = self._inline[tool.name] = _Registration(tool._invoker, "inline")
+            registration = engine.inline[tool.name] = Registration(tool._invoker, "inline")
         return registration
 
     def add_tool(self, tool: Tool) -> Disposer:
@@ -292,13 +219,14 @@ class Session:
         self._check_open()
         registration = self._define(tool)
         self._send_tools_update()
+        engine = self._engine
 
         def dispose() -> None:
-            if self._tools.get(tool.name) is not tool:
+            if engine.tools.get(tool.name) is not tool:
                 return
-            del self._tools[tool.name]
-            if registration is not None and self._inline.get(tool.name) is registration:
-                del self._inline[tool.name]
+            del engine.tools[tool.name]
+            if registration is not None and engine.inline.get(tool.name) is registration:
+                del engine.inline[tool.name]
                 registration.current = False
             if not self._closed:
                 self._send_tools_update()
@@ -315,35 +243,53 @@ class Session:
         any number of times.
         """
         self._check_open()
+        engine = self._engine
         if isinstance(name_or_handler, str):
             name = name_or_handler
             if handler is None:
                 raise TypeError(f"on_tool({name!r}, handler): the handler is missing")
-            registration = _Registration(handler, "named")
-            previous = self._named.get(name)
+            registration = Registration(handler, "named")
+            previous = engine.named.get(name)
             if previous is not None:
                 previous.current = False
-            self._named[name] = registration
+            engine.named[name] = registration
 
             def dispose_named() -> None:
-                if self._named.get(name) is registration:
-                    del self._named[name]
+                if engine.named.get(name) is registration:
+                    del engine.named[name]
                     registration.current = False
 
             return dispose_named
         if handler is not None:
             raise TypeError("on_tool(handler) takes one function; on_tool(name, handler) two")
-        registration = _Registration(name_or_handler, "fallback")
-        if self._fallback is not None:
-            self._fallback.current = False
-        self._fallback = registration
+        registration = Registration(name_or_handler, "fallback")
+        if engine.fallback is not None:
+            engine.fallback.current = False
+        engine.fallback = registration
 
         def dispose_fallback() -> None:
-            if self._fallback is registration:
-                self._fallback = None
+            if engine.fallback is registration:
+                engine.fallback = None
                 registration.current = False
 
         return dispose_fallback
+
+    def on_approval(self, handler: Approver) -> Disposer:
+        """Register the approver of tools that ``needs_approval``: ``handler(request)``
+        (an :class:`ApprovalRequest`) returns, or resolves to, ``True`` to run the request;
+        anything else denies it (``TOOL_DENIED``). One at a time: a new one replaces the
+        old; the disposer removes only this one, only while it is current."""
+        if not callable(handler):
+            raise TypeError(f"on_approval(handler): expected a function, got "
+                            f"{type(handler).__name__}")
+        engine = self._engine
+        engine.approver = handler
+
+        def dispose() -> None:
+            if engine.approver is handler:
+                engine.approver = None
+
+        return dispose
 
     def _check_open(self) -> None:
         if self._closed:
@@ -360,10 +306,15 @@ class Session:
         turn_id: str | None = None,
     ) -> Any:
         """Run one tool request exactly as a request from Core would run; return its result."""
-        done, later = self._begin(tool, args, tool_request_id, turn_id, bool(self._listeners))
-        if later is not None:
-            done = await later
-        return done.result if isinstance(done, ToolCall) else done._result  # type: ignore[union-attr]
+        rec = self._engine.begin(tool, args, tool_request_id, turn_id, reply=False,
+                                 timed=bool(self._listeners))
+        rest = rec.rest
+        if rest is not None:  # (inline: a coroutine call per request costs ~0.2 us)
+            rec.rest = None
+            await rest
+        elif not rec.answered:
+            await rec.wait()
+        return rec.result
 
     async def run_request(
         self,
@@ -374,165 +325,33 @@ class Session:
         turn_id: str | None = None,
     ) -> ToolCall:
         """Like :meth:`dispatch`, returning the whole :class:`ToolCall` (tier, timing)."""
-        done, later = self._begin(tool, args, tool_request_id, turn_id, True)
-        if later is not None:
-            done = await later
-        return done if isinstance(done, ToolCall) else done._call()  # type: ignore[union-attr]
+        rec = self._engine.begin(tool, args, tool_request_id, turn_id, reply=False,
+                                 timed=True)
+        await _settle(rec)
+        return rec.call()
 
-    def _begin(
-        self, tool: str, args: Any, tool_request_id: str | None, turn_id: str | None,
-        timed: bool,
-    ) -> tuple[ToolContext | ToolCall | None, Awaitable[ToolContext | ToolCall] | None]:
-        """Start a request: ``(finished, None)`` when it is done at once (a sync handler,
-        a stored result), else ``(None, awaitable of the finished request)``."""
-        if tool_request_id is None:
-            # A local id can never be re-sent, so the delivery ledger need not record it.
-            request_id, record = f"local-{next(self._local_ids)}", False
-        else:
-            request_id, record = tool_request_id, True
-            running = self._inflight.get(request_id)
-            if running is not None:
-                return None, self._wait_for(running)
-        started, outcome = self._start(tool, args, request_id, turn_id, record, timed)
-        if isinstance(started, ToolCall):
-            return started, None
-        if type(outcome) not in _PLAIN_TYPES and inspect.isawaitable(outcome):
-            return None, self._finish_later(started, outcome)
-        return self._finish(started, outcome), None
-
-    async def _finish_later(self, ctx: ToolContext, awaitable: Awaitable[Any]) -> ToolContext:
-        registration = ctx._registration
-        if ctx._record and registration is not None and registration.body_runs_later:
-            self._ledger_start(ctx.tool_request_id, ctx.tool)  # its body runs in this step
-        try:
-            outcome = await awaitable
-        except (Exception, SystemExit) as exc:
-            outcome = _handler_failure(ctx.tool, exc, self.explain_error)
-        return self._finish(ctx, outcome)
-
-    def _wait_for(self, running: ToolContext) -> asyncio.Future[ToolCall]:
-        waiter: asyncio.Future[ToolCall] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(running.tool_request_id, []).append(waiter)
-        return waiter
-
-    def _start(
-        self, name: str, args: Any, request_id: str, turn_id: str | None, record: bool,
-        timed: bool,
-    ) -> tuple[ToolContext | ToolCall, Any]:
-        """Find the handler, validate, call it. Returns a finished call, or the context and
-        the handler's raw outcome (a value, an awaitable or a :class:`_Failure`)."""
-        if self._closed:
-            raise SessionClosedError("the session is closed")
-        registration = self._named.get(name) or self._inline.get(name) or self._fallback
-        if record:
-            stored = self._ledger.get(request_id)
-            if stored is not None:
-                return self._replay(name, args, request_id, turn_id, stored), None
-        # A request refused before its handler runs (no handler, bad args) is handled by
-        # no tier: its context carries no registration, so it says handledBy "none".
-        refused = self._refusal(name, args, registration)
-        runs = None if refused is not None else registration
-        if record and runs is not None and not runs.body_runs_later:
-            self._ledger_start(request_id, name)
-        ctx = ToolContext(self, name, request_id, turn_id, runs, args, record, timed)
-        if record:  # only a caller-given id can arrive twice or be cancelled by Core
-            self._inflight[request_id] = ctx
-        self._pending += 1
-        if self._pending == 1 and self._listeners:
-            self._update_state()
-        if runs is None:
-            return ctx, refused
-        try:
-            handler, takes = runs.handler, runs.takes
-            if runs.tier == "fallback":
-                return ctx, handler(*(name, args, ctx)[:takes])
-            if takes == 2:
-                return ctx, handler(args, ctx)
-            return ctx, handler(args) if takes else handler()
-        except (Exception, SystemExit) as exc:  # a handler must never end the session
-            return ctx, _handler_failure(name, exc, self.explain_error)
-
-    def _refusal(
-        self, name: str, args: Any, registration: _Registration | None,
-    ) -> _Failure | None:
-        """Why a request cannot reach a handler (none registered, args failing the tool's
-        schema), or None when it can."""
-        if registration is None:
-            return _Failure(tool_error(
-                TOOL_HANDLER_NOT_FOUND,
-                f"no handler for tool {name!r}: no named handler, no inline handler, "
-                "no fallback",
-            ))
-        definition = self._tools.get(name)
-        if definition is None:
-            return None
-        try:
-            errors = definition.validate(args)
-        except Exception as exc:  # a schema the validator cannot apply: the tool's bug
-            logger.error("the args_schema of tool %s could not be applied", name, exc_info=exc)
-            return _Failure(tool_error(
-                TOOL_HANDLER_ERROR,
-                f"the args_schema of {name!r} could not be applied: "
-                f"{type(exc).__name__}: {excerpt(str(exc))}",
-            ))
-        if not errors:
-            return None
-        return _Failure(tool_error(
-            INVALID_ARGS,
-            f"arguments for {name!r} do not match its schema: {errors[0]['path']}: "
-            f"{errors[0]['message']}",
-            details={"errors": errors},
-            retryable=True,
-        ))
-
-    def _finish(self, ctx: ToolContext, outcome: Any) -> ToolContext:
-        """Check and encode the outcome into ``ctx``; record, notify, and return it."""
-        if ctx._started:
-            ctx._finished = time.perf_counter()
-        result = outcome.result if isinstance(outcome, _Failure) else outcome
-        try:
-            ctx._result, ctx._result_json = encode_result(result, self.max_result_bytes)
-        except ResultError as exc:  # the runtime's own error result, small and always sent
-            ctx._result = exc.result
-            ctx._result_json = json.dumps(exc.result, separators=(",", ":"))
-        if ctx._record:
-            request_id = ctx.tool_request_id
-            self._ledger_finish(request_id, ctx._result_json, ctx._tier)
-            del self._inflight[request_id]
-            self._cancelled.discard(request_id)
-            waiters = self._waiters.pop(request_id, None)
-            if waiters:
-                call = ctx._call()
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(call)
-        self._pending -= 1
-        if self._listeners:
-            self._emit(ctx._call())
-            if not self._pending:
-                self._update_state()
-        return ctx
-
-    def _replay(
-        self, name: str, args: Any, request_id: str, turn_id: str | None,
-        stored: tuple[str, HandledBy] | None,
-    ) -> ToolCall:
-        """A request this tab already ran: its stored result, never a second run."""
-        assert stored is not None
-        text, tier = stored
-        return ToolCall(request_id, name, args, turn_id, json.loads(text), text, tier, 0.0)
+    def cancel(self, tool_request_id: str, reason: str = "cancelled by the user") -> bool:
+        """Cancel a request in flight: ``ctx.cancelled`` becomes True. One awaiting approval
+        is answered ``TOOL_CANCELLED`` at once; a running one is, if its handler has not
+        finished within ``cancel_grace`` seconds (its late outcome is logged, not sent).
+        Returns False when no such request is in flight."""
+        return self._engine.cancel(tool_request_id, reason, grace=True)
 
     # --- the wire side (used by I/O adapters) ------------------------------------------
 
-    def connection_made(self, transport: Transport) -> None:
-        """An adapter opened a connection to Core: say hello (resuming when we can)."""
+    def connection_made(self, transport: Transport, adapter: AdapterEvents | None = None
+                        ) -> None:
+        """An adapter opened a connection to Core: say hello (resuming when we can).
+        ``adapter`` is told of the welcome, a refusal, and ``close()``."""
         self._check_open()
         self._transport = transport
+        if adapter is not None:
+            self._adapter = adapter
         self._connecting = True
         self._update_state()
         self._send(protocol.Hello(
             protocol=protocol.PROTOCOL_VERSION,
-            tools=[tool.metadata() for tool in self._tools.values()],
+            tools=[tool.metadata() for tool in self._engine.tools.values()],
             client=self.client,
             session_id=self.session_id,
             resume_token=self.resume_token,
@@ -559,11 +378,13 @@ class Session:
             self.resume_token = message.resume_token
             self._connecting = False
             self._update_state()
+            if self._adapter is not None:
+                self._adapter.welcomed(message)
             self._emit(message)
+            self._resume_requests()
             self._resume_turns(message.resumed)
         elif isinstance(message, protocol.ToolCancel):
-            if message.tool_request_id in self._inflight:
-                self._cancelled.add(message.tool_request_id)
+            self._engine.cancel(message.tool_request_id, message.reason, grace=False)
         elif isinstance(message, protocol.TurnEnd):
             self._end_turn(message)
         else:  # TurnDelta, Error
@@ -571,68 +392,45 @@ class Session:
                 logger.warning("Core reported %s: %s", message.code, message.message)
                 if message.turn_id is not None:  # Core refused a frame about that turn
                     self._fail_turn(message.turn_id, message.code, message.message)
+                if self._connecting and self._adapter is not None:
+                    self._adapter.refused(message)
             self._emit(message)
 
     def _receive_request(self, request: protocol.ToolRequest) -> None:
-        request_id = request.tool_request_id
-        if request_id in self._inflight:
+        if request.tool_request_id in self._engine.inflight or self._closed:
             return  # re-sent while still running: its one result goes out when it is done
-        stored = self._ledger.get(request_id)
-        if stored is None and self._ledger.was_started(request_id):
-            definition = self._tools.get(request.tool)
-            if definition is None or not definition.resumable:
-                self._interrupted(request)
-                return
-        if self._closed:
-            return
-        done, later = self._begin(request.tool, request.args, request_id, request.turn_id,
-                                  bool(self._listeners))
-        if later is None:
-            self._send_result(done)  # type: ignore[arg-type]
-        else:
-            task = asyncio.ensure_future(self._send_when_done(later))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        rec = self._engine.begin(request.tool, request.args, request.tool_request_id,
+                                 request.turn_id, reply=True, timed=bool(self._listeners))
+        rest, rec.rest = rec.rest, None
+        if rest is not None:  # answered by the engine when it is done
+            task = self._scheduler.create_task(rest)
+            if isinstance(task, asyncio.Future):
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
-    async def _send_when_done(self, later: Awaitable[ToolContext | ToolCall]) -> None:
-        self._send_result(await later)
+    def _resume_requests(self) -> None:
+        """After a welcome, tell Core again what its requests in flight are doing: a
+        restarted Core has lost their waiting (its paused deadline) and progress."""
+        for rec in self._engine.inflight.values():
+            if not rec.reply:
+                continue
+            if rec.waiting or rec.status == "awaiting_approval":
+                reason = APPROVAL_REASON if rec.status == "awaiting_approval" else None
+                self._send(protocol.ToolWaiting(tool_request_id=rec.tool_request_id,
+                                                waiting=True, reason=reason).encode())
+            if rec.latest is not None:
+                self._send_progress(rec)
 
-    def _interrupted(self, request: protocol.ToolRequest) -> None:
-        """A side-effecting request that was running when this tab went away."""
-        result = tool_error(
-            TOOL_OUTCOME_UNKNOWN,
-            f"{request.tool!r} was interrupted (page reload or crash) after it started; it "
-            "may or may not have taken effect, and it is not run twice",
-            retryable=False,
-        )
-        text = json.dumps(result)
-        self._ledger_finish(request.tool_request_id, text, "none")
-        self._send(protocol.encode_tool_result(request.tool_request_id, text, "none"))
+    def _send_progress(self, rec: InFlight) -> None:
+        assert rec.latest is not None
+        progress, total, message = rec.latest
+        if rec.reply:
+            self._send(protocol.ToolProgress(tool_request_id=rec.tool_request_id,
+                                             progress=progress, total=total,
+                                             message=message).encode())
 
-    # Delivery-ledger writes. One that fails (storage full or gone) costs that record,
-    # never the request: the handler still runs and its result still goes to Core.
-
-    def _ledger_start(self, tool_request_id: str, tool: str) -> None:
-        try:
-            self._ledger.start(tool_request_id, tool)
-        except Exception:
-            _ledger_failed(tool_request_id)
-
-    def _ledger_finish(self, tool_request_id: str, result_json: str,
-                       handled_by: HandledBy) -> None:
-        try:
-            self._ledger.finish(tool_request_id, result_json, handled_by)
-        except Exception:
-            _ledger_failed(tool_request_id)
-
-    def _send_result(self, done: ToolContext | ToolCall) -> None:
-        if isinstance(done, ToolCall):
-            frame = protocol.encode_tool_result(done.tool_request_id, done.result_json,
-                                                done.handled_by)
-        else:
-            frame = protocol.encode_tool_result(done.tool_request_id, done._result_json,
-                                                done._tier)
-        self._send(frame)
+    def _send_result(self, rec: InFlight) -> None:
+        self._send(protocol.encode_tool_result(rec.tool_request_id, rec.result_json, rec.tier))
 
     def _send(self, frame: str) -> None:
         transport = self._transport
@@ -645,7 +443,7 @@ class Session:
     def _send_tools_update(self) -> None:
         if self.connected:
             self._send(protocol.ToolsUpdate(
-                tools=[tool.metadata() for tool in self._tools.values()]
+                tools=[tool.metadata() for tool in self._engine.tools.values()]
             ).encode())
 
     # --- turns -------------------------------------------------------------------------
@@ -720,10 +518,59 @@ class Session:
             if not done.done():
                 done.set_exception(SessionClosedError("the session was closed"))
         self._update_state()
+        adapter, self._adapter = self._adapter, None
+        if adapter is not None:
+            adapter.session_closed()
 
 
-# Handler outcomes that are certainly not awaitable: checked before inspect.isawaitable.
-_PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, type(None), tuple})
+async def _settle(rec: InFlight) -> None:
+    """Run what is left of a request begun here, or wait for one begun elsewhere."""
+    rest, rec.rest = rec.rest, None
+    if rest is not None:
+        await rest
+    elif not rec.done:
+        await rec.wait()
+
+
+class _Outbox:
+    """The engine's view of its Session (see :class:`~pedelec_pyodide.dispatch.Outbox`)."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def send_result(self, record: InFlight) -> None:
+        self._session._send_result(record)
+
+    def send_progress(self, record: InFlight) -> None:
+        session = self._session
+        session._send_progress(record)
+        if session._listeners:
+            assert record.latest is not None
+            progress, total, message = record.latest
+            session._emit(ToolProgress(record.tool_request_id, record.tool, record.turn_id,
+                                       progress, total, message))
+
+    def send_waiting(self, record: InFlight, waiting: bool, reason: str | None) -> None:
+        if record.reply:
+            self._session._send(protocol.ToolWaiting(
+                tool_request_id=record.tool_request_id, waiting=waiting,
+                reason=reason).encode())
+
+    def emit(self, event: Any) -> None:
+        self._session._emit(event)
+
+    @property
+    def listeners(self) -> list[Listener]:
+        return self._session._listeners
+
+    def pending_changed(self, count: int) -> None:
+        if count <= 1:
+            self._session._update_state()
+
+    def closed(self) -> bool:
+        return self._session._closed
 
 
 class _Subscription:
@@ -734,38 +581,3 @@ class _Subscription:
 
     def __call__(self, event: Any) -> None:
         self.listener(event)
-
-
-class _Failure:
-    """A result the runtime produced instead of the handler's value."""
-
-    __slots__ = ("result",)
-
-    def __init__(self, result: dict[str, Any]) -> None:
-        self.result = result
-
-
-def _ledger_failed(tool_request_id: str) -> None:
-    logger.warning("the delivery ledger could not record tool request %s; were the page "
-                   "reloaded before Core has its result, it might run again",
-                   tool_request_id, exc_info=True)
-
-
-def _handler_failure(
-    tool: str, exc: BaseException, explain: Callable[[BaseException], str | None] | None,
-) -> _Failure:
-    if isinstance(exc, ToolError):
-        return _Failure(exc.result)
-    logger.error("tool handler %s raised", tool, exc_info=exc)
-    text = excerpt(str(exc))  # the whole text is in the log; the agent gets its start
-    message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    hint = None
-    if explain is not None:
-        try:
-            hint = explain(exc)
-        except Exception:  # a failing hint must not cost the result
-            logger.exception("explain_error failed on %r", exc)
-    if hint:
-        message = f"{message} ({hint})"
-    return _Failure(tool_error(TOOL_HANDLER_ERROR, message))
-

@@ -1,93 +1,32 @@
-"""Tool definitions: ``define_tool``, ``Tool`` and the rules every tool's metadata obeys."""
+"""Tool definitions: ``define_tool`` and ``Tool`` (the metadata rules are in ``metadata``)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any, overload
 
-from .schemas import ArgsValidator, SchemaError, check_schema, compile_validator
+from .context import ToolContext
+from .metadata import (
+    ANNOTATION_HINTS,
+    NAME_PATTERN,
+    check_annotations,
+    check_args_schema,
+    check_description,
+    check_metadata,
+    check_name,
+    check_text,
+)
+from .schemas import ArgsValidator, compile_validator
 from .signatures import Invoker, derive_signature
-from .text import lone_surrogate_at, not_unicode, quote
-
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-ANNOTATION_HINTS: dict[str, type] = {
-    "title": str,
-    "readOnlyHint": bool,
-    "idempotentHint": bool,
-    "destructiveHint": bool,
-    "openWorldHint": bool,
-}
 
 Handler = Callable[..., Any]
+#: ``needs_approval``: always, never, or a function of the (validated) args
+NeedsApproval = bool | Callable[[Any], bool]
 
-
-def check_name(name: Any) -> None:
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-        raise ValueError(
-            f"tool name {quote(name)} is invalid: use 1 to 64 letters, digits, '_' or '-'"
-        )
-
-
-def check_description(name: str, description: Any) -> None:
-    if not isinstance(description, str) or not description.strip():
-        raise ValueError(f"tool {name!r}: the description must be a non-empty string")
-
-
-def check_args_schema(name: str, schema: Any) -> None:
-    if not isinstance(schema, dict):
-        raise ValueError(
-            f"tool {name!r}: args_schema must be a JSON Schema object, got {type(schema).__name__}"
-        )
-    declared = schema.get("type", "object")
-    if declared != "object" and not (isinstance(declared, list) and "object" in declared):
-        raise ValueError(
-            f"tool {name!r}: args_schema must describe an object (type 'object'), "
-            f"got type {quote(declared)}"
-        )
-    try:
-        check_schema(schema)
-    except SchemaError as exc:
-        raise ValueError(f"tool {name!r}: args_schema is not a valid JSON Schema: {exc}") from None
-
-
-def check_annotations(name: str, annotations: Any) -> None:
-    if not isinstance(annotations, dict):
-        raise ValueError(f"tool {name!r}: annotations must be a dict")
-    for key, value in annotations.items():
-        expected = ANNOTATION_HINTS.get(key)
-        if expected is None:
-            raise ValueError(
-                f"tool {name!r}: unknown annotation {quote(key)} "
-                f"(known: {', '.join(ANNOTATION_HINTS)})"
-            )
-        if not isinstance(value, expected):
-            raise ValueError(
-                f"tool {name!r}: annotation {key!r} must be {expected.__name__}, "
-                f"got {quote(value)}"
-            )
-
-
-def check_text(name: str, fields: dict[str, Any]) -> None:
-    """The metadata is valid Unicode text (a page would send U+FFFD for a lone surrogate)."""
-    where = lone_surrogate_at(fields)
-    if where is not None:
-        raise ValueError(f"tool {name!r}: {not_unicode(where)}")
-
-
-def check_metadata(metadata: Any) -> None:
-    """Tool metadata as it travels on the wire, checked by the same rules as define_tool."""
-    if not isinstance(metadata, dict):
-        raise ValueError(f"tool metadata must be an object, got {type(metadata).__name__}")
-    name = metadata.get("name")
-    check_name(name)
-    assert isinstance(name, str)
-    check_description(name, metadata.get("description"))
-    if "argsSchema" not in metadata:
-        raise ValueError(f"tool {name!r}: missing argsSchema")
-    check_args_schema(name, metadata["argsSchema"])
-    if "annotations" in metadata:
-        check_annotations(name, metadata["annotations"])
+__all__ = [
+    "ANNOTATION_HINTS", "NAME_PATTERN", "NeedsApproval", "Tool", "check_metadata",
+    "define_tool",
+]
 
 
 class Tool:
@@ -97,7 +36,7 @@ class Tool:
     """
 
     __slots__ = ("_function", "_invoker", "_validator", "annotations", "args_schema",
-                 "description", "handler", "name")
+                 "description", "handler", "name", "needs_approval")
 
     def __init__(
         self,
@@ -108,6 +47,7 @@ class Tool:
         handler: Handler | None = None,
         annotations: dict[str, Any] | None = None,
         invoker: Invoker | None = None,
+        needs_approval: NeedsApproval = False,
     ) -> None:
         check_name(name)
         check_description(name, description)
@@ -118,6 +58,9 @@ class Tool:
                           "annotations": annotations})
         if handler is not None and not callable(handler):
             raise ValueError(f"tool {name!r}: handler must be callable")
+        if not isinstance(needs_approval, bool) and not callable(needs_approval):
+            raise ValueError(f"tool {name!r}: needs_approval must be a bool or a function "
+                             f"of the args, got {type(needs_approval).__name__}")
         self.name = name
         self.description = description
         self.args_schema = args_schema
@@ -127,6 +70,8 @@ class Tool:
         # What the session calls with (args, ctx), or the leading ones it declares.
         self._invoker: Invoker | None = invoker if invoker is not None else handler
         self._validator: ArgsValidator | None = None
+        #: ask the user before each run (see ``Session.on_approval``)
+        self.needs_approval = needs_approval
 
     def metadata(self) -> dict[str, Any]:
         """The JSON sent to Core: ``{"name", "description", "argsSchema"}`` (+ annotations)."""
@@ -176,6 +121,7 @@ def define_tool(
     args_schema: None = None,
     handler: None = None,
     annotations: dict[str, Any] | None = None,
+    needs_approval: NeedsApproval = False,
 ) -> Callable[[Handler], Tool]: ...
 
 
@@ -187,6 +133,7 @@ def define_tool(
     args_schema: dict[str, Any],
     handler: Handler | None = None,
     annotations: dict[str, Any] | None = None,
+    needs_approval: NeedsApproval = False,
 ) -> Tool: ...
 
 
@@ -199,6 +146,7 @@ def define_tool(
     args_schema: dict[str, Any] | None = None,
     handler: Handler | None = None,
     annotations: dict[str, Any] | None = None,
+    needs_approval: NeedsApproval = False,
 ) -> Tool | Callable[[Handler], Tool]:
     """Define a tool.
 
@@ -216,6 +164,10 @@ def define_tool(
 
         @define_tool(name="add", description="Add two numbers.")
         def add(a: float, b: float = 0) -> float: ...
+
+    ``needs_approval=True`` (or a function of the validated args returning bool) makes
+    every run wait for the user's approval (``Session.on_approval``, the page's
+    ``approval`` event); a denial is the result ``TOOL_DENIED``.
     """
     if args_schema is not None:
         if function is not None:
@@ -223,13 +175,11 @@ def define_tool(
         if name is None or description is None:
             raise ValueError("define_tool with args_schema= needs name= and description=")
         return Tool(name=name, description=description, args_schema=args_schema,
-                    handler=handler, annotations=annotations)
+                    handler=handler, annotations=annotations, needs_approval=needs_approval)
     if handler is not None:
         raise ValueError("handler= needs args_schema=; without one, use define_tool as a decorator")
 
     def typed(fn: Handler) -> Tool:
-        from .session import ToolContext
-
         if not callable(fn):
             raise TypeError(f"define_tool decorates a function, got {type(fn).__name__}")
         signature = derive_signature(fn, ToolContext)
@@ -241,6 +191,7 @@ def define_tool(
             handler=fn,
             annotations=annotations,
             invoker=signature.invoker(fn),
+            needs_approval=needs_approval,
         )
         return tool
 

@@ -27,6 +27,34 @@ export interface TurnEndDetail {
   error: { code: string; message: string } | null;
 }
 export interface WelcomeDetail { id: string; resumed: boolean; state: SessionState }
+export type PendingStatus = "awaiting_approval" | "running" | "waiting_for_user";
+export interface ProgressValue { progress: number; total: number | null; message: string | null }
+export interface ToolStatusDetail {
+  toolRequestId: string;
+  tool: string;
+  turnId: string | null;
+  status: PendingStatus | "done";
+}
+export interface ToolProgressDetail extends ProgressValue {
+  toolRequestId: string;
+  tool: string;
+  turnId: string | null;
+}
+export interface ApprovalDetail { toolRequestId: string; tool: string; args: unknown; turnId: string | null }
+export interface PendingToolRequest {
+  toolRequestId: string;
+  tool: string;
+  turnId: string | null;
+  status: PendingStatus;
+  progress: ProgressValue | null;
+}
+/** A tool waiting for the user's approval; the first approve()/deny() decides. */
+export declare class ApprovalEvent extends CustomEvent<ApprovalDetail> {
+  /** Run the tool; false if it was decided (or answered) already. */
+  approve(): boolean;
+  /** Refuse it: the agent gets TOOL_DENIED with details.reason. */
+  deny(reason?: string): boolean;
+}
 export interface ErrorDetail { code: string; message: string }
 
 export interface PedelecSessionEventMap {
@@ -36,6 +64,9 @@ export interface PedelecSessionEventMap {
   turnend: CustomEvent<TurnEndDetail>;
   welcome: CustomEvent<WelcomeDetail>;
   error: CustomEvent<ErrorDetail>;
+  toolstatus: CustomEvent<ToolStatusDetail>;
+  toolprogress: CustomEvent<ToolProgressDetail>;
+  approval: ApprovalEvent;
 }
 
 /** How `sendText` rejects: `message` for people, the rest for code. */
@@ -58,6 +89,14 @@ export declare class PedelecSession extends EventTarget {
   sendText(text: string): Promise<string>;
   /** Close the session for good (no reconnect). */
   close(): void;
+  /** The tool requests in flight. */
+  readonly pending: PendingToolRequest[];
+  /** Cancel a request in flight (ctx.cancelled; TOOL_CANCELLED after 2 s); false if none. */
+  cancelTool(toolRequestId: string): boolean;
+  /** Approve a request awaiting approval; false if it is not awaiting one. */
+  approveTool(toolRequestId: string): boolean;
+  /** Deny a request awaiting approval; false if it is not awaiting one. */
+  denyTool(toolRequestId: string, reason?: string): boolean;
   addEventListener<K extends keyof PedelecSessionEventMap>(
     type: K, listener: (event: PedelecSessionEventMap[K]) => void,
     options?: boolean | AddEventListenerOptions): void;

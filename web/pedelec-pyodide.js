@@ -33,6 +33,28 @@ export const PACKAGE = "pedelec-pyodide";
 const moduleUrl = import.meta.url;
 let started = null;
 
+/**
+ * An `approval` event: a tool that needs the user's approval is waiting for it. Call
+ * `approve()` or `deny(reason)` once (later calls, and calls after the request was
+ * answered otherwise, do nothing and return false).
+ */
+export class ApprovalEvent extends CustomEvent {
+  constructor(detail, decide) {
+    super("approval", { detail });
+    this._decide = decide;
+  }
+
+  /** Run the tool. */
+  approve() {
+    return this._decide(this.detail.toolRequestId, { approved: true });
+  }
+
+  /** Do not run it: the agent gets TOOL_DENIED with `details.reason`. */
+  deny(reason = "denied by the user") {
+    return this._decide(this.detail.toolRequestId, { approved: false, reason: String(reason) });
+  }
+}
+
 /** The page's session: state mirrored from Python, events, and sendText(). */
 export class PedelecSession extends EventTarget {
   constructor() {
@@ -43,6 +65,50 @@ export class PedelecSession extends EventTarget {
     this.state = "connecting";
     this._sendText = null;
     this._close = null;
+    this._page = null; // {pending, cancel, decide}: Python methods, taken once (no proxy per call)
+    this._approvalListeners = new Set();
+  }
+
+  addEventListener(type, listener, options) {
+    if (type === "approval" && listener) this._approvalListeners.add(listener);
+    super.addEventListener(type, listener, options);
+  }
+
+  removeEventListener(type, listener, options) {
+    if (type === "approval") this._approvalListeners.delete(listener);
+    super.removeEventListener(type, listener, options);
+  }
+
+  /**
+   * The tool requests in flight: `{toolRequestId, tool, turnId, status, progress}`, status
+   * `awaiting_approval` | `running` | `waiting_for_user`, progress null or
+   * `{progress, total, message}` (the latest reported).
+   */
+  get pending() {
+    return this._page ? JSON.parse(this._page.pending()) : [];
+  }
+
+  /**
+   * Cancel a tool request in flight (a Stop button): its handler sees `ctx.cancelled`;
+   * one still running after the grace period (2 s) is answered TOOL_CANCELLED. Returns
+   * false if no such request is in flight.
+   */
+  cancelTool(toolRequestId) {
+    return this._page ? this._page.cancel(String(toolRequestId)) : false;
+  }
+
+  /** Approve a request awaiting approval (as the `approval` event's approve()). */
+  approveTool(toolRequestId) {
+    return this._decide(String(toolRequestId), { approved: true });
+  }
+
+  /** Deny a request awaiting approval (as the `approval` event's deny(reason)). */
+  denyTool(toolRequestId, reason = "denied by the user") {
+    return this._decide(String(toolRequestId), { approved: false, reason: String(reason) });
+  }
+
+  _decide(toolRequestId, decision) {
+    return this._page ? this._page.decide(toolRequestId, JSON.stringify(decision)) : false;
   }
 
   /**
@@ -68,6 +134,15 @@ export class PedelecSession extends EventTarget {
   /** Called from Python with a type and a JSON string. */
   _receive(type, json) {
     const detail = JSON.parse(json);
+    if (type === "approval") {
+      // Nobody to ask: denied at once, saying so (never a silent run, never a hang).
+      if (!this._approvalListeners.size) {
+        this._decide(detail.toolRequestId, { approved: false, noApprover: true });
+        return;
+      }
+      this.dispatchEvent(new ApprovalEvent(detail, (id, decision) => this._decide(id, decision)));
+      return;
+    }
     if (type === "statechange") {
       this.state = detail.state;
       if (detail.id) this.id = detail.id;
@@ -414,6 +489,7 @@ async function boot(options) {
   mark("connected");
   session._sendText = page.send_text;
   session._close = page.close;
+  session._page = { pending: page.pending, cancel: page.cancel, decide: page.decide };
   const pedelec = {
     pyodide,
     session,
@@ -432,6 +508,11 @@ async function boot(options) {
   if (typeof document !== "undefined") {
     document.dispatchEvent(new CustomEvent("pedelec:ready", { detail: pedelec }));
   }
+  // Approvals asked before now (a request Core re-sent as the page reloaded) are shown
+  // once the app's listeners are attached: after `pedelec:ready` and the promise's
+  // continuations (`await start()`, `pedelecReady.then`), all of which run before a timer.
+  const ready = page.ready;
+  setTimeout(() => { ready(); ready.destroy(); }, 0);
   warmUp(pyodide);
   return pedelec;
 }

@@ -1,0 +1,76 @@
+// Interactive tools in a real page: the JS approval event (approve, deny, across a
+// reload), toolprogress events, and cancelTool.
+import { expect, test } from "@playwright/test";
+import { app, callTool, openPage, waitForReady } from "./helpers.js";
+
+const URL = `${app.url}/interactive.html`;
+const runs = (page, tool) => page.evaluate((t) => Number(localStorage.getItem(`runs:${t}`) ?? 0), tool);
+const approvals = (page) => page.evaluate(() => window.approvals.map((event) => event.detail));
+
+test("an approval event approved runs the tool; denied is TOOL_DENIED with the reason", async ({ page }) => {
+  const { sessionId } = await openPage(page, URL);
+  const approved = callTool(app, sessionId, "remove_note", { note: "a" });
+  await expect.poll(() => approvals(page)).toHaveLength(1);
+  const [asked] = await approvals(page);
+  expect(asked).toMatchObject({ tool: "remove_note", args: { note: "a" } });
+  expect(await page.evaluate(() => window.pedelec.session.pending.map((p) => p.status))).toEqual(["awaiting_approval"]);
+  expect(await runs(page, "remove_note")).toBe(0);
+  expect(await page.evaluate(() => window.approvals[0].approve())).toBe(true);
+  expect(await approved).toMatchObject({ result: { removed: "a" } });
+
+  const denied = callTool(app, sessionId, "remove_note", { note: "b" });
+  await expect.poll(() => approvals(page)).toHaveLength(2);
+  await page.evaluate(() => window.approvals[1].deny("not that one"));
+  expect(await page.evaluate(() => window.approvals[1].approve())).toBe(false); // decided already
+  const { result } = await denied;
+  expect(result.error).toMatchObject({ code: "TOOL_DENIED", retryable: false, details: { reason: "not that one" } });
+  expect(await runs(page, "remove_note")).toBe(1);
+});
+
+test("a reload while an approval is asked asks again after it, and the tool runs once", async ({ page }) => {
+  const { sessionId } = await openPage(page, URL);
+  const pending = callTool(app, sessionId, "remove_note", { note: "r" });
+  await expect.poll(() => approvals(page)).toHaveLength(1);
+  await page.reload();
+  const again = await waitForReady(page);
+  expect(again.sessionId).toBe(sessionId);
+  await expect.poll(() => approvals(page)).toHaveLength(1); // the new page's listener got it
+  await page.evaluate(() => window.approvals[0].approve());
+  expect(await pending).toMatchObject({ result: { removed: "r" } });
+  expect(await runs(page, "remove_note")).toBe(1);
+});
+
+test("with no approval listener on the page, a tool that needs approval is denied at once", async ({ page }) => {
+  const { sessionId } = await openPage(page, `${URL}?no-approver`);
+  const { result } = await callTool(app, sessionId, "remove_note", { note: "x" });
+  expect(result.error).toMatchObject({ code: "TOOL_DENIED", retryable: false, details: { reason: "no approver" } });
+  expect(result.error.message).toContain("no approver is registered");
+  expect(await runs(page, "remove_note")).toBe(0);
+});
+
+test("progress arrives as toolprogress events, the last one before the result", async ({ page }) => {
+  const { sessionId } = await openPage(page, URL);
+  const response = await callTool(app, sessionId, "count_up", { steps: 12 });
+  expect(response.result).toEqual({ counted: 12 });
+  const progress = await page.evaluate(() => window.progress);
+  expect(progress.length).toBeGreaterThan(0);
+  expect(progress.at(-1)).toMatchObject({ tool: "count_up", progress: 12, total: 12, message: "step 12" });
+  const values = progress.map((p) => p.progress);
+  expect([...values].sort((a, b) => a - b)).toEqual(values);
+  expect(await page.evaluate(() => window.statuses)).toEqual(["running", "done"]);
+});
+
+test("cancelTool: a handler that ignores it is answered TOOL_CANCELLED after the grace period", async ({ page }) => {
+  const { sessionId } = await openPage(page, URL);
+  const pending = callTool(app, sessionId, "stubborn", {});
+  await expect.poll(() => page.evaluate(() => window.pedelec.session.pending.map((p) => p.status))).toEqual(["running"]);
+  const cancelled = await page.evaluate(() => {
+    const [{ toolRequestId }] = window.pedelec.session.pending;
+    return window.pedelec.session.cancelTool(toolRequestId);
+  });
+  expect(cancelled).toBe(true);
+  const { result } = await pending;
+  expect(result.error).toMatchObject({ code: "TOOL_CANCELLED", retryable: false });
+  expect(await page.evaluate(() => window.pedelec.session.pending)).toEqual([]);
+  expect(await page.evaluate(() => window.pedelec.session.cancelTool("nope"))).toBe(false);
+});

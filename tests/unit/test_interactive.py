@@ -1,0 +1,632 @@
+"""Interactive and long-running tools: progress, waiting for the user, approval, cancel,
+``session.pending`` — in the Session and on the wire (a fake Core, a manual clock)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from manual_clock import ManualClock
+from test_wire import WELCOME, FakeCore, connected, request
+from web_storage import DictStorage
+
+import pedelec_pyodide
+from pedelec_pyodide import (
+    ApprovalRequest,
+    ApprovalUnavailable,
+    PedelecError,
+    Session,
+    SessionState,
+    StorageLedger,
+    ToolContext,
+    ToolProgress,
+    ToolStatus,
+    define_tool,
+)
+from pedelec_pyodide.dispatch import MAX_STATUS_TEXT, PROGRESS_INTERVAL
+
+
+async def spin(steps: int = 10) -> None:
+    """Let the loop run its ready work (no time passes)."""
+    for _ in range(steps):
+        await asyncio.sleep(0)
+
+
+def tool(name: str = "t", handler: Any = None, **options: Any) -> Any:
+    schema = options.pop("args_schema", {"type": "object"})
+    return define_tool(name=name, description="d", args_schema=schema, handler=handler,
+                       **options)
+
+
+def wire(core: FakeCore, *kinds: str) -> list[tuple[Any, ...]]:
+    """The frames of ``kinds`` in order, each as a short tuple."""
+    out: list[tuple[Any, ...]] = []
+    for frame in core.sent:
+        kind = frame["type"]
+        if kind not in kinds:
+            continue
+        if kind == "tool.progress":
+            out.append((kind, frame["progress"], frame.get("total"), frame.get("message")))
+        elif kind == "tool.waiting":
+            out.append((kind, frame["waiting"], frame.get("reason")))
+        elif kind == "tool.result":
+            out.append((kind, frame["result"]))
+        else:
+            out.append((kind,))
+    return out
+
+
+# --- progress ------------------------------------------------------------------------------
+
+
+def test_progress_is_throttled_and_the_last_value_goes_before_the_result() -> None:
+    clock = ManualClock()
+
+    def work(args: Any, ctx: ToolContext) -> str:
+        for n in range(1, 1001):
+            ctx.progress(n, 1000, f"step {n}")
+        return "done"
+
+    session = Session([tool(handler=work)], scheduler=clock)
+    core = connected(session)
+    session.receive(request("q1"))
+    assert wire(core, "tool.progress", "tool.result") == [
+        ("tool.progress", 1, 1000, "step 1"),
+        ("tool.progress", 1000, 1000, "step 1000"),
+        ("tool.result", "done"),
+    ]
+    assert clock.waiting == 0  # the flush timer was cancelled with the answer
+
+
+async def test_progress_within_the_interval_keeps_the_latest_for_the_timer() -> None:
+    clock = ManualClock()
+    step = asyncio.Event()
+    release = asyncio.Event()
+    seen: list[Any] = []
+
+    async def work(args: Any, ctx: ToolContext) -> str:
+        ctx.progress(1)
+        await step.wait()
+        ctx.progress(2)
+        ctx.progress(3, message="third")
+        await release.wait()
+        return "ok"
+
+    session = Session([tool(handler=work)], scheduler=clock)
+    session.subscribe(lambda e: seen.append(e) if isinstance(e, ToolProgress) else None)
+    core = connected(session)
+    session.receive(request("q1", turn_id="turn-1"))
+    await spin()
+    step.set()
+    await spin()
+    assert wire(core, "tool.progress") == [("tool.progress", 1, None, None)]
+    assert session.pending[0].progress == {"progress": 3, "total": None, "message": "third"}
+    clock.advance(PROGRESS_INTERVAL / 2)
+    assert len(wire(core, "tool.progress")) == 1
+    clock.advance(PROGRESS_INTERVAL / 2)
+    assert wire(core, "tool.progress")[-1] == ("tool.progress", 3, None, "third")
+    release.set()
+    await spin()
+    assert wire(core, "tool.progress", "tool.result")[-2:] == [
+        ("tool.progress", 3, None, "third"), ("tool.result", "ok")]
+    assert [(e.tool_request_id, e.tool, e.turn_id, e.progress) for e in seen] == [
+        ("q1", "t", "turn-1", 1), ("q1", "t", "turn-1", 3)]
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda ctx: (ctx.progress(2), ctx.progress(2)), "must increase: 2 after 2"),
+    (lambda ctx: (ctx.progress(2), ctx.progress(1)), "must increase: 1 after 2"),
+    (lambda ctx: ctx.progress(float("nan")), "finite number"),
+    (lambda ctx: ctx.progress(True), "finite number"),
+    (lambda ctx: ctx.progress("1"), "finite number"),
+    (lambda ctx: ctx.progress(2**60), "finite number"),  # beyond a double: the wire refuses it
+    (lambda ctx: ctx.progress(1, float("inf")), "total must be"),
+    (lambda ctx: ctx.progress(1, message=3), "message must be"),
+])
+async def test_bad_progress_is_a_value_error_in_the_handler(call: Any, match: str) -> None:
+    caught: list[BaseException] = []
+
+    def work(args: Any, ctx: ToolContext) -> str:
+        try:
+            call(ctx)
+        except ValueError as exc:
+            caught.append(exc)
+        return "ok"
+
+    session = Session([tool(handler=work)], scheduler=ManualClock())
+    assert await session.dispatch("t", {}) == "ok"
+    assert len(caught) == 1 and match in str(caught[0])
+
+
+async def test_progress_message_is_cut_and_progress_after_the_answer_is_ignored() -> None:
+    kept: list[ToolContext] = []
+
+    def work(args: Any, ctx: ToolContext) -> str:
+        kept.append(ctx)
+        ctx.progress(1, message="x" * (MAX_STATUS_TEXT + 50))
+        return "ok"
+
+    session = Session([tool(handler=work)], scheduler=ManualClock())
+    core = connected(session)
+    session.receive(request("q1"))
+    kept[0].progress(2)  # answered already: nothing to tell Core (it would refuse it)
+    progress = core.of_type("tool.progress")
+    assert len(progress) == 1 and len(progress[0]["message"]) == MAX_STATUS_TEXT
+
+
+async def test_a_local_dispatch_reports_progress_to_listeners_not_to_core() -> None:
+    seen: list[Any] = []
+    session = Session([tool(handler=lambda args, ctx: ctx.progress(5, 10))],
+                      scheduler=ManualClock())
+    core = connected(session)
+    session.subscribe(seen.append)
+    await session.dispatch("t", {})
+    assert core.of_type("tool.progress") == []
+    assert [e.progress for e in seen if isinstance(e, ToolProgress)] == [5]
+
+
+# --- waiting for the user ------------------------------------------------------------------
+
+
+async def test_waiting_for_user_sends_waiting_true_then_false_even_on_an_exception() -> None:
+    answer = asyncio.Event()
+    statuses: list[str] = []
+
+    async def ask(args: Any, ctx: ToolContext) -> str:
+        async with ctx.waiting_for_user("confirm the address"):
+            statuses.append(ctx.session.pending[0].status)
+            await answer.wait()
+            raise RuntimeError("the dialog broke")
+
+    session = Session([tool(handler=ask)])
+    core = connected(session)
+    session.receive(request("q1"))
+    await spin()
+    assert statuses == ["waiting_for_user"]
+    assert wire(core, "tool.waiting") == [("tool.waiting", True, "confirm the address")]
+    answer.set()
+    await spin()
+    assert wire(core, "tool.waiting", "tool.result")[1:] == [
+        ("tool.waiting", False, None),
+        ("tool.result", {"error": {"code": "TOOL_HANDLER_ERROR",
+                                   "message": "RuntimeError: the dialog broke"}})]
+
+
+async def test_a_resumed_connection_tells_core_again_what_is_waiting_and_how_far() -> None:
+    answer = asyncio.Event()
+
+    async def ask(args: Any, ctx: ToolContext) -> str:
+        ctx.progress(7, 9)
+        async with ctx.waiting_for_user():
+            await answer.wait()
+        return "ok"
+
+    session = Session([tool(handler=ask)], scheduler=ManualClock())
+    connected(session)
+    session.receive(request("q1"))
+    await spin()
+    session.connection_lost()
+    core = FakeCore()
+    session.connection_made(core)
+    session.receive(WELCOME)
+    assert wire(core, "tool.waiting", "tool.progress") == [
+        ("tool.waiting", True, None), ("tool.progress", 7, 9, None)]
+    answer.set()
+    await spin()
+    assert core.of_type("tool.result")[0]["result"] == "ok"
+
+
+# --- approval ------------------------------------------------------------------------------
+
+
+def approval_tool(runs: list[Any], **options: Any) -> Any:
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}},
+              "required": ["id"]}
+    return tool("delete", lambda args: runs.append(args["id"]) or {"deleted": args["id"]},
+                args_schema=schema, needs_approval=options.pop("needs_approval", True),
+                **options)
+
+
+async def test_an_approved_request_runs_after_the_approver_said_yes() -> None:
+    runs: list[Any] = []
+    asked: list[ApprovalRequest] = []
+    session = Session([approval_tool(runs)])
+    session.on_approval(lambda request: asked.append(request) or True)
+    core = connected(session)
+    session.receive(request("q1", "delete", {"id": 3}, turn_id="turn-1"))
+    await spin()
+    assert [(r.tool, r.args, r.tool_request_id, r.turn_id) for r in asked] == [
+        ("delete", {"id": 3}, "q1", "turn-1")]
+    assert runs == [3]
+    assert wire(core, "tool.waiting", "tool.result") == [
+        ("tool.waiting", True, "approval"), ("tool.waiting", False, None),
+        ("tool.result", {"deleted": 3})]
+
+
+async def test_args_are_validated_and_the_handler_found_before_anyone_is_asked() -> None:
+    runs: list[Any] = []
+    asked: list[Any] = []
+    session = Session([approval_tool(runs)])
+    session.on_approval(lambda request: asked.append(request) or True)
+    result = await session.dispatch("delete", {"id": "x"})
+    assert result["error"]["code"] == "INVALID_ARGS"
+    session.on_tool(lambda: "fallback")
+    assert await session.dispatch("unknown", {}) == "fallback"  # no definition: no approval
+    assert asked == [] and runs == []
+
+
+@pytest.mark.parametrize(("approver", "reason"), [
+    (lambda request: False, "denied"),
+    (lambda request: request.deny("not on Fridays"), "not on Fridays"),
+    (lambda request: 1, "denied"),  # only True approves
+])
+async def test_a_denied_request_is_tool_denied_and_never_runs(approver: Any, reason: str
+                                                              ) -> None:
+    runs: list[Any] = []
+    session = Session([approval_tool(runs)])
+    session.on_approval(approver)
+    result = await session.dispatch("delete", {"id": 1})
+    assert result["error"]["code"] == "TOOL_DENIED"
+    assert result["error"]["retryable"] is False
+    assert result["error"]["details"] == {"reason": reason}
+    assert runs == []
+
+
+@pytest.mark.parametrize("approver", [None, "unavailable"])
+async def test_no_approver_denies_saying_so(approver: Any) -> None:
+    runs: list[Any] = []
+    session = Session([approval_tool(runs)])
+    if approver == "unavailable":
+        def unavailable(request: ApprovalRequest) -> bool:
+            raise ApprovalUnavailable("no dialog mounted")
+        session.on_approval(unavailable)
+    result = await session.dispatch("delete", {"id": 1})
+    assert result["error"]["code"] == "TOOL_DENIED"
+    assert "no approver is registered" in result["error"]["message"]
+    assert runs == []
+
+
+async def test_a_failing_approver_denies_and_a_failing_rule_asks() -> None:
+    runs: list[Any] = []
+
+    def broken_rule(args: Any) -> bool:
+        raise KeyError("oops")
+
+    session = Session([approval_tool(runs, needs_approval=broken_rule)])
+    asked: list[Any] = []
+    session.on_approval(lambda request: asked.append(request) or True)
+    assert await session.dispatch("delete", {"id": 1}) == {"deleted": 1}
+    assert len(asked) == 1
+
+    def broken(request: ApprovalRequest) -> bool:
+        raise RuntimeError("boom")
+
+    session.on_approval(broken)
+    result = await session.dispatch("delete", {"id": 2})
+    assert result["error"]["details"]["reason"] == "the approver failed: RuntimeError"
+    assert runs == [1]
+
+
+async def test_needs_approval_may_depend_on_the_args() -> None:
+    runs: list[Any] = []
+    session = Session([approval_tool(runs, needs_approval=lambda args: args["id"] > 10)])
+    session.on_approval(lambda request: False)
+    assert await session.dispatch("delete", {"id": 1}) == {"deleted": 1}
+    assert (await session.dispatch("delete", {"id": 11}))["error"]["code"] == "TOOL_DENIED"
+    assert runs == [1]
+
+
+async def test_awaiting_approval_is_pending_and_the_session_waits() -> None:
+    runs: list[Any] = []
+    decision: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    statuses: list[Any] = []
+    session = Session([approval_tool(runs)])
+    session.subscribe(lambda e: statuses.append(e.status) if isinstance(e, ToolStatus) else None)
+    session.on_approval(lambda request: decision)
+    connected(session)
+    session.receive(request("q1", "delete", {"id": 5}))
+    await spin()
+    assert session.state == SessionState.WAITING_TOOL_RESULT
+    assert [(p.tool_request_id, p.status, p.progress) for p in session.pending] == [
+        ("q1", "awaiting_approval", None)]
+    decision.set_result(True)
+    await spin()
+    assert runs == [5] and session.pending == [] and session.state == SessionState.IDLE
+    assert statuses == ["awaiting_approval", "running", "done"]
+
+
+# The first tab's approval coroutine never finishes: that is the point (the tab is gone).
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+async def test_a_reload_while_awaiting_approval_asks_again_and_runs_once() -> None:
+    storage = DictStorage()
+    runs: list[Any] = []
+    first = Session([approval_tool(runs)], ledger=StorageLedger(storage, "p:"))
+    first.on_approval(lambda request: asyncio.get_running_loop().create_future())  # never
+    connected(first)
+    first.receive(request("q1", "delete", {"id": 4}))
+    await spin()
+    assert first.pending[0].status == "awaiting_approval"
+    for task in first._tasks:  # the tab goes away with the approval card on screen
+        task.cancel()
+    await spin()
+
+    asked: list[Any] = []
+    reloaded = Session([approval_tool(runs)], ledger=StorageLedger(storage, "p:"))
+    reloaded.on_approval(lambda request: asked.append(request.tool_request_id) or True)
+    core = connected(reloaded)
+    reloaded.receive(request("q1", "delete", {"id": 4}))  # Core re-sends it on resume
+    await spin()
+    assert asked == ["q1"] and runs == [4]
+    reloaded.receive(request("q1", "delete", {"id": 4}))  # and again: its stored result
+    assert [r["result"] for r in core.of_type("tool.result")] == [{"deleted": 4}] * 2
+    assert asked == ["q1"] and runs == [4]
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+async def test_an_approval_given_is_not_asked_again_after_a_reload() -> None:
+    storage = DictStorage()
+    runs: list[Any] = []
+
+    async def delete(id: int) -> int:
+        """Delete a note."""
+        runs.append(id)
+        return id
+
+    delete_tool = define_tool(delete, needs_approval=True)
+    asked: list[str] = []
+    decision: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    def approver(request: ApprovalRequest) -> asyncio.Future[bool]:
+        asked.append("first")
+        request.approve()  # as the page's approve() button does, before the loop resumes
+        return decision
+
+    first = Session([delete_tool], ledger=StorageLedger(storage, "p:"))
+    first.on_approval(approver)
+    connected(first)
+    first.receive(request("q1", "delete", {"id": 8}))
+    await spin()
+    # approved; the page reloads before the handler ran
+    assert asked == ["first"] and runs == []
+    ledger = StorageLedger(storage, "p:")
+    assert ledger.was_approved("q1") and not ledger.was_started("q1")
+    for task in first._tasks:
+        task.cancel()
+    await spin()
+
+    reloaded = Session([delete_tool], ledger=StorageLedger(storage, "p:"))
+    reloaded.on_approval(lambda request: asked.append("again") or False)
+    core = connected(reloaded)
+    reloaded.receive(request("q1", "delete", {"id": 8}))
+    await spin()
+    assert asked == ["first"] and runs == [8]
+    assert core.of_type("tool.result")[0]["result"] == 8
+
+
+def test_on_approval_keeps_one_approver_and_its_disposer_removes_only_its_own() -> None:
+    session = Session()
+    first = session.on_approval(lambda request: True)
+    second_handler = lambda request: False  # noqa: E731
+    session.on_approval(second_handler)
+    first()  # not current: nothing happens
+    assert session._engine.approver is second_handler
+    with pytest.raises(TypeError):
+        session.on_approval("yes")  # type: ignore[arg-type]
+
+
+# --- cancel --------------------------------------------------------------------------------
+
+
+async def test_cancel_sets_cancelled_and_a_handler_that_stops_in_time_answers_itself() -> None:
+    clock = ManualClock()
+    stop = asyncio.Event()
+
+    async def long(args: Any, ctx: ToolContext) -> Any:
+        await stop.wait()
+        return {"stopped": ctx.cancelled}
+
+    session = Session([tool(handler=long)], scheduler=clock)
+    core = connected(session)
+    session.receive(request("q1"))
+    await spin()
+    assert session.cancel("q1") is True
+    assert session.cancel("nope") is False
+    stop.set()
+    await spin()
+    assert core.of_type("tool.result")[0]["result"] == {"stopped": True}
+    assert clock.waiting == 0
+
+
+async def test_a_handler_past_the_grace_period_is_answered_cancelled_and_its_outcome_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ManualClock()
+    release = asyncio.Event()
+    storage = DictStorage()
+
+    async def stubborn(args: Any, ctx: ToolContext) -> str:
+        await release.wait()
+        return "late"
+
+    session = Session([tool(handler=stubborn)], scheduler=clock, cancel_grace=0.5,
+                      ledger=StorageLedger(storage, "p:"))
+    core = connected(session)
+    session.receive(request("q1"))
+    await spin()
+    session.cancel("q1", "the user pressed Stop")
+    clock.advance(0.4)
+    assert core.of_type("tool.result") == []
+    clock.advance(0.1)
+    (answer,) = core.of_type("tool.result")
+    assert answer["result"]["error"]["code"] == "TOOL_CANCELLED"
+    assert answer["result"]["error"]["details"] == {"reason": "the user pressed Stop"}
+    assert answer["handledBy"] == "named" or answer["handledBy"] == "inline"
+    assert session.pending == [] and session.state == SessionState.IDLE
+    release.set()
+    await spin()
+    assert len(core.of_type("tool.result")) == 1
+    assert "finished after it was answered TOOL_CANCELLED" in caplog.text
+    session.receive(request("q1"))  # re-sent: the cancellation is its answer
+    assert core.of_type("tool.result")[1] == answer
+
+
+@pytest.mark.parametrize("by", ["user", "core"])
+async def test_cancelling_a_request_awaiting_approval_answers_it_at_once(by: str) -> None:
+    runs: list[Any] = []
+    session = Session([approval_tool(runs)])
+    never: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    session.on_approval(lambda request: never)
+    core = connected(session)
+    session.receive(request("q1", "delete", {"id": 1}))
+    await spin()
+    if by == "user":
+        session.cancel("q1")
+    else:
+        session.receive('{"type":"tool.cancel","toolRequestId":"q1","reason":"deadline"}')
+    await spin()
+    answers = core.of_type("tool.result")
+    if by == "user":
+        (answer,) = answers
+        assert answer["result"]["error"]["code"] == "TOOL_CANCELLED"
+    else:  # Core answered its caller already and would refuse a result
+        assert answers == []
+    assert never.cancelled() and runs == [] and session._tasks == set()
+    assert session.pending == [] and session.state == SessionState.IDLE
+
+
+def test_cancel_grace_must_be_a_number_of_seconds() -> None:
+    with pytest.raises(ValueError, match="cancel_grace"):
+        Session(cancel_grace=-1)
+
+
+# --- structure -----------------------------------------------------------------------------
+
+
+def test_an_async_request_is_answered_with_no_event_loop_running() -> None:
+    """The adapter's scheduler spawns the work; the Session never asks for a loop."""
+    clock = ManualClock(collect_tasks=True)
+
+    async def slow(args: Any) -> str:
+        return "answered"
+
+    session = Session([tool(handler=slow)], scheduler=clock)
+    core = connected(session)
+    session.receive(request("q1"))
+    (work,) = clock.collected
+    with pytest.raises(StopIteration):
+        work.send(None)
+    assert core.of_type("tool.result")[0]["result"] == "answered"
+
+
+def test_the_adapter_is_told_of_welcome_refusal_and_close() -> None:
+    told: list[str] = []
+
+    class Adapter(FakeCore):
+        def welcomed(self, welcome: Any) -> None:
+            told.append(f"welcomed {welcome.session_id}")
+
+        def refused(self, error: Any) -> None:
+            told.append(f"refused {error.code}")
+
+        def session_closed(self) -> None:
+            told.append("closed")
+
+    session = Session()
+    adapter = Adapter()
+    session.subscribe(lambda event: None)  # the user's listeners are not the adapter's
+    session.connection_made(adapter, adapter)
+    session.receive(json.dumps({"type": "error", "code": "UNKNOWN_SESSION", "message": "m"}))
+    session.receive(WELCOME)
+    session.receive(json.dumps({"type": "error", "code": "LATER", "message": "m"}))
+    session.close()
+    assert told == ["refused UNKNOWN_SESSION", "welcomed s1", "closed"]
+
+
+def test_every_exception_of_the_package_is_a_pedelec_error_and_exported() -> None:
+    exported = [getattr(pedelec_pyodide, name) for name in pedelec_pyodide.__all__]
+    errors = [item for item in exported
+              if isinstance(item, type) and issubclass(item, BaseException)]
+    assert len(errors) >= 10
+    assert all(issubclass(error, PedelecError) for error in errors)
+
+
+async def test_a_resumed_connection_tells_core_again_that_an_approval_is_asked() -> None:
+    runs: list[Any] = []
+    session = Session([approval_tool(runs)])
+    decision: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    session.on_approval(lambda request: decision)
+    connected(session)
+    session.receive(request("q1", "delete", {"id": 2}))
+    await spin()
+    session.connection_lost()
+    core = FakeCore()
+    session.connection_made(core)
+    session.receive(WELCOME)
+    assert wire(core, "tool.waiting") == [("tool.waiting", True, "approval")]
+    decision.set_result(True)
+    await spin()
+    assert wire(core, "tool.waiting", "tool.result") == [
+        ("tool.waiting", True, "approval"), ("tool.waiting", False, None),
+        ("tool.result", {"deleted": 2})]
+
+
+# --- the page's JS approver (browser.PageSession, with a stand-in for the js module) -------
+
+
+@pytest.fixture
+def page_session(monkeypatch: pytest.MonkeyPatch) -> Any:
+    import sys
+    from types import SimpleNamespace
+    from urllib.parse import urlsplit
+
+    from pedelec_pyodide.browser import PageSession
+
+    def url(text: str, base: str | None = None) -> SimpleNamespace:  # the JS URL class
+        parts = urlsplit(text)
+        return SimpleNamespace(protocol=f"{parts.scheme}:", host=parts.netloc,
+                               pathname=parts.path or "/", search="")
+
+    monkeypatch.setitem(sys.modules, "js", SimpleNamespace(URL=SimpleNamespace(new=url)))
+    emitted: list[tuple[str, Any]] = []
+    page = PageSession("http://127.0.0.1:1",
+                       lambda kind, detail: emitted.append((kind, json.loads(detail))),
+                       '{"storage": false}')
+    page.emitted = emitted
+    return page
+
+
+async def test_the_page_asks_its_js_only_once_ready_and_takes_its_decisions(
+    page_session: Any,
+) -> None:
+    page, runs = page_session, []
+    page.session.add_tool(approval_tool(runs))
+    core = connected(page.session)
+    asked = lambda: [d for kind, d in page.emitted if kind == "approval"]  # noqa: E731
+    page.session.receive(request("q1", "delete", {"id": 1}, turn_id="turn-1"))
+    await spin()
+    # a request Core re-sends as the page reloads: the app's listeners are not there yet
+    assert asked() == [] and page.session.pending[0].status == "awaiting_approval"
+    page.ready()
+    await spin()
+    assert asked() == [{"toolRequestId": "q1", "tool": "delete", "args": {"id": 1},
+                        "turnId": "turn-1"}]
+    assert page.decide("q1", '{"approved": true}') is True
+    assert page.decide("q1", '{"approved": false}') is False  # decided already
+    await spin()
+    assert runs == [1]
+
+    page.session.receive(request("q2", "delete", {"id": 2}))
+    await spin()
+    page.decide("q2", '{"approved": false, "reason": "keep it"}')
+    page.session.receive(request("q3", "delete", {"id": 3}))
+    await spin()
+    page.decide("q3", '{"approved": false, "noApprover": true}')  # nothing listens in JS
+    await spin()
+    denied, nobody = (r["result"]["error"] for r in core.of_type("tool.result")[1:])
+    assert denied["details"] == {"reason": "keep it"}
+    assert nobody["details"] == {"reason": "no approver"}
+    assert runs == [1]
+    assert json.loads(page.pending()) == []
+    assert page.cancel("q9") is False
