@@ -289,10 +289,6 @@ class InFlight:
     # what the engine and the session read
 
     @property
-    def done(self) -> bool:
-        return self.answered
-
-    @property
     def tier(self) -> HandledBy:
         if self.handled_by is not None:
             return self.handled_by

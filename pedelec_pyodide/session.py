@@ -528,7 +528,7 @@ async def _settle(rec: InFlight) -> None:
     rest, rec.rest = rec.rest, None
     if rest is not None:
         await rest
-    elif not rec.done:
+    elif not rec.answered:
         await rec.wait()
 
 
