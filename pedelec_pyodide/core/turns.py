@@ -25,7 +25,16 @@ from ..results import INVALID_ARGS, tool_error
 from ..text import excerpt, lone_surrogate_at, not_unicode
 from .agent import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
 from .log import log_event
-from .sessions import CoreSession, PendingRequest, delta_frames, new_request_id
+from .offload import LARGE_CHARS, off_loop
+from .sessions import (
+    CheckedRequest,
+    CoreSession,
+    PendingRequest,
+    checked_call,
+    delta_frames,
+    end_frame,
+    new_request_id,
+)
 from .store import RequestRecord, StoreError, TurnRecord, dump_json, turn_key
 
 STEP_LIMIT_EXCEEDED = "STEP_LIMIT_EXCEEDED"
@@ -76,7 +85,7 @@ class TurnRunner:
         step = self.steps
         self.steps += 1
         # a call that is not valid Unicode text is answered here: no row, no frame
-        refusals = [_refusal(call) for call in calls]
+        refusals = await off_loop(_refusals, calls)
         sendable = [call for call, refused in zip(calls, refusals, strict=True)
                     if refused is None]
         if step < len(self._journal):
@@ -88,11 +97,15 @@ class TurnRunner:
 
     async def _send(self, step: int, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
         session = self.session
-        opened = [
-            session.open_request(call.tool, call.args, turn_id=self.turn_id, step=step,
-                                 index=index)
-            for index, call in enumerate(calls)
-        ]
+        checks = await off_loop(_checked_calls, calls, self.turn_id,
+                                session.registry.config.max_frame_bytes)
+        opened = []
+        for index, (call, (checked, refusal)) in enumerate(zip(calls, checks, strict=True)):
+            pending = session.open_request(call.tool, call.args, turn_id=self.turn_id,
+                                           step=step, index=index, checked=checked)
+            if refusal is not None:  # the page would refuse its frame: answered, never sent
+                session.refuse_request(pending, refusal)
+            opened.append(pending)
         self._requests.extend(opened)
         await session.store_requests(opened, turn_key(session.id, self.turn_id))
         for pending in opened:
@@ -101,12 +114,15 @@ class TurnRunner:
         return [await self._outcome(pending, call) for pending, call in pairs]
 
     async def say(self, text: str) -> None:
-        _check_text(text, "the reply text")
+        await _check_text(text, "the reply text")
         if self.steps < len(self._journal):
             return  # replaying after a restart: the page has seen this text already
         session = self.session
-        for frame in delta_frames(protocol.TurnDelta(turn_id=self.turn_id, text=text),
-                                  session.registry.config.max_frame_bytes):
+        delta = protocol.TurnDelta(turn_id=self.turn_id, text=text)
+        limit = session.registry.config.max_frame_bytes
+        frames = (await off_loop(delta_frames, delta, limit) if len(text) > LARGE_CHARS
+                  else delta_frames(delta, limit))
+        for frame in frames:
             session.send(frame)
 
     # --- running ----------------------------------------------------------------------
@@ -128,7 +144,7 @@ class TurnRunner:
             text = await self.agent.run(self)
             if not isinstance(text, str):
                 raise TypeError(f"the agent returned {type(text).__name__}, not str")
-            _check_text(text, "the reply text")
+            await _check_text(text, "the reply text")
             record.status, record.final_text = "completed", text
         except asyncio.CancelledError:
             record.status = "cancelled"
@@ -149,7 +165,8 @@ class TurnRunner:
             log_event("turn.agent_error", session=session.id, turn=record.id,
                       error=record.error["message"])
         self._ending = True
-        self._finish()
+        config = session.registry.config
+        self._finish(await off_loop(trimmed_history, self.history, config.max_history_bytes))
         # The page hears of the end only once it is stored: a Core killed right after
         # sending it would otherwise come back with the turn still running, and run it
         # again while the page has moved on (its next turn.start refused TURN_BUSY).
@@ -158,13 +175,16 @@ class TurnRunner:
             await session.registry.store.flush(session.id, turn_key(session.id, record.id))
         except StoreError as exc:  # the page still hears the end; the operator, the failure
             log_event("store.failed", session=session.id, turn=record.id, error=str(exc))
+        frame = await off_loop(end_frame, record, config.max_frame_bytes)
         if session.turn is self:
             session.turn = None
         if not session.closed:
-            session.send_turn_end(record)
+            session.send_turn_end(record, frame)
         return record
 
-    def _finish(self) -> None:
+    def _finish(self, history: str) -> None:
+        """Cancel what is pending, clear the journal, store the turn and the agent's
+        ``history`` (its JSON text, trimmed)."""
         session = self.session
         record = self.record
         for pending in self._requests:
@@ -180,8 +200,7 @@ class TurnRunner:
         for step in self._journal:
             for request in step:
                 store.delete_request(request.id)
-        session.record.history = trimmed_history(
-            self.history, session.registry.config.max_history_bytes)
+        session.record.history = history
         store.save_session(session.record)  # the agent's history
         record.usage = dict(self.usage)
         store.save_turn(record)
@@ -275,6 +294,23 @@ def _steps(journal: list[RequestRecord]) -> list[list[RequestRecord]]:
             for step in range(max(by_step, default=-1) + 1)]
 
 
+def _refusals(calls: list[ToolCallRequest]) -> list[str | None]:
+    return [_refusal(call) for call in calls]
+
+
+def _checked_calls(calls: list[ToolCallRequest], turn_id: str, max_frame_bytes: int
+                   ) -> list[tuple[CheckedRequest | None, protocol.ProtocolError | None]]:
+    """For each call of the turn: its id and ``tool.request`` frame
+    (:func:`checked_call`), or why the page would refuse it."""
+    checks: list[tuple[CheckedRequest | None, protocol.ProtocolError | None]] = []
+    for call in calls:
+        try:
+            checks.append((checked_call(call.tool, call.args, max_frame_bytes, turn_id), None))
+        except protocol.ProtocolError as exc:
+            checks.append((None, exc))
+    return checks
+
+
 def _refusal(call: ToolCallRequest) -> str | None:
     """Why ``call`` cannot be sent, or None: its tool name or args hold a lone surrogate."""
     if lone_surrogate_at(call.tool) is not None:
@@ -283,9 +319,12 @@ def _refusal(call: ToolCallRequest) -> str | None:
     return None if where is None else f"the args hold {not_unicode(where)}"
 
 
-def _check_text(text: str, what: str) -> None:
-    """An agent's text goes into frames and rows: refuse a lone surrogate in it."""
-    if lone_surrogate_at(text) is not None:
+async def _check_text(text: str, what: str) -> None:
+    """An agent's text goes into frames and rows: refuse a lone surrogate in it (a long
+    text is checked off the event loop)."""
+    where = (await off_loop(lone_surrogate_at, text) if len(text) > LARGE_CHARS
+             else lone_surrogate_at(text))
+    if where is not None:
         raise ValueError(f"{what} of the agent holds {not_unicode()}")
 
 

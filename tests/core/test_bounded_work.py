@@ -134,7 +134,7 @@ def test_a_long_frame_is_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPat
             await client.close()
     run(main())
     (long_size, long_thread), (short_size, short_thread) = parsed_in
-    assert long_size > PARSE_IN_THREAD_CHARS and long_thread.startswith("pedelec-parse")
+    assert long_size > PARSE_IN_THREAD_CHARS and long_thread.startswith("pedelec-json")
     assert short_size < PARSE_IN_THREAD_CHARS and short_thread == threading.main_thread().name
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from ...text import lone_surrogate_at, not_unicode
 from ...tools import NAME_PATTERN
 from ..agent import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
+from ..offload import LARGE_CHARS, off_loop
 
 ARROW = "→"
 CALL_SYNTAX = "/call TOOL {json args}"
@@ -634,7 +635,9 @@ class OfflineAgent:
     async def run(self, turn: Turn) -> str:
         reply = _Reply(turn)
         calls: list[dict[str, Any]] = []
-        message = parse_call_message(turn.text)
+        # reading a long message (lines, JSON args) is linear work: off the event loop
+        message = (await off_loop(parse_call_message, turn.text)
+                   if len(turn.text) > LARGE_CHARS else parse_call_message(turn.text))
         if message is None:
             await self._answer(turn, reply, calls)
         elif message.problems:
@@ -660,7 +663,8 @@ class OfflineAgent:
         return reply.text
 
     async def _answer(self, turn: Turn, reply: _Reply, calls: list[dict[str, Any]]) -> None:
-        planned = _plan(turn.text, turn.tools)
+        # the tools are decoded, and matched to the text, off the event loop
+        planned = await off_loop(lambda: _plan(turn.text, turn.tools))
         if isinstance(planned, str):
             await reply.add(planned)
             return
@@ -685,4 +689,4 @@ class OfflineAgent:
     ) -> None:
         (outcome,) = await turn.call_tools([request])
         calls.append({"tool": outcome.tool, "args": outcome.args, "result": outcome.result})
-        await reply.add(render_outcome(outcome))
+        await reply.add(await off_loop(render_outcome, outcome))  # a result may be long
