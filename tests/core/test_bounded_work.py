@@ -14,7 +14,9 @@ import asyncio
 import json
 import threading
 import time
+import traceback
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -159,3 +161,61 @@ def test_checks_on_a_large_valid_value_cost_about_what_decoding_it_costs() -> No
     assert _best_of(lambda: lone_surrogate_at(value)) < 3 * decode + 0.005
     assert _best_of(lambda: protocol._nests_too_deep(text)) < 3 * decode + 0.005
     assert lone_surrogate_at([value, {"k": "\ud800"}]) == "$[1].k"  # and still finds one
+
+
+def test_a_turn_with_large_args_and_results_does_its_json_work_off_the_event_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pass of Core's over a long JSON text (parsing, encoding, checking a frame,
+    rendering a result, fitting the reply, trimming the history) runs in a worker thread:
+    each took 15 to 90 ms on 1 MiB, and several in one step of the event loop kept health
+    waiting for a tenth of a second or more (bench/attacks.py, turn_args). Counted by
+    thread, not timed: the page here is the test's, its own JSON work is not Core's."""
+    core_passes: list[tuple[str, int]] = []  # (thread, characters) of Core's long passes
+    encode, decode = json.JSONEncoder.encode, json.JSONDecoder.decode
+    package = str(Path(protocol.__file__).parent)
+
+    def note(chars: int) -> None:
+        if chars > PARSE_IN_THREAD_CHARS and any(
+                frame.f_code.co_filename.startswith(package)
+                for frame, _ in traceback.walk_stack(None)):
+            core_passes.append((threading.current_thread().name, chars))
+
+    def counted_encode(self: json.JSONEncoder, value: Any) -> str:
+        text = encode(self, value)
+        note(len(text))
+        return text
+
+    def counted_decode(self: json.JSONDecoder, text: str, **options: Any) -> Any:
+        note(len(text))
+        return decode(self, text, **options)
+
+    limit = 200_000
+    args = json.dumps({"a": [{}] * 20_000})  # 60 KB, 20,000 objects
+
+    async def main() -> dict[str, Any]:
+        async with running_core(config(agent_factory=OfflineAgent,
+                                       max_frame_bytes=limit)) as core:
+            page = await RawClient.open(core.ws_url)
+            assert (await page.hello([tool_meta("echo")]))["type"] == "welcome"
+            monkeypatch.setattr(json.JSONEncoder, "encode", counted_encode)
+            monkeypatch.setattr(json.JSONDecoder, "decode", counted_decode)
+            # two calls whose results make a reply longer than a frame: deltas split,
+            # turn.end fitted, the history over its bound
+            await page.send({"type": "turn.start", "turnId": "t1",
+                             "text": f"/call echo {args}\n/call echo {args}"})
+            while True:
+                frame = await page.recv()
+                if frame["type"] == "tool.request":
+                    await page.send({"type": "tool.result",
+                                     "toolRequestId": frame["toolRequestId"], "handledBy": "named",
+                                     "result": {"echo": frame["args"], "pad": "x" * 100_000}})
+                elif frame["type"] == "turn.end":
+                    monkeypatch.undo()
+                    await page.close()
+                    return frame
+
+    end = run(main())
+    assert end["status"] == "completed" and "more characters: the reply is too long" in end["text"]
+    on_loop = [chars for thread, chars in core_passes if thread == threading.main_thread().name]
+    assert on_loop == [], on_loop
+    assert len(core_passes) > 10  # the work was seen, in the workers
