@@ -16,6 +16,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -25,7 +26,7 @@ from .. import protocol
 from ..protocol import ProtocolError
 from ..results import TOOL_RESULT_TOO_LARGE, tool_error
 from .log import log_event
-from .offload import LARGE_CHARS, off_loop
+from .offload import LARGE_CHARS
 from .sessions import (
     CLOSE_TRY_AGAIN,
     DUPLICATE_HELLO,
@@ -55,10 +56,13 @@ RESULT_ENVELOPE_BYTES = 1024
 # the request or turn it was for ends now rather than waiting for ever
 _RESULT_FRAME = re.compile(r'\{"type":"tool\.result","toolRequestId":"([0-9A-Za-z_-]{1,128})"')
 _TURN_START_FRAME = re.compile(r'\{"type":"turn\.start","turnId":"([0-9A-Za-z_-]{1,128})"')
-#: frames longer than this (characters) are parsed off the event loop (see offload.py).
-#: Parsing is linear, but a 1 MiB hello of tiny subschemas or patterns takes ~0.5 s to
-#: check: the other connections and /health must not wait for it.
+#: frames longer than this (characters) are parsed off the event loop. Parsing is linear,
+#: but a 1 MiB hello of tiny subschemas or patterns takes ~0.5 s to check: the other
+#: connections and /health must not wait for it (a thread gives the loop the GIL every
+#: few ms). Two threads for all connections: a flood of big frames queues, nothing else
+#: (Core's own work on large values has threads of its own, offload.py).
 PARSE_IN_THREAD_CHARS = LARGE_CHARS
+_PARSER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pedelec-parse")
 
 
 class _Parsed(NamedTuple):
@@ -219,7 +223,8 @@ class BridgeConnection:
         are still handled one after the other, in order)."""
         if len(data) <= PARSE_IN_THREAD_CHARS:
             return self.handle(data)
-        return self._handle_parsed(data, await off_loop(self._parse, data))
+        parsed = await asyncio.get_running_loop().run_in_executor(_PARSER, self._parse, data)
+        return self._handle_parsed(data, parsed)
 
     def handle(self, data: str | bytes) -> bool:
         """One frame from the page; False when the connection is cut off. Never raises.

@@ -1,11 +1,14 @@
-"""Work on large values, done off the event loop.
+"""Core's own work on large values, done off the event loop.
 
-Decoding, encoding and checking JSON is linear, but on a 1 MiB value of tiny objects
-each pass takes 15 to 60 ms; several in one step of the event loop kept ``/health`` and every
-other client waiting for a tenth of a second or more. Such work runs in two worker
-threads shared by all clients (a flood of large values queues there, nothing else
-does). A worker still holds the GIL while json's C code runs, but hands it back to the
-loop between calls and every few ms of Python, so the loop waits for one pass at most.
+Encoding, decoding and checking JSON is linear, but on a 1 MiB value of tiny objects
+each pass takes 15 to 60 ms; several in one step of the event loop kept ``/health`` and
+every other client waiting for a tenth of a second or more. Core's work on a large value
+it holds (a turn's request frames, a long reply, the agent's history) runs in two worker
+threads of its own: the frames clients send are parsed in other threads (bridge.py), so a
+flood of them does not hold up this work. A worker still holds the GIL while json's C
+code runs, but hands it back to the loop between passes and every few ms of Python, so
+the loop waits for one pass at most. Small values are worked on in place (:func:`is_large`):
+a thread hop would cost them more than the work.
 
 Callers await :func:`off_loop` where they would have called the function: what they do
 next (send a frame, store a row) still happens in the order they do it.
@@ -16,9 +19,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
-#: frames and texts longer than this (characters) are worked on off the event loop
+#: texts, frames and values longer than this as JSON (characters) are worked on off the
+#: event loop
 LARGE_CHARS = 16 * 1024
 
 _WORKERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pedelec-json")
@@ -27,5 +31,33 @@ T = TypeVar("T")
 
 
 async def off_loop(work: Callable[..., T], *args: object) -> T:
-    """``work(*args)`` in a worker thread."""
+    """``work(*args)`` in one of Core's worker threads."""
     return await asyncio.get_running_loop().run_in_executor(_WORKERS, work, *args)
+
+
+def is_large(value: Any) -> bool:
+    """Whether ``value`` may be longer than :data:`LARGE_CHARS` characters as JSON. Counts
+    at most that many characters, whatever the value's size: a container counts one per
+    item before its items are looked at."""
+    budget = LARGE_CHARS
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            budget -= len(item) + 2
+        elif isinstance(item, dict):
+            budget -= 2 + 2 * len(item)  # braces, a colon and a comma per item
+            if budget >= 0:
+                pending.extend(item.keys())
+                pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            budget -= 2 + len(item)
+            if budget >= 0:
+                pending.extend(item)
+        elif isinstance(item, int):
+            budget -= item.bit_length() // 3 + 1  # digits, roughly
+        else:  # float, bool, None
+            budget -= 5
+        if budget < 0:
+            return True
+    return False

@@ -25,7 +25,7 @@ from ..results import INVALID_ARGS, tool_error
 from ..text import excerpt, lone_surrogate_at, not_unicode
 from .agent import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
 from .log import log_event
-from .offload import LARGE_CHARS, off_loop
+from .offload import LARGE_CHARS, is_large, off_loop
 from .sessions import (
     CheckedRequest,
     CoreSession,
@@ -85,20 +85,23 @@ class TurnRunner:
         step = self.steps
         self.steps += 1
         # a call that is not valid Unicode text is answered here: no row, no frame
-        refusals = await off_loop(_refusals, calls)
+        large = any(is_large(call.args) for call in calls)  # then checked off the loop
+        refusals = await off_loop(_refusals, calls) if large else _refusals(calls)
         sendable = [call for call, refused in zip(calls, refusals, strict=True)
                     if refused is None]
         if step < len(self._journal):
             sent = iter(await self._replay(step, sendable))
         else:
-            sent = iter(await self._send(step, sendable))
+            sent = iter(await self._send(step, sendable, large))
         return [next(sent) if refused is None else self._refused(call, refused)
                 for call, refused in zip(calls, refusals, strict=True)]
 
-    async def _send(self, step: int, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
+    async def _send(self, step: int, calls: list[ToolCallRequest], large: bool
+                    ) -> list[ToolCallOutcome]:
         session = self.session
-        checks = await off_loop(_checked_calls, calls, self.turn_id,
-                                session.registry.config.max_frame_bytes)
+        limit = session.registry.config.max_frame_bytes
+        checks = (await off_loop(_checked_calls, calls, self.turn_id, limit) if large
+                  else _checked_calls(calls, self.turn_id, limit))
         opened = []
         for index, (call, (checked, refusal)) in enumerate(zip(calls, checks, strict=True)):
             pending = session.open_request(call.tool, call.args, turn_id=self.turn_id,

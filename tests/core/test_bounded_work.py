@@ -25,6 +25,7 @@ from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta,
 from pedelec_pyodide import protocol
 from pedelec_pyodide.core.agents import OfflineAgent
 from pedelec_pyodide.core.bridge import PARSE_IN_THREAD_CHARS
+from pedelec_pyodide.core.offload import LARGE_CHARS, is_large
 
 HEALTH_BOUND = 2.0  # seconds: the slowest health answer allowed while the payload works
 
@@ -136,7 +137,7 @@ def test_a_long_frame_is_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPat
             await client.close()
     run(main())
     (long_size, long_thread), (short_size, short_thread) = parsed_in
-    assert long_size > PARSE_IN_THREAD_CHARS and long_thread.startswith("pedelec-json")
+    assert long_size > PARSE_IN_THREAD_CHARS and long_thread.startswith("pedelec-parse")
     assert short_size < PARSE_IN_THREAD_CHARS and short_thread == threading.main_thread().name
 
 
@@ -264,3 +265,16 @@ def test_a_hello_with_large_metadata_is_encoded_off_the_event_loop(
     run(main())
     assert spy.on_loop() == [], spy.on_loop()
     assert len(spy.passes) >= 4  # each frame parsed and its tools encoded, in the workers
+
+
+def test_small_values_are_worked_on_in_place_and_large_ones_are_told_early() -> None:
+    """Core moves work off the event loop only for values that may be long as JSON (a
+    thread hop costs a small value more than its work); telling them apart looks at no
+    more than LARGE_CHARS characters' worth, however large the value."""
+    assert not is_large({"delta": 1, "items": [1, 2.5, None, True, "x" * 100], "k": {}})
+    assert not is_large("x" * (LARGE_CHARS - 2))
+    assert is_large("x" * LARGE_CHARS)
+    assert is_large({"a": [{}] * (LARGE_CHARS // 3)})  # 16 KiB of JSON, no long string
+    assert is_large({"key" * LARGE_CHARS: 1})
+    assert is_large([10 ** 4000] * 20)
+    assert is_large([[0] * 10_000_000])  # told by the inner list's length, not its items

@@ -25,7 +25,7 @@ from typing import Any
 from ...text import lone_surrogate_at, not_unicode
 from ...tools import NAME_PATTERN
 from ..agent import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
-from ..offload import LARGE_CHARS, off_loop
+from ..offload import LARGE_CHARS, is_large, off_loop
 
 ARROW = "→"
 CALL_SYNTAX = "/call TOOL {json args}"
@@ -689,4 +689,5 @@ class OfflineAgent:
     ) -> None:
         (outcome,) = await turn.call_tools([request])
         calls.append({"tool": outcome.tool, "args": outcome.args, "result": outcome.result})
-        await reply.add(await off_loop(render_outcome, outcome))  # a result may be long
+        await reply.add(await off_loop(render_outcome, outcome) if is_large(outcome.result)
+                        else render_outcome(outcome))
