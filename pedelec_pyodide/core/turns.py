@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import protocol
 from ..results import INVALID_ARGS, tool_error
@@ -84,37 +84,35 @@ class TurnRunner:
                 f"the turn reached its limit of {self.max_steps} tool-calling steps")
         step = self.steps
         self.steps += 1
-        # a call that is not valid Unicode text is answered here: no row, no frame
-        large = any(is_large(call.args) for call in calls)  # then checked off the loop
-        refusals = await off_loop(_refusals, calls) if large else _refusals(calls)
-        sendable = [call for call, refused in zip(calls, refusals, strict=True)
-                    if refused is None]
+        limit = self.session.registry.config.max_frame_bytes
+        vetted = (await off_loop(_vetted, calls, self.turn_id, limit)
+                  if any(is_large(call.args) for call in calls)
+                  else _vetted(calls, self.turn_id, limit))
+        sendable = [(call, checks) for call, checks in zip(calls, vetted, strict=True)
+                    if checks.refusal is None]
         if step < len(self._journal):
-            sent = iter(await self._replay(step, sendable))
+            sent = iter(await self._replay(step, [call for call, _ in sendable]))
         else:
-            sent = iter(await self._send(step, sendable, large))
-        return [next(sent) if refused is None else self._refused(call, refused)
-                for call, refused in zip(calls, refusals, strict=True)]
+            sent = iter(await self._send(step, sendable))
+        return [next(sent) if checks.refusal is None else self._refused(call, checks.refusal)
+                for call, checks in zip(calls, vetted, strict=True)]
 
-    async def _send(self, step: int, calls: list[ToolCallRequest], large: bool
+    async def _send(self, step: int, calls: list[tuple[ToolCallRequest, _Vetted]]
                     ) -> list[ToolCallOutcome]:
         session = self.session
-        limit = session.registry.config.max_frame_bytes
-        checks = (await off_loop(_checked_calls, calls, self.turn_id, limit) if large
-                  else _checked_calls(calls, self.turn_id, limit))
         opened = []
-        for index, (call, (checked, refusal)) in enumerate(zip(calls, checks, strict=True)):
+        for index, (call, checks) in enumerate(calls):
             pending = session.open_request(call.tool, call.args, turn_id=self.turn_id,
-                                           step=step, index=index, checked=checked)
-            if refusal is not None:  # the page would refuse its frame: answered, never sent
-                session.refuse_request(pending, refusal)
+                                           step=step, index=index, checked=checks.checked)
+            if checks.refused is not None:  # the page would refuse its frame: never sent
+                session.refuse_request(pending, checks.refused)
             opened.append(pending)
         self._requests.extend(opened)
         await session.store_requests(opened, turn_key(session.id, self.turn_id))
         for pending in opened:
             session.send_request(pending)
         pairs = zip(opened, calls, strict=True)
-        return [await self._outcome(pending, call) for pending, call in pairs]
+        return [await self._outcome(pending, call) for pending, (call, _) in pairs]
 
     async def say(self, text: str) -> None:
         await _check_text(text, "the reply text")
@@ -297,21 +295,28 @@ def _steps(journal: list[RequestRecord]) -> list[list[RequestRecord]]:
             for step in range(max(by_step, default=-1) + 1)]
 
 
-def _refusals(calls: list[ToolCallRequest]) -> list[str | None]:
-    return [_refusal(call) for call in calls]
+class _Vetted(NamedTuple):
+    """A call of a turn, checked before anything of it is stored or sent."""
+
+    #: why it cannot be sent (not valid Unicode text): answered at once, no row, no frame
+    refusal: str | None
+    checked: CheckedRequest | None  # its id and tool.request frame, if the page takes it
+    refused: protocol.ProtocolError | None  # else why the page would refuse the frame
 
 
-def _checked_calls(calls: list[ToolCallRequest], turn_id: str, max_frame_bytes: int
-                   ) -> list[tuple[CheckedRequest | None, protocol.ProtocolError | None]]:
-    """For each call of the turn: its id and ``tool.request`` frame
-    (:func:`checked_call`), or why the page would refuse it."""
-    checks: list[tuple[CheckedRequest | None, protocol.ProtocolError | None]] = []
+def _vetted(calls: list[ToolCallRequest], turn_id: str, max_frame_bytes: int
+            ) -> list[_Vetted]:
+    """Each call checked in one pass over its args: its frame made and checked as the
+    page would (:func:`checked_call`). The page's check finds a lone surrogate too, but
+    not where: only a call it refuses is looked at again for one."""
+    vetted = []
     for call in calls:
         try:
-            checks.append((checked_call(call.tool, call.args, max_frame_bytes, turn_id), None))
+            vetted.append(_Vetted(None, checked_call(call.tool, call.args, max_frame_bytes,
+                                                     turn_id), None))
         except protocol.ProtocolError as exc:
-            checks.append((None, exc))
-    return checks
+            vetted.append(_Vetted(_refusal(call), None, exc))
+    return vetted
 
 
 def _refusal(call: ToolCallRequest) -> str | None:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ...text import lone_surrogate_at, not_unicode
+from ...text import lone_surrogate_in_json, not_unicode
 from ...tools import NAME_PATTERN
 from ..agent import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
 from ..offload import LARGE_CHARS, is_large, off_loop
@@ -114,7 +114,8 @@ def _parse_call(line: str) -> ToolCallRequest | str:
     if not isinstance(args, dict):
         kind = "an array" if isinstance(args, list) else "not an object"
         return f"the args for {name} must be a JSON object like {{\"key\": 1}}, got {kind}"
-    where = lone_surrogate_at(args)  # "\ud800" decodes to text no frame or row can hold
+    # "\ud800" decodes to text no frame or row can hold (found in the text, at C speed)
+    where = lone_surrogate_in_json(raw, args)
     if where is not None:
         return f"the args for {name} hold {not_unicode(where)}"
     return ToolCallRequest(name, args)
