@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from starlette.websockets import WebSocket
@@ -25,6 +26,7 @@ from .. import protocol
 from ..protocol import ProtocolError
 from ..results import TOOL_RESULT_TOO_LARGE, tool_error
 from .log import log_event
+from .offload import LARGE_CHARS
 from .sessions import (
     CLOSE_TRY_AGAIN,
     DUPLICATE_HELLO,
@@ -57,9 +59,20 @@ _TURN_START_FRAME = re.compile(r'\{"type":"turn\.start","turnId":"([0-9A-Za-z_-]
 #: frames longer than this (characters) are parsed off the event loop. Parsing is linear,
 #: but a 1 MiB hello of tiny subschemas or patterns takes ~0.5 s to check: the other
 #: connections and /health must not wait for it (a thread gives the loop the GIL every
-#: few ms). Two threads for all connections: a flood of big frames queues, nothing else.
-PARSE_IN_THREAD_CHARS = 16 * 1024
+#: few ms). Two threads for all connections: a flood of big frames queues, nothing else
+#: (Core's own work on large values has threads of its own, offload.py).
+PARSE_IN_THREAD_CHARS = LARGE_CHARS
 _PARSER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pedelec-parse")
+
+
+class _Parsed(NamedTuple):
+    """A frame as :meth:`BridgeConnection._parse` made it ready to handle."""
+
+    message: protocol.ClientMessage | ProtocolError
+    #: a hello's or tools.update's tools as the JSON text a session keeps, made with the
+    #: parse, so off the event loop for a long frame (other messages have none)
+    tools_json: str = ""
+    client_json: str = "{}"  # a hello's client info, the same way
 
 
 def origin_allowed(headers: Mapping[str, str], allowed: frozenset[str]) -> bool:
@@ -220,16 +233,21 @@ class BridgeConnection:
         pace itself); every other frame is, bad ones included."""
         return self._handle_parsed(data, self._parse(data))
 
-    def _parse(self, data: str | bytes) -> protocol.ClientMessage | ProtocolError:
+    def _parse(self, data: str | bytes) -> _Parsed:
         text = data if isinstance(data, str) else ""
         limit = self.max_bytes + (RESULT_ENVELOPE_BYTES if _RESULT_FRAME.match(text) else 0)
         try:
-            return protocol.parse_client_frame(data, max_bytes=limit)
+            message = protocol.parse_client_frame(data, max_bytes=limit)
         except ProtocolError as exc:
-            return exc
+            return _Parsed(exc)
+        if isinstance(message, protocol.Hello):
+            return _Parsed(message, dump_json(message.tools), dump_json(message.client or {}))
+        if isinstance(message, protocol.ToolsUpdate):
+            return _Parsed(message, dump_json(message.tools))
+        return _Parsed(message)
 
-    def _handle_parsed(self, data: str | bytes,
-                       message: protocol.ClientMessage | ProtocolError) -> bool:
+    def _handle_parsed(self, data: str | bytes, parsed: _Parsed) -> bool:
+        message = parsed.message
         text = data if isinstance(data, str) else ""
         result_of = _RESULT_FRAME.match(text)
         if isinstance(message, ProtocolError):
@@ -254,7 +272,7 @@ class BridgeConnection:
                    and message.tool_request_id in session.pending)
         charge = "ok" if awaited else self._charge()
         if charge == "ok":
-            self._dispatch(message)
+            self._dispatch(message, parsed)
         return charge != "cut"
 
     def _too_large(self, request_id: str, size: int) -> bool:
@@ -275,10 +293,10 @@ class BridgeConnection:
                                        tool_request_id=request_id))
         return True
 
-    def _dispatch(self, message: protocol.ClientMessage) -> None:
+    def _dispatch(self, message: protocol.ClientMessage, parsed: _Parsed) -> None:
         session = self.session
         if isinstance(message, protocol.Hello):
-            self._hello(message)
+            self._hello(message, parsed)
         elif session is None:
             self.send(protocol.error_frame(
                 HELLO_REQUIRED, f"send hello before {message.type!r}"))
@@ -325,20 +343,21 @@ class BridgeConnection:
         else:  # ToolsUpdate
             try:
                 session.update_tools(page_metadata(
-                    message.tools, session.client_json, self.registry.config.max_metadata_bytes))
+                    message.tools, parsed.tools_json, session.client_json,
+                    self.registry.config.max_metadata_bytes))
             except SessionRefused as exc:
                 self.send(protocol.error_frame(exc.code, exc.message))
                 return
             log_event("session.tools", session=session.id, tools=len(message.tools))
 
-    def _hello(self, hello: protocol.Hello) -> None:
+    def _hello(self, hello: protocol.Hello, parsed: _Parsed) -> None:
         if self.session is not None:
             self.send(protocol.error_frame(
                 DUPLICATE_HELLO, "this connection has already said hello"))
             return
         registry = self.registry
         try:
-            metadata = page_metadata(hello.tools, dump_json(hello.client or {}),
+            metadata = page_metadata(hello.tools, parsed.tools_json, parsed.client_json,
                                      registry.config.max_metadata_bytes)
             if hello.session_id is None:
                 session = registry.create(metadata)

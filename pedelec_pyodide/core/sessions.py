@@ -41,7 +41,6 @@ from .store import (
     Store,
     StoreError,
     TurnRecord,
-    dump_json,
     hash_token,
 )
 
@@ -95,11 +94,11 @@ class PageMetadata(NamedTuple):
     names: tuple[str, ...]
 
 
-def page_metadata(tools: list[dict[str, Any]], client_json: str, limit: int
-                  ) -> PageMetadata:
+def page_metadata(tools: list[dict[str, Any]], tools_json: str, client_json: str,
+                  limit: int) -> PageMetadata:
     """A hello's or tools.update's metadata, or :class:`SessionRefused` when the tools
-    and client info together are over ``limit`` bytes of JSON."""
-    tools_json = dump_json(tools)
+    and client info together are over ``limit`` bytes of JSON. ``tools_json``: the tools
+    as :func:`dump_json` text (made with the frame's parse: off the event loop)."""
     size = protocol.frame_size(tools_json) + protocol.frame_size(client_json)
     if size > limit:
         raise SessionRefused(METADATA_TOO_LARGE, (
@@ -227,40 +226,110 @@ def new_request_id() -> str:
     return secrets.token_hex(16)
 
 
+def _escaped(text: str) -> bytes:
+    """``text`` as it is inside a frame: its JSON string form without the quotes, as
+    UTF-8 (each character's escape is the same wherever it stands, so the bytes of a
+    prefix of the text are a prefix of these)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1].encode("utf-8", "surrogatepass")
+
+
+def _backslashes_before(escaped: bytes, start: int, end: int) -> int:
+    """How many backslashes ``escaped[start:end]`` ends with."""
+    piece = escaped[start:end]
+    return len(piece) - len(piece.rstrip(b"\\"))
+
+
+def _piece_end(escaped: bytes, start: int, budget: int) -> int:
+    """The end of the longest piece ``escaped[start:end]`` of at most ``budget`` bytes
+    that ends between two characters of the text: not inside a UTF-8 sequence nor a JSON
+    escape (``\\x``, ``\\uXXXX``). ``start`` is such a place."""
+    end = start + max(0, budget)
+    if end >= len(escaped):
+        return len(escaped)
+    while end > start and escaped[end] & 0xC0 == 0x80:  # a UTF-8 continuation byte
+        end -= 1
+    # A run of backslashes starts between characters and pairs up ("\\\\" is one
+    # backslash), so an odd run ends with the start of an escape that was cut.
+    if _backslashes_before(escaped, start, end) % 2:
+        return end - 1
+    unicode = escaped.rfind(b"\\u", max(start, end - 5), end)  # "\\uXXXX" cut short?
+    if unicode >= 0 and _backslashes_before(escaped, start, unicode + 1) % 2:
+        return unicode
+    return end
+
+
+def _unescaped(piece: bytes) -> str:
+    """The text of a piece of :func:`_escaped` bytes that :func:`_piece_end` cut."""
+    text: str = json.loads('"' + piece.decode("utf-8", "surrogatepass") + '"')
+    return text
+
+
 def fitted_end_frame(end: protocol.TurnEnd, max_frame_bytes: int) -> str:
     """The ``turn.end`` frame; if its text makes it too large for the page, the longest
     start of the text that fits, with a note of what was cut (the turn's record, in the
-    store and the control API, keeps the whole text)."""
+    store and the control API, keeps the whole text).
+
+    Linear: the text is encoded once more to measure each character's bytes in the
+    frame, and the start that fits is cut from those bytes (a bisection encoded the
+    whole frame ~20 times)."""
     frame = end.encode()
-    if protocol.frame_size(frame) <= max_frame_bytes:
+    size = protocol.frame_size(frame)
+    if size <= max_frame_bytes:
         return frame
     text = end.text
+    escaped = _escaped(text)
+    envelope = size - len(escaped)  # the frame's bytes besides its text's
 
-    def cut_at(keep: int) -> str:
-        note = (f"\n[... {len(text) - keep} more characters: the reply is too long for "
-                "one frame; the whole text is in the turn's record]")
-        return dataclasses.replace(end, text=text[:keep] + note).encode()
+    def note(cut: int) -> str:
+        return (f"\n[... {cut} more characters: the reply is too long for one frame; "
+                "the whole text is in the turn's record]")
 
-    low, high = 0, len(text)  # the longest prefix whose frame fits, by bisection
-    while low < high:
-        middle = (low + high + 1) // 2
-        if protocol.frame_size(cut_at(middle)) <= max_frame_bytes:
-            low = middle
-        else:
-            high = middle - 1
-    return cut_at(low)
+    def note_bytes(keep: int) -> int:
+        return len(_escaped(note(len(text) - keep)))
+
+    # With the longest note (nothing kept) the start that fits is found in the bytes.
+    # A shorter note (fewer digits to count what is cut) may leave room for a few more
+    # characters, one at least per byte it saves (the frame grows with every character
+    # kept, so the first that does not fit ends the search).
+    used = _piece_end(escaped, 0, max_frame_bytes - envelope - note_bytes(0))
+    keep = len(_unescaped(escaped[:used]))
+    while keep < len(text):
+        more = len(_escaped(text[keep]))
+        if envelope + used + more + note_bytes(keep + 1) > max_frame_bytes:
+            break
+        used += more
+        keep += 1
+    return dataclasses.replace(end, text=text[:keep] + note(len(text) - keep)).encode()
 
 
 def delta_frames(delta: protocol.TurnDelta, max_frame_bytes: int) -> list[str]:
-    """The ``turn.delta`` frames for one piece of streamed text: split in halves until
-    each frame fits the page's limit (the page joins deltas, so nothing is lost)."""
+    """The ``turn.delta`` frames for one piece of streamed text: as few as fit the page's
+    limit, cut between characters (the page joins deltas, so nothing is lost). Linear:
+    the pieces are cut from the text's encoded bytes, measured once."""
     frame = delta.encode()
-    if protocol.frame_size(frame) <= max_frame_bytes or len(delta.text) < 2:
+    size = protocol.frame_size(frame)
+    if size <= max_frame_bytes or len(delta.text) < 2:
         return [frame]
-    half = len(delta.text) // 2
-    return (delta_frames(dataclasses.replace(delta, text=delta.text[:half]), max_frame_bytes)
-            + delta_frames(dataclasses.replace(delta, text=delta.text[half:]),
-                           max_frame_bytes))
+    escaped = _escaped(delta.text)
+    budget = max_frame_bytes - (size - len(escaped))
+    frames = []
+    start = 0
+    while start < len(escaped):
+        end = _piece_end(escaped, start, budget)
+        if end == start:  # a limit below one character's escape: one character a frame
+            end = _piece_end(escaped, start, 6)
+        piece = _unescaped(escaped[start:end])
+        frames.append(dataclasses.replace(delta, text=piece).encode())
+        start = end
+    return frames
+
+
+def end_frame(turn: TurnRecord, max_frame_bytes: int) -> str:
+    """The ``turn.end`` frame of an ended turn (:func:`fitted_end_frame`)."""
+    return fitted_end_frame(protocol.TurnEnd(
+        turn_id=turn.id, status=turn.status, text=turn.final_text, error=turn.error,
+        usage=turn.usage or None,
+    ), max_frame_bytes)
 
 
 def checked_request_frame(request: protocol.ToolRequest, max_frame_bytes: int) -> str:
@@ -277,12 +346,13 @@ def checked_request_frame(request: protocol.ToolRequest, max_frame_bytes: int) -
     return frame
 
 
-def checked_call(tool: str, args: Any, max_frame_bytes: int) -> CheckedRequest:
+def checked_call(tool: str, args: Any, max_frame_bytes: int,
+                 turn_id: str | None = None) -> CheckedRequest:
     """A new request's id and its checked frame (:func:`checked_request_frame`), before
     anything of it is stored: a caller's args the page would refuse never reach the store."""
     request_id = new_request_id()
-    return request_id, checked_request_frame(
-        protocol.ToolRequest(tool_request_id=request_id, tool=tool, args=args), max_frame_bytes)
+    return request_id, checked_request_frame(protocol.ToolRequest(
+        tool_request_id=request_id, tool=tool, args=args, turn_id=turn_id), max_frame_bytes)
 
 
 def refused_request(exc: protocol.ProtocolError) -> dict[str, Any]:
@@ -295,7 +365,7 @@ class CoreSession:
     """One page session as Core holds it."""
 
     def __init__(self, registry: Registry, record: SessionRecord,
-                 client_json: str = "{}") -> None:
+                 client_json: str = "{}", tool_names: tuple[str, ...] | None = None) -> None:
         self.registry = registry
         self.record = record
         # the resume token in clear, known once the page created or resumed the session
@@ -303,7 +373,7 @@ class CoreSession:
         self.resume_token: str | None = None
         self.connection: Connection | None = None
         self.client_json = client_json
-        self.tool_names: tuple[str, ...] = tuple(
+        self.tool_names: tuple[str, ...] = tool_names if tool_names is not None else tuple(
             str(tool["name"]) for tool in json.loads(record.tools))
         self.pending: dict[str, PendingRequest] = {}
         # requests resolved lately: id -> how ("delivered", "timeout", "cancelled", ...)
@@ -423,12 +493,11 @@ class CoreSession:
         while len(self.ended) > RECENT_TURNS:
             self.ended.popitem(last=False)
 
-    def send_turn_end(self, turn: TurnRecord) -> None:
+    def send_turn_end(self, turn: TurnRecord, frame: str | None = None) -> None:
+        """Send the turn's end (``frame``: made already, by :func:`end_frame`)."""
         self.remember_end(turn)
-        frame = fitted_end_frame(protocol.TurnEnd(
-            turn_id=turn.id, status=turn.status, text=turn.final_text, error=turn.error,
-            usage=turn.usage or None,
-        ), self.registry.config.max_frame_bytes)
+        if frame is None:
+            frame = end_frame(turn, self.registry.config.max_frame_bytes)
         if self.send(frame):
             turn.end_delivered = True
             self.registry.store.mark_end_delivered(turn.session_id, turn.id)
@@ -560,13 +629,19 @@ class CoreSession:
                 frame = checked_request_frame(pending.message(),
                                               self.registry.config.max_frame_bytes)
             except protocol.ProtocolError as exc:
-                self._resolve(pending, refused_request(exc), "none", "refused")
+                self.refuse_request(pending, exc)
                 return
             pending.frame = frame
         log_event("tool.request", session=self.id, turn=record.turn_id,
                   toolRequestId=record.id, tool=record.tool,
                   connected=self.connection is not None)
         self.send(frame)
+
+    def refuse_request(self, pending: PendingRequest, exc: protocol.ProtocolError) -> None:
+        """The page would refuse this request's frame (:func:`checked_request_frame`):
+        answered now, never sent."""
+        if self.pending.get(pending.id) is pending:
+            self._resolve(pending, refused_request(exc), "none", "refused")
 
     def accept_result(self, message: protocol.ToolResult) -> tuple[str, str] | None:
         """Feed the page's result to its request; an ``(error code, message)`` if refused."""
@@ -761,7 +836,7 @@ class Registry:
             id=secrets.token_urlsafe(18), token_hash=hash_token(token),
             tools=metadata.tools_json, history="[]", created_at=time.time(),
         )
-        session = CoreSession(self, record, metadata.client_json)
+        session = CoreSession(self, record, metadata.client_json, metadata.names)
         session.resume_token = token
         self.sessions[record.id] = session
         self.store.save_session(record)

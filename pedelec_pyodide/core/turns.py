@@ -18,14 +18,23 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import protocol
 from ..results import INVALID_ARGS, tool_error
 from ..text import excerpt, lone_surrogate_at, not_unicode
 from .agent import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
 from .log import log_event
-from .sessions import CoreSession, PendingRequest, delta_frames, new_request_id
+from .offload import LARGE_CHARS, is_large, off_loop
+from .sessions import (
+    CheckedRequest,
+    CoreSession,
+    PendingRequest,
+    checked_call,
+    delta_frames,
+    end_frame,
+    new_request_id,
+)
 from .store import RequestRecord, StoreError, TurnRecord, dump_json, turn_key
 
 STEP_LIMIT_EXCEEDED = "STEP_LIMIT_EXCEEDED"
@@ -75,38 +84,46 @@ class TurnRunner:
                 f"the turn reached its limit of {self.max_steps} tool-calling steps")
         step = self.steps
         self.steps += 1
-        # a call that is not valid Unicode text is answered here: no row, no frame
-        refusals = [_refusal(call) for call in calls]
-        sendable = [call for call, refused in zip(calls, refusals, strict=True)
-                    if refused is None]
+        limit = self.session.registry.config.max_frame_bytes
+        vetted = (await off_loop(_vetted, calls, self.turn_id, limit)
+                  if any(is_large(call.args) for call in calls)
+                  else _vetted(calls, self.turn_id, limit))
+        sendable = [(call, checks) for call, checks in zip(calls, vetted, strict=True)
+                    if checks.refusal is None]
         if step < len(self._journal):
-            sent = iter(await self._replay(step, sendable))
+            sent = iter(await self._replay(step, [call for call, _ in sendable]))
         else:
             sent = iter(await self._send(step, sendable))
-        return [next(sent) if refused is None else self._refused(call, refused)
-                for call, refused in zip(calls, refusals, strict=True)]
+        return [next(sent) if checks.refusal is None else self._refused(call, checks.refusal)
+                for call, checks in zip(calls, vetted, strict=True)]
 
-    async def _send(self, step: int, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
+    async def _send(self, step: int, calls: list[tuple[ToolCallRequest, _Vetted]]
+                    ) -> list[ToolCallOutcome]:
         session = self.session
-        opened = [
-            session.open_request(call.tool, call.args, turn_id=self.turn_id, step=step,
-                                 index=index)
-            for index, call in enumerate(calls)
-        ]
+        opened = []
+        for index, (call, checks) in enumerate(calls):
+            pending = session.open_request(call.tool, call.args, turn_id=self.turn_id,
+                                           step=step, index=index, checked=checks.checked)
+            if checks.refused is not None:  # the page would refuse its frame: never sent
+                session.refuse_request(pending, checks.refused)
+            opened.append(pending)
         self._requests.extend(opened)
         await session.store_requests(opened, turn_key(session.id, self.turn_id))
         for pending in opened:
             session.send_request(pending)
         pairs = zip(opened, calls, strict=True)
-        return [await self._outcome(pending, call) for pending, call in pairs]
+        return [await self._outcome(pending, call) for pending, (call, _) in pairs]
 
     async def say(self, text: str) -> None:
-        _check_text(text, "the reply text")
+        await _check_text(text, "the reply text")
         if self.steps < len(self._journal):
             return  # replaying after a restart: the page has seen this text already
         session = self.session
-        for frame in delta_frames(protocol.TurnDelta(turn_id=self.turn_id, text=text),
-                                  session.registry.config.max_frame_bytes):
+        delta = protocol.TurnDelta(turn_id=self.turn_id, text=text)
+        limit = session.registry.config.max_frame_bytes
+        frames = (await off_loop(delta_frames, delta, limit) if len(text) > LARGE_CHARS
+                  else delta_frames(delta, limit))
+        for frame in frames:
             session.send(frame)
 
     # --- running ----------------------------------------------------------------------
@@ -128,7 +145,7 @@ class TurnRunner:
             text = await self.agent.run(self)
             if not isinstance(text, str):
                 raise TypeError(f"the agent returned {type(text).__name__}, not str")
-            _check_text(text, "the reply text")
+            await _check_text(text, "the reply text")
             record.status, record.final_text = "completed", text
         except asyncio.CancelledError:
             record.status = "cancelled"
@@ -149,7 +166,8 @@ class TurnRunner:
             log_event("turn.agent_error", session=session.id, turn=record.id,
                       error=record.error["message"])
         self._ending = True
-        self._finish()
+        config = session.registry.config
+        self._finish(await off_loop(trimmed_history, self.history, config.max_history_bytes))
         # The page hears of the end only once it is stored: a Core killed right after
         # sending it would otherwise come back with the turn still running, and run it
         # again while the page has moved on (its next turn.start refused TURN_BUSY).
@@ -158,13 +176,16 @@ class TurnRunner:
             await session.registry.store.flush(session.id, turn_key(session.id, record.id))
         except StoreError as exc:  # the page still hears the end; the operator, the failure
             log_event("store.failed", session=session.id, turn=record.id, error=str(exc))
+        frame = await off_loop(end_frame, record, config.max_frame_bytes)
         if session.turn is self:
             session.turn = None
         if not session.closed:
-            session.send_turn_end(record)
+            session.send_turn_end(record, frame)
         return record
 
-    def _finish(self) -> None:
+    def _finish(self, history: str) -> None:
+        """Cancel what is pending, clear the journal, store the turn and the agent's
+        ``history`` (its JSON text, trimmed)."""
         session = self.session
         record = self.record
         for pending in self._requests:
@@ -180,8 +201,7 @@ class TurnRunner:
         for step in self._journal:
             for request in step:
                 store.delete_request(session.id, request.id)
-        session.record.history = trimmed_history(
-            self.history, session.registry.config.max_history_bytes)
+        session.record.history = history
         store.save_session(session.record)  # the agent's history
         record.usage = dict(self.usage)
         store.save_turn(record)
@@ -275,6 +295,30 @@ def _steps(journal: list[RequestRecord]) -> list[list[RequestRecord]]:
             for step in range(max(by_step, default=-1) + 1)]
 
 
+class _Vetted(NamedTuple):
+    """A call of a turn, checked before anything of it is stored or sent."""
+
+    #: why it cannot be sent (not valid Unicode text): answered at once, no row, no frame
+    refusal: str | None
+    checked: CheckedRequest | None  # its id and tool.request frame, if the page takes it
+    refused: protocol.ProtocolError | None  # else why the page would refuse the frame
+
+
+def _vetted(calls: list[ToolCallRequest], turn_id: str, max_frame_bytes: int
+            ) -> list[_Vetted]:
+    """Each call checked in one pass over its args: its frame made and checked as the
+    page would (:func:`checked_call`). The page's check finds a lone surrogate too, but
+    not where: only a call it refuses is looked at again for one."""
+    vetted = []
+    for call in calls:
+        try:
+            vetted.append(_Vetted(None, checked_call(call.tool, call.args, max_frame_bytes,
+                                                     turn_id), None))
+        except protocol.ProtocolError as exc:
+            vetted.append(_Vetted(_refusal(call), None, exc))
+    return vetted
+
+
 def _refusal(call: ToolCallRequest) -> str | None:
     """Why ``call`` cannot be sent, or None: its tool name or args hold a lone surrogate."""
     if lone_surrogate_at(call.tool) is not None:
@@ -283,9 +327,12 @@ def _refusal(call: ToolCallRequest) -> str | None:
     return None if where is None else f"the args hold {not_unicode(where)}"
 
 
-def _check_text(text: str, what: str) -> None:
-    """An agent's text goes into frames and rows: refuse a lone surrogate in it."""
-    if lone_surrogate_at(text) is not None:
+async def _check_text(text: str, what: str) -> None:
+    """An agent's text goes into frames and rows: refuse a lone surrogate in it (a long
+    text is checked off the event loop)."""
+    where = (await off_loop(lone_surrogate_at, text) if len(text) > LARGE_CHARS
+             else lone_surrogate_at(text))
+    if where is not None:
         raise ValueError(f"{what} of the agent holds {not_unicode()}")
 
 

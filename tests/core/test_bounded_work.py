@@ -14,15 +14,18 @@ import asyncio
 import json
 import threading
 import time
+import traceback
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any
 
 import pytest
-from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta
+from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta, until
 
 from pedelec_pyodide import protocol
 from pedelec_pyodide.core.agents import OfflineAgent
 from pedelec_pyodide.core.bridge import PARSE_IN_THREAD_CHARS
+from pedelec_pyodide.core.offload import LARGE_CHARS, is_large
 
 HEALTH_BOUND = 2.0  # seconds: the slowest health answer allowed while the payload works
 
@@ -159,3 +162,119 @@ def test_checks_on_a_large_valid_value_cost_about_what_decoding_it_costs() -> No
     assert _best_of(lambda: lone_surrogate_at(value)) < 3 * decode + 0.005
     assert _best_of(lambda: protocol._nests_too_deep(text)) < 3 * decode + 0.005
     assert lone_surrogate_at([value, {"k": "\ud800"}]) == "$[1].k"  # and still finds one
+
+
+class CorePasses:
+    """Core's passes over long JSON texts (encoding or decoding more than
+    PARSE_IN_THREAD_CHARS characters), by thread: spied on json's encoder and decoder,
+    counting the calls made from Core's code (a test's own client is not Core)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.monkeypatch = monkeypatch
+        self.passes: list[tuple[str, int]] = []  # (thread, characters)
+
+    def _note(self, chars: int) -> None:
+        package = str(Path(protocol.__file__).parent)
+        if chars > PARSE_IN_THREAD_CHARS and any(
+                frame.f_code.co_filename.startswith(package)
+                for frame, _ in traceback.walk_stack(None)):
+            self.passes.append((threading.current_thread().name, chars))
+
+    def start(self) -> None:
+        encode, decode = json.JSONEncoder.encode, json.JSONDecoder.decode
+
+        def counted_encode(encoder: json.JSONEncoder, value: Any) -> str:
+            text = encode(encoder, value)
+            self._note(len(text))
+            return text
+
+        def counted_decode(decoder: json.JSONDecoder, text: str, **options: Any) -> Any:
+            self._note(len(text))
+            return decode(decoder, text, **options)
+
+        self.monkeypatch.setattr(json.JSONEncoder, "encode", counted_encode)
+        self.monkeypatch.setattr(json.JSONDecoder, "decode", counted_decode)
+
+    def stop(self) -> None:
+        self.monkeypatch.undo()
+
+    def on_loop(self) -> list[int]:
+        return [chars for thread, chars in self.passes
+                if thread == threading.main_thread().name]
+
+
+def test_a_turn_with_large_args_and_results_does_its_json_work_off_the_event_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pass of Core's over a long JSON text (parsing, encoding, checking a frame,
+    rendering a result, fitting the reply, trimming the history) runs in a worker thread:
+    each took 15 to 90 ms on 1 MiB, and several in one step of the event loop kept health
+    waiting for a tenth of a second or more (bench/attacks.py, turn_args). Counted by
+    thread, not timed."""
+    spy = CorePasses(monkeypatch)
+    limit = 200_000
+    args = json.dumps({"a": [{}] * 20_000})  # 80 KB, 20,000 objects
+
+    async def main() -> dict[str, Any]:
+        async with running_core(config(agent_factory=OfflineAgent,
+                                       max_frame_bytes=limit)) as core:
+            page = await RawClient.open(core.ws_url)
+            assert (await page.hello([tool_meta("echo")]))["type"] == "welcome"
+            spy.start()
+            # two calls whose results make a reply longer than a frame: deltas split,
+            # turn.end fitted, the history over its bound
+            await page.send({"type": "turn.start", "turnId": "t1",
+                             "text": f"/call echo {args}\n/call echo {args}"})
+            while True:
+                frame = await page.recv()
+                if frame["type"] == "tool.request":
+                    await page.send({"type": "tool.result",
+                                     "toolRequestId": frame["toolRequestId"], "handledBy": "named",
+                                     "result": {"echo": frame["args"], "pad": "x" * 100_000}})
+                elif frame["type"] == "turn.end":
+                    spy.stop()
+                    await page.close()
+                    return frame
+
+    end = run(main())
+    assert end["status"] == "completed" and "more characters: the reply is too long" in end["text"]
+    assert spy.on_loop() == [], spy.on_loop()
+    assert len(spy.passes) > 10  # the work was seen, in the workers
+
+
+def test_a_hello_with_large_metadata_is_encoded_off_the_event_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session keeps its page's tools as JSON text: made in the worker that parsed the
+    hello or tools.update, and a new session takes the tool names from the hello rather
+    than decoding that text again (40 hellos of 1 MiB held health up to ~0.25 s)."""
+    spy = CorePasses(monkeypatch)
+    big = {**tool_meta("big"), "argsSchema": {
+        "type": "object", "properties": {"x": {"default": [{}] * 30_000}}}}
+
+    async def main() -> None:
+        async with running_core(config()) as core:
+            page = await RawClient.open(core.ws_url)
+            spy.start()
+            welcome = await page.hello([big])
+            await page.send({"type": "tools.update", "tools": [big, tool_meta("small")]})
+            assert welcome["type"] == "welcome"
+            session = core.registry.get(welcome["sessionId"])
+            await until(lambda: session.tool_names == ("big", "small"), "the tools.update")
+            spy.stop()
+            await page.close()
+
+    run(main())
+    assert spy.on_loop() == [], spy.on_loop()
+    assert len(spy.passes) >= 4  # each frame parsed and its tools encoded, in the workers
+
+
+def test_small_values_are_worked_on_in_place_and_large_ones_are_told_early() -> None:
+    """Core moves work off the event loop only for values that may be long as JSON (a
+    thread hop costs a small value more than its work); telling them apart looks at no
+    more than LARGE_CHARS characters' worth, however large the value."""
+    assert not is_large({"delta": 1, "items": [1, 2.5, None, True, "x" * 100], "k": {}})
+    assert not is_large("x" * (LARGE_CHARS - 2))
+    assert is_large("x" * LARGE_CHARS)
+    assert is_large({"a": [{}] * (LARGE_CHARS // 3)})  # 16 KiB of JSON, no long string
+    assert is_large({"key" * LARGE_CHARS: 1})
+    assert is_large([10 ** 4000] * 20)
+    assert is_large([[0] * 10_000_000])  # told by the inner list's length, not its items

@@ -22,9 +22,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ...text import lone_surrogate_at, not_unicode
+from ...text import lone_surrogate_in_json, not_unicode
 from ...tools import NAME_PATTERN
 from ..agent import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
+from ..offload import LARGE_CHARS, is_large, off_loop
 
 ARROW = "→"
 CALL_SYNTAX = "/call TOOL {json args}"
@@ -113,7 +114,8 @@ def _parse_call(line: str) -> ToolCallRequest | str:
     if not isinstance(args, dict):
         kind = "an array" if isinstance(args, list) else "not an object"
         return f"the args for {name} must be a JSON object like {{\"key\": 1}}, got {kind}"
-    where = lone_surrogate_at(args)  # "\ud800" decodes to text no frame or row can hold
+    # "\ud800" decodes to text no frame or row can hold (found in the text, at C speed)
+    where = lone_surrogate_in_json(raw, args)
     if where is not None:
         return f"the args for {name} hold {not_unicode(where)}"
     return ToolCallRequest(name, args)
@@ -634,7 +636,9 @@ class OfflineAgent:
     async def run(self, turn: Turn) -> str:
         reply = _Reply(turn)
         calls: list[dict[str, Any]] = []
-        message = parse_call_message(turn.text)
+        # reading a long message (lines, JSON args) is linear work: off the event loop
+        message = (await off_loop(parse_call_message, turn.text)
+                   if len(turn.text) > LARGE_CHARS else parse_call_message(turn.text))
         if message is None:
             await self._answer(turn, reply, calls)
         elif message.problems:
@@ -660,7 +664,8 @@ class OfflineAgent:
         return reply.text
 
     async def _answer(self, turn: Turn, reply: _Reply, calls: list[dict[str, Any]]) -> None:
-        planned = _plan(turn.text, turn.tools)
+        # the tools are decoded, and matched to the text, off the event loop
+        planned = await off_loop(lambda: _plan(turn.text, turn.tools))
         if isinstance(planned, str):
             await reply.add(planned)
             return
@@ -685,4 +690,5 @@ class OfflineAgent:
     ) -> None:
         (outcome,) = await turn.call_tools([request])
         calls.append({"tool": outcome.tool, "args": outcome.args, "result": outcome.result})
-        await reply.add(render_outcome(outcome))
+        await reply.add(await off_loop(render_outcome, outcome) if is_large(outcome.result)
+                        else render_outcome(outcome))
