@@ -638,20 +638,23 @@ def test_offline_agent_never_raises_for_any_schema(args_schema: Any, text: str) 
 # --- bounded work: linear in the message and the metadata, capped -----------------------
 
 
-def seconds(work: Callable[[], Any], repeat: int = 5) -> float:
-    """The best of a few runs of ``work`` (ten calls each): the least noisy figure."""
-    best = math.inf
-    for _ in range(repeat):
-        started = time.perf_counter()
-        for _ in range(10):
-            work()
-        best = min(best, time.perf_counter() - started)
-    return best
+def seconds(work: Callable[[], Any]) -> float:
+    """CPU time of ten calls of ``work``: the process's own time, so other processes on a
+    loaded machine do not count."""
+    started = time.process_time()
+    for _ in range(10):
+        work()
+    return time.process_time() - started
 
 
-def growth(work: Callable[[int], Any], size: int) -> float:
-    """How much longer ``work`` takes at 4x ``size``: ~4 when linear, ~16 when quadratic."""
-    return seconds(lambda: work(4 * size)) / seconds(lambda: work(size))
+def growth(work: Callable[[int], Any], size: int, rounds: int = 5) -> float:
+    """How much longer ``work`` takes at 4x ``size``: ~4 when linear, ~16 when quadratic.
+    The two sizes are timed in alternation and the best of each is kept."""
+    small = large = math.inf
+    for _ in range(rounds):
+        small = min(small, seconds(lambda: work(size)))
+        large = min(large, seconds(lambda: work(4 * size)))
+    return large / small
 
 
 def prefixed(count: int, letter: str) -> str:
