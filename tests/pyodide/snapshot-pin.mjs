@@ -6,7 +6,9 @@
 // a snapshot made with makingOptions() carries the runtime's build id where
 // snapshotBuildId() reads it; restoringOptions() brings back Python's memory (a global set
 // before the snapshot), with the browser's sys.executable; and a snapshot whose build id
-// was changed is refused by Pyodide (the loader's fallback relies on that).
+// was changed is refused by Pyodide (the loader's fallback relies on that); and Python
+// holding a JS object at snapshot time makes it fail (so our modules, imported in the
+// snapshot, must hold none: provisioning would fail loudly, not restore a dead reference).
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import path from "node:path";
@@ -55,4 +57,7 @@ foreign[16] ^= 0xff; // the first byte of the build id
 assert.equal(snap.snapshotBuildId(foreign) === buildId, false);
 await assert.rejects(loadPyodide({ ...quiet, ...snap.restoringOptions(foreign) }), /build id mismatch/,
   "Pyodide must refuse a snapshot of another build");
+const holder = await loadPyodide({ ...quiet, ...snap.makingOptions() });
+holder.runPython("from js import Object\nheld = Object.new()");
+assert.throws(() => snap.makeSnapshot(holder), "Pyodide must refuse to snapshot a JS object Python holds");
 console.log(`web/pyodide-snapshot.js fits Pyodide ${version} (build ${buildId.slice(0, 12)})`);
