@@ -11,7 +11,8 @@ export const APP_PORT = Number(process.env.PEDELEC_E2E_PORT ?? 8777);
 export const DEMO_PORT = APP_PORT + 1;
 export const SNAPSHOT = process.env.PEDELEC_E2E_SNAPSHOT !== "off";
 const OUT = SNAPSHOT ? ".cache/e2e" : ".cache/e2e-nosnap";
-const PYODIDE = `${OUT}/pyodide`;
+/** The runtime the suite's Cores serve (with or without its snapshot). */
+export const PYODIDE = `${OUT}/pyodide`;
 const provision = `.venv/bin/python -m pedelec_pyodide.core.provision ${OUT}${SNAPSHOT ? "" : " --no-snapshot"}`;
 const env = { PEDELEC_ADMIN_TOKEN: TOKEN };
 

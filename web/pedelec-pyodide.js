@@ -34,8 +34,6 @@
  * Only strings cross between JS and Python: events arrive here as a type and JSON text.
  */
 
-import { restoringOptions } from "./pyodide-snapshot.js";
-
 export const SCRIPT_TYPE = "pedelec/python";
 export const PACKAGE = "pedelec-pyodide";
 
@@ -360,6 +358,13 @@ async function bootPyodide(loadPyodide, config, lock, problems, extra = {}) {
 
 async function loadRuntime(config, lock) {
   let loadPyodide;
+  // Pyodide's snapshot options, pinned in one module of Core's (not beside this file: a
+  // copy of the loader kept with an app works without it), imported alongside Pyodide
+  const snapshotUrl = new URL("/pedelec/pyodide-snapshot.js", config.core).href;
+  const snapshotOptions = config.snapshot ? import(snapshotUrl).catch((err) => {
+    throw new SnapshotUnusable(`cannot import ${snapshotUrl}: ${err.message}`);
+  }) : null;
+  snapshotOptions?.catch(() => {}); // reported by the boot, which awaits it
   try {
     ({ loadPyodide } = await import(config.pyodide));
   } catch (err) {
@@ -367,7 +372,8 @@ async function loadRuntime(config, lock) {
   }
   const problems = [];
   let snapshot = config.snapshot ? fetchSnapshot(config, lock) : null;
-  let booting = snapshot ? bootPyodide(loadPyodide, config, lock, problems, restoringOptions(snapshot))
+  snapshot?.catch(() => {}); // reported by the boot, which awaits it
+  let booting = snapshot ? snapshotOptions.then((options) => bootPyodide(loadPyodide, config, lock, problems, options.restoringOptions(snapshot)))
     : bootPyodide(loadPyodide, config, lock, problems);
   // At the latest once the runtime has booted, should the wasm's download go unobserved.
   const wheels = fetchOurWheels(config, lock, Promise.race([wasmDownloaded(config), booting.catch(() => {})]));
