@@ -344,7 +344,7 @@ locale.setlocale(locale.LC_CTYPE, "")
   }
 }
 
-/** loadPyodide as configured, plus `extra` options; errors are PedelecErrors. */
+/** loadPyodide as configured, plus `extra` options (the snapshot's). */
 async function bootPyodide(loadPyodide, config, lock, problems, extra = {}) {
   return loadPyodide({
     indexURL: config.indexURL,
