@@ -133,17 +133,17 @@ def ensure_snapshot(pyodide_dir: Path, lock: Mapping[str, Any], *, web_dir: Path
                     "imports": list(IMPORTS)}
         try:
             if json.loads(manifest_file.read_text("utf-8")) == manifest and all(
-                    (pyodide_dir / (SNAPSHOT_NAME + s)).is_file() for s in _SUFFIX.values()):
+                    stored_file(pyodide_dir, e).is_file() for e in ENCODINGS):
                 return manifest
         except (OSError, ValueError):
             pass
         remove_snapshot(pyodide_dir)
         stored = cache / "snapshots" / key
-        if not all((stored / (SNAPSHOT_NAME + s)).is_file() for s in _SUFFIX.values()):
+        if not all(stored_file(stored, e).is_file() for e in ENCODINGS):
             _make(pyodide_dir, module, [lock["packages"][n]["file_name"] for n in names],
                   stored, log)
-        for suffix in _SUFFIX.values():
-            _copy(stored / (SNAPSHOT_NAME + suffix), pyodide_dir / (SNAPSHOT_NAME + suffix))
+        for encoding in ENCODINGS:
+            _copy(stored_file(stored, encoding), stored_file(pyodide_dir, encoding))
     except SnapshotError:
         remove_snapshot(pyodide_dir)
         raise
@@ -155,8 +155,9 @@ def ensure_snapshot(pyodide_dir: Path, lock: Mapping[str, Any], *, web_dir: Path
 
 def remove_snapshot(pyodide_dir: Path) -> None:
     """Remove the snapshot and its manifest from ``pyodide_dir``, if there."""
-    for name in (MANIFEST_NAME, *(SNAPSHOT_NAME + s for s in _SUFFIX.values())):
-        (pyodide_dir / name).unlink(missing_ok=True)
+    (pyodide_dir / MANIFEST_NAME).unlink(missing_ok=True)
+    for encoding in ENCODINGS:
+        stored_file(pyodide_dir, encoding).unlink(missing_ok=True)
 
 
 def _copy(src: Path, dst: Path) -> None:
