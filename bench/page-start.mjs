@@ -48,9 +48,13 @@ for (const link of Object.keys(links)) {
   for (const cache of ["cold", "warm"]) times[`${link} ${cache}`] = Object.fromEntries(variants.map((v) => [v, []]));
 }
 async function open(page, name) {
-  await page.goto(`${core.url}/${name}.html`);
-  await page.waitForFunction(() => window.benchReady !== undefined, null, { timeout: 120_000 });
-  return page.evaluate(() => window.benchReady);
+  try {
+    await page.goto(`${core.url}/${name}.html`);
+    await page.waitForFunction(() => window.benchReady !== undefined, null, { timeout: 120_000 });
+    return await page.evaluate(() => window.benchReady);
+  } catch (err) {
+    throw new Error(`${name}: ${err.message}`, { cause: err });
+  }
 }
 try {
   for (let r = 0; r < rounds; r += 1) {
