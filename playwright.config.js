@@ -1,14 +1,19 @@
 // End-to-end tests in real Chromium (Debian's /usr/bin/chromium; never downloaded).
 // Two Cores on loopback, started and stopped by Playwright: one serving the test pages of
 // tests/e2e/app/ (`pedelec serve --app`), one running the demo (`pedelec demo`). Both use
-// the runtime provisioned into .cache/e2e/ (the same code path as `pedelec demo`).
+// the runtime provisioned into .cache/e2e/ (the same code path as `pedelec demo`), with its
+// memory snapshot: pages start from it. PEDELEC_E2E_SNAPSHOT=off runs the suite against a
+// runtime provisioned without one (.cache/e2e-nosnap/): pages start the usual way.
 import { defineConfig } from "@playwright/test";
 
 export const TOKEN = "e2e-admin-token";
 export const APP_PORT = Number(process.env.PEDELEC_E2E_PORT ?? 8777);
 export const DEMO_PORT = APP_PORT + 1;
-const PYODIDE = ".cache/e2e/pyodide";
-const provision = `.venv/bin/python -m pedelec_pyodide.core.provision .cache/e2e`;
+export const SNAPSHOT = process.env.PEDELEC_E2E_SNAPSHOT !== "off";
+const OUT = SNAPSHOT ? ".cache/e2e" : ".cache/e2e-nosnap";
+/** The runtime the suite's Cores serve (with or without its snapshot). */
+export const PYODIDE = `${OUT}/pyodide`;
+const provision = `.venv/bin/python -m pedelec_pyodide.core.provision ${OUT}${SNAPSHOT ? "" : " --no-snapshot"}`;
 const env = { PEDELEC_ADMIN_TOKEN: TOKEN };
 
 export default defineConfig({

@@ -114,6 +114,8 @@ export interface Pedelec {
   session: PedelecSession;
   /** Core's URL. */
   core: string;
+  /** Whether the runtime was restored from Core's memory snapshot (else booted). */
+  snapshot: boolean;
   /** Run Python in the namespace of the page's blocks (where `session` is bound). */
   runPython(code: string): Promise<unknown>;
 }
@@ -129,6 +131,8 @@ export interface StartOptions {
   packages?: string[];
   /** Keep the session id, token and delivery ledger in sessionStorage (default true). */
   storage?: boolean;
+  /** Start from Core's memory snapshot when it fits (default true; `data-snapshot="off"`). */
+  snapshot?: boolean;
 }
 
 /** Error of a failed start; `step` says which: loading Pyodide, loading packages, page code, connecting to Core (the classic script: also loading pedelec-pyodide.js). */

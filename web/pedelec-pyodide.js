@@ -22,7 +22,14 @@
  * the origin that served this file), `data-pyodide` (URL of pyodide.mjs; default: Core's
  * /pedelec/pyodide/pyodide.mjs), `data-lock` (URL of pyodide-lock.json; default: next to
  * pyodide.mjs), `data-packages` (extra packages from the lock, comma-separated),
- * `data-manual` (do not start by itself: call `start()`).
+ * `data-manual` (do not start by itself: call `start()`), `data-snapshot="off"` (start
+ * without Core's memory snapshot).
+ *
+ * By default the runtime is restored from Core's memory snapshot of an interpreter that has
+ * our packages installed and imported (`pedelec-snapshot.bin` next to pyodide.mjs; see
+ * pyodide-snapshot.js), ~3x sooner than booting it. When there is none, or it does not fit
+ * this runtime or our lock, or restoring fails, the page starts the usual way and the
+ * console says why.
  *
  * Only strings cross between JS and Python: events arrive here as a type and JSON text.
  */
@@ -170,6 +177,7 @@ function optionsFrom(el) {
   if (d.pyodide) options.pyodide = d.pyodide;
   if (d.lock) options.lock = d.lock;
   if (d.packages) options.packages = d.packages.split(",").map((p) => p.trim()).filter(Boolean);
+  if (d.snapshot === "off") options.snapshot = false;
   return options;
 }
 
@@ -187,6 +195,7 @@ function resolveConfig(options) {
     lock,
     packages: options.packages ?? [],
     storage: options.storage ?? true,
+    snapshot: options.snapshot ?? true,
   };
 }
 
@@ -356,35 +365,122 @@ function installWheels(pyodide, wheels) {
   }
 }
 
+/** The page cannot start from the memory snapshot (`absent`: Core has none). */
+class SnapshotUnusable extends Error {
+  constructor(message, absent = false) {
+    super(message);
+    this.absent = absent;
+  }
+}
+
+/**
+ * The memory snapshot's bytes, once its manifest (fetched at the same time) says it holds
+ * exactly the wheels our lock has; rejects with SnapshotUnusable otherwise.
+ */
+async function fetchSnapshot(config, lock) {
+  const manifestUrl = new URL("pedelec-snapshot.json", config.indexURL).href;
+  const snapshotUrl = new URL("pedelec-snapshot.bin", config.indexURL).href;
+  const get = (url) => fetch(url, { cache: "no-cache" }).then((response) => {
+    if (!response.ok) throw new SnapshotUnusable(`${url} answers HTTP ${response.status}`, response.status === 404);
+    return response;
+  }, (err) => { throw new SnapshotUnusable(`cannot fetch ${url}: ${err.message}`); });
+  const bytes = get(snapshotUrl).then((response) => response.arrayBuffer());
+  bytes.catch(() => {}); // the manifest's verdict comes first
+  const manifest = await (await get(manifestUrl)).json();
+  const { packages } = await lock;
+  for (const [name, sha256] of Object.entries(manifest.packages ?? {})) {
+    if (packages[name]?.sha256 !== sha256) {
+      throw new SnapshotUnusable(`it was made with another ${name} than ${config.lock} lists (stale: Core remakes it when provisioning)`);
+    }
+  }
+  if (!manifest.packages?.[PACKAGE]) throw new SnapshotUnusable(`it does not hold ${PACKAGE}`);
+  return new Uint8Array(await bytes);
+}
+
+/**
+ * What a restored interpreter needs to be the one a boot would give this page: the
+ * snapshot was made under Node, once, for every page. `random` was seeded then (reseed
+ * from the browser's crypto); LANG came from Node (set it from the browser as Emscripten
+ * does at boot). `hash()`'s seed stays the snapshot's: the same in every page (docs).
+ */
+function afterRestore(pyodide) {
+  const seed = [...crypto.getRandomValues(new Uint32Array(8))].map((w) => w.toString(16).padStart(8, "0")).join("");
+  const lang = `${(globalThis.navigator?.language ?? "C").replace("-", "_")}.UTF-8`;
+  const scope = pyodide.toPy({ seed, lang });
+  try {
+    pyodide.runPython(`
+import locale, os, random
+random.seed(int(seed, 16))
+os.environ["LANG"] = lang
+locale.setlocale(locale.LC_CTYPE, "")
+`, { globals: scope });
+  } finally {
+    scope.destroy();
+  }
+}
+
+/** loadPyodide as configured, plus `extra` options (the snapshot's). */
+async function bootPyodide(loadPyodide, config, lock, problems, extra = {}) {
+  return loadPyodide({
+    indexURL: config.indexURL,
+    lockFileContents: lock,
+    packageBaseUrl: new URL(".", config.lock).href,
+    packages: config.packages,
+    stderr: (line) => { problems.push(line); console.warn(line); },
+    ...extra,
+  });
+}
+
 async function loadRuntime(config, lock) {
   let loadPyodide;
+  // Pyodide's snapshot options, pinned in one module of Core's (not beside this file: a
+  // copy of the loader kept with an app works without it), imported alongside Pyodide
+  const snapshotUrl = new URL("/pedelec/pyodide-snapshot.js", config.core).href;
+  const snapshotOptions = config.snapshot ? import(snapshotUrl).catch((err) => {
+    throw new SnapshotUnusable(`cannot import ${snapshotUrl}: ${err.message}`);
+  }) : null;
+  snapshotOptions?.catch(() => {}); // reported by the boot, which awaits it
   try {
     ({ loadPyodide } = await import(config.pyodide));
   } catch (err) {
     throw new PedelecError("loading Pyodide", `cannot import ${config.pyodide}: ${await whyNot(config.pyodide, err)}`, err);
   }
   const problems = [];
-  const booting = loadPyodide({
-    indexURL: config.indexURL,
-    lockFileContents: lock,
-    packageBaseUrl: new URL(".", config.lock).href,
-    packages: config.packages,
-    stderr: (line) => { problems.push(line); console.warn(line); },
-  });
+  let snapshot = config.snapshot ? fetchSnapshot(config, lock) : null;
+  snapshot?.catch(() => {}); // reported by the boot, which awaits it
+  let booting = snapshot ? snapshotOptions.then((options) => bootPyodide(loadPyodide, config, lock, problems, options.restoringOptions(snapshot)))
+    : bootPyodide(loadPyodide, config, lock, problems);
   // At the latest once the runtime has booted, should the wasm's download go unobserved.
   const wheels = fetchOurWheels(config, lock, Promise.race([wasmDownloaded(config), booting.catch(() => {})]));
   wheels.catch(() => {}); // reported below, after the boot
   let pyodide;
-  try {
-    pyodide = await booting;
-  } catch (err) {
-    throw err instanceof PedelecError ? err : new PedelecError("loading Pyodide", err.message, err);
+  if (snapshot) {
+    try {
+      pyodide = await booting;
+      installWheels(pyodide, await wheels);
+      afterRestore(pyodide);
+    } catch (err) {
+      if (err instanceof PedelecError) throw err; // our wheels: the same without a snapshot
+      const reason = err instanceof SnapshotUnusable ? err.message : `restoring it failed: ${err.message.trim().split("\n")[0]}`;
+      (err.absent ? console.info : console.warn)(`pedelec: starting without the memory snapshot (slower): ${reason}`);
+      snapshot = null;
+      problems.length = 0;
+      pyodide = null;
+      booting = bootPyodide(loadPyodide, config, lock, problems);
+    }
   }
-  try {
-    installWheels(pyodide, await wheels);
-  } catch (err) {
-    if (err instanceof PedelecError) throw err;
-    throw new PedelecError("loading packages", `cannot install our wheels: ${err.message.trim().split("\n").pop()}`, err);
+  if (!snapshot) {
+    try {
+      pyodide = await booting;
+    } catch (err) {
+      throw err instanceof PedelecError ? err : new PedelecError("loading Pyodide", err.message, err);
+    }
+    try {
+      installWheels(pyodide, await wheels);
+    } catch (err) {
+      if (err instanceof PedelecError) throw err;
+      throw new PedelecError("loading packages", `cannot install our wheels: ${err.message.trim().split("\n").pop()}`, err);
+    }
   }
   const missing = config.packages.filter((name) => !pyodide.loadedPackages[name]);
   if (missing.length) {
@@ -394,7 +490,7 @@ async function loadRuntime(config, lock) {
       throw new PedelecError("loading packages", `${still.join(", ")} not loaded from ${config.lock}: ${problems.join("; ") || "no reason given"}`);
     }
   }
-  return pyodide;
+  return { pyodide, snapshot: Boolean(snapshot) };
 }
 
 /**
@@ -443,7 +539,7 @@ async function boot(options) {
   const sources = blockSources();
   sources.catch(() => {});
   // the admission fails the start as soon as it is refused, and costs nothing otherwise
-  const [pyodide] = await Promise.all([loadRuntime(config, fetchLock(config)), admission(config)]);
+  const [{ pyodide, snapshot }] = await Promise.all([loadRuntime(config, fetchLock(config)), admission(config)]);
   mark("runtime");
   const session = new PedelecSession();
   let page;
@@ -494,6 +590,8 @@ async function boot(options) {
     pyodide,
     session,
     core: config.core,
+    /** Whether the runtime was restored from Core's memory snapshot. */
+    snapshot,
     /** Run Python in the namespace of the page's blocks (where `session` is bound). */
     async runPython(code) {
       const globals = page.namespace;

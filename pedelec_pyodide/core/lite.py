@@ -412,8 +412,9 @@ def build_site(
     with tempfile.TemporaryDirectory(prefix="pedelec-lite-") as tmp:
         stage = Path(tmp)
         try:
+            # no memory snapshot: the kernel boots Pyodide itself (its options are JSON)
             runtime = provision.provision(stage / "static", repo=repo, cache=cache,
-                                          pyodide_src=pyodide_src, log=say)
+                                          pyodide_src=pyodide_src, log=say, snapshot=False)
             npm_dir = pyodide_src or provision._npm_pyodide(cache, say)
         except ProvisionError as exc:
             raise LiteError(str(exc)) from None

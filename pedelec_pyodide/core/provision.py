@@ -11,7 +11,10 @@ Lays out ``<out>/pyodide/`` with
   compiled by the Pyodide runtime under Node (``compile_pyc.mjs``; without Node, none),
 * a ``pyodide-lock.json`` written here: the npm package's ``info`` plus one entry per
   wheel we really have (sha256 computed from the file), so ``loadPyodide({lockFileURL,
-  packages})`` never falls back to the (unreachable) CDN.
+  packages})`` never falls back to the (unreachable) CDN,
+* the page's memory snapshot (:mod:`.snapshot`: made under Node, keyed by the runtime's
+  build id and the wheels' sha256, remade when they change; without Node, none: pages
+  then start the slower way).
 
 Everything downloaded is cached (``$PEDELEC_CACHE_DIR`` or ``~/.cache/pedelec-pyodide``):
 a second run with everything present does no network and takes well under a second.
@@ -40,6 +43,9 @@ import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from .config import default_web_dir
+from .snapshot import SnapshotError, ensure_snapshot, remove_snapshot
 
 __all__ = [
     "PYODIDE_VERSION",
@@ -113,6 +119,8 @@ class ProvisionResult:
     #: the names to pass to ``loadPyodide({packages})`` / ``loadPackage``
     packages: tuple[str, ...]
     pyodide_version: str = PYODIDE_VERSION
+    #: the memory snapshot's key (:mod:`.snapshot`), or None when there is none
+    snapshot_key: str | None = None
 
 
 def _default_log(message: str) -> None:
@@ -776,13 +784,15 @@ def provision(
     pyodide_src: Path | None = None,
     cache: Path | None = None,
     log: Log | None = None,
+    snapshot: bool = True,
 ) -> ProvisionResult:
     """Lay out ``<out_dir>/pyodide/``: runtime, wheels and our lock (see module doc).
 
     ``repo``: the source tree to build our wheel from with ``pip wheel`` (default: the
     checkout this module lives in; when it is not in a checkout, e.g. pip-installed, the
     installed package is zipped into a wheel instead). ``pyodide_src``: an existing
-    Pyodide runtime directory to use instead of npm.
+    Pyodide runtime directory to use instead of npm. ``snapshot``: make the page's memory
+    snapshot (else any old one is removed).
     Raises :class:`ProvisionError` saying what is missing and how to get it.
     """
     say = log or _default_log
@@ -838,6 +848,9 @@ def provision(
     lock_file = pyodide_dir / _LOCK_NAME
     if write_lock(lock_file, lock):
         say(f"wrote {lock_file} ({len(lock['packages'])} packages)")
+    key = _snapshot(pyodide_dir, lock, cache, say) if snapshot else None
+    if not snapshot:
+        remove_snapshot(pyodide_dir)
     say(f"ready in {time.monotonic() - started:.2f}s: {pyodide_dir}")
     return ProvisionResult(
         out_dir=out_dir,
@@ -846,7 +859,17 @@ def provision(
         wheels=wheels,
         own_wheel=wheels[canonical_name(_OWN_DIST)],
         packages=tuple(wheels),
+        snapshot_key=key,
     )
+
+
+def _snapshot(pyodide_dir: Path, lock: Mapping[str, Any], cache: Path, log: Log) -> str | None:
+    try:
+        return str(ensure_snapshot(pyodide_dir, lock, web_dir=default_web_dir(), cache=cache,
+                                   log=log)["key"])
+    except SnapshotError as exc:
+        log(f"note: no memory snapshot, pages start without one (slower): {exc}")
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -861,6 +884,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pyodide", type=Path, help="use this Pyodide runtime dir, not npm")
     parser.add_argument("--cache-dir", type=Path, help="cache directory")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--no-snapshot", action="store_true",
+                        help="make no memory snapshot (pages start without one)")
     args = parser.parse_args(argv)
     try:
         result = provision(
@@ -869,6 +894,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             repo=args.repo,
             pyodide_src=args.pyodide,
             cache=args.cache_dir,
+            snapshot=not args.no_snapshot,
         )
     except ProvisionError as exc:
         print(f"pedelec provision: error: {exc}", file=sys.stderr)
@@ -880,6 +906,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "lockFile": str(result.lock_file.resolve()),
             "ownWheel": str(result.own_wheel.resolve()),
             "packages": list(result.packages),
+            "snapshotKey": result.snapshot_key,
         }
         print(json.dumps(summary, indent=2))
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import html
+import json
 import mimetypes
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -20,7 +21,13 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
@@ -39,6 +46,7 @@ from .public import (
     store_files,
 )
 from .sessions import SHUTDOWN_SECONDS, Registry
+from .snapshot import MANIFEST_NAME, SNAPSHOT_NAME, choose_encoding, inflate, stored_file
 from .store import PRUNE_SECONDS, RECENT_TURNS, Store, check_reachable, open_store
 
 for _suffix, _type in ((".mjs", "text/javascript"), (".js", "text/javascript"),
@@ -63,15 +71,48 @@ def agent_factory_for(spec: str) -> Callable[[], Agent]:
     return lambda: make_agent(spec)
 
 
+#: the snapshot is revalidated on every load (304 by ETag when unchanged): its file
+#: changes in place whenever the runtime or a wheel does
+SNAPSHOT_CACHE_CONTROL = "no-cache"
+
+
+def serve_snapshot(directory: Path, request: Request) -> Response:
+    """``GET /pedelec/pyodide/pedelec-snapshot.bin``: the stored snapshot in the encoding the
+    browser takes (``Content-Encoding: br`` or ``gzip``; inflated for one that takes
+    neither), ``Vary: Accept-Encoding``, ``ETag`` by the snapshot's key and encoding,
+    ``Cache-Control: no-cache``. 404 when there is none (pages then start without one)."""
+    missing = PlainTextResponse("no memory snapshot here: pages start without one\n", 404,
+                                headers={"cache-control": SNAPSHOT_CACHE_CONTROL})
+    try:
+        key = json.loads((directory / MANIFEST_NAME).read_text("utf-8"))["key"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return missing
+    encoding = choose_encoding(request.headers.get("accept-encoding", ""))
+    stored = stored_file(directory, encoding or "gzip")
+    if not isinstance(key, str) or not stored.is_file():
+        return missing
+    etag = f'"{key}-{encoding or "identity"}"'
+    headers = {"cache-control": SNAPSHOT_CACHE_CONTROL, "etag": etag,
+               "vary": "Accept-Encoding"}
+    if etag in (tag.strip() for tag in request.headers.get("if-none-match", "").split(",")):
+        return Response(status_code=304, headers=headers)
+    if encoding is None:
+        return StreamingResponse(inflate(stored), media_type="application/octet-stream",
+                                 headers=headers)
+    headers["content-encoding"] = encoding
+    return FileResponse(stored, media_type="application/octet-stream", headers=headers)
+
+
 class PyodideFiles:
     """``/pedelec/pyodide/``: the runtime directory, once it is there; public (any origin
-    may load it).
+    may load it); its memory snapshot by :func:`serve_snapshot`.
 
     Until then (being provisioned, or missing) it answers 503 with what is going on.
     """
 
     def __init__(self, directory: Path | None, private: tuple[Path, ...] = ()) -> None:
         self._static: PublicFiles | None = None
+        self._directory: Path | None = None
         self._private = private
         self.status = "missing"
         self.detail = (
@@ -83,6 +124,7 @@ class PyodideFiles:
 
     def ready(self, directory: Path) -> None:
         self._static = PublicFiles(directory=directory, private=self._private)
+        self._directory = directory
         self.status = "ready"
         self.detail = str(directory)
 
@@ -94,6 +136,11 @@ class PyodideFiles:
         await serve_public(self._serve, scope, receive, send)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (self._directory is not None and scope["type"] == "http"
+                and scope["path"].endswith(f"/pyodide/{SNAPSHOT_NAME}")
+                and scope["method"] in ("GET", "HEAD")):
+            await serve_snapshot(self._directory, Request(scope))(scope, receive, send)
+            return
         if self._static is not None:
             await self._static(scope, receive, send)
             return

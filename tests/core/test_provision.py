@@ -323,7 +323,9 @@ def test_provision_offline_and_idempotent(
     logs: list[str] = []
     out = tmp_path / "out"
 
-    result = prov.provision(out, pyodide_src=runtime, cache=cache, repo=REPO, log=logs.append)
+    # a fake runtime has no snapshot to make (test_snapshot.py makes real ones)
+    result = prov.provision(out, pyodide_src=runtime, cache=cache, repo=REPO, log=logs.append,
+                            snapshot=False)
 
     assert no_subprocess == []
     assert result.pyodide_dir == out / "pyodide"
@@ -344,14 +346,15 @@ def test_provision_offline_and_idempotent(
 
     # second run: nothing copied, nothing written
     logs.clear()
-    again = prov.provision(out, pyodide_src=runtime, cache=cache, repo=REPO, log=logs.append)
+    again = prov.provision(out, pyodide_src=runtime, cache=cache, repo=REPO, log=logs.append,
+                           snapshot=False)
     assert again == result
     assert len(logs) == 1 and logs[0].startswith("ready in")
 
     # with the test set: one more package in the lock, still no subprocess
     with_tests = prov.provision(
-        out, pyodide_src=runtime, cache=cache, repo=REPO, log=logs.append, with_test_wheels=True
-    )
+        out, pyodide_src=runtime, cache=cache, repo=REPO, log=logs.append, with_test_wheels=True,
+        snapshot=False)
     assert "testonly" in json.loads(with_tests.lock_file.read_text())["packages"]
     assert no_subprocess == []
 

@@ -2,7 +2,11 @@
 import {
   callTool as kitCallTool, coreAt, openPage as kitOpenPage, waitForReady as kitWaitForReady,
 } from "../../web/testing.js";
-import { APP_PORT, DEMO_PORT, TOKEN } from "../../playwright.config.js";
+import { APP_PORT, DEMO_PORT, PYODIDE, SNAPSHOT, TOKEN } from "../../playwright.config.js";
+
+/** Whether this run's pages start from Core's memory snapshot (PEDELEC_E2E_SNAPSHOT), and
+ * the runtime directory (with or without one) a spec's own Core serves. */
+export { PYODIDE, SNAPSHOT };
 
 export const app = coreAt(APP_PORT, TOKEN);
 export const demo = coreAt(DEMO_PORT, TOKEN);

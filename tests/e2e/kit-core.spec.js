@@ -12,7 +12,7 @@ import { dirname, join } from "node:path";
 import { expect, test } from "@playwright/test";
 import {
   CORE_READY_TIMEOUT_MS, LOADER_TIMEOUT_MS, PAGE_START_TIMEOUT_MS, STATE_TIMEOUT_MS,
-  TOOL_CALL_TIMEOUT_MS, app, coreWebServer, openPage, runPython, startCore,
+  PYODIDE, TOOL_CALL_TIMEOUT_MS, app, coreWebServer, openPage, runPython, startCore,
 } from "./helpers.js";
 import * as kit from "../../web/testing.js";
 
@@ -105,7 +105,7 @@ test("coreWebServer's command: ready when pages can load, a clear exit when they
   expect(refused.stderr).toContain("pages cannot load");
 
   const ready = await run(coreWebServer({
-    port: await freePort(), pedelec: PEDELEC, pyodide: ".cache/e2e/pyodide", args: ["--quiet"],
+    port: await freePort(), pedelec: PEDELEC, pyodide: PYODIDE, args: ["--quiet"],
   }));
   expect(ready.stdout).toContain("pedelec test kit: Core is ready at http://127.0.0.1:");
 });

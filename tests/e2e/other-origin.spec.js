@@ -5,7 +5,7 @@
 import { readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { expect, test } from "@playwright/test";
-import { callTool, consoleOf, startCore, waitForReady } from "./helpers.js";
+import { PYODIDE, SNAPSHOT, callTool, consoleOf, startCore, waitForReady } from "./helpers.js";
 
 test.describe.configure({ mode: "default" }); // one Core and one static server for the file
 
@@ -73,7 +73,7 @@ test.beforeAll(async () => {
   const corePort = await listen(probe);
   await new Promise((resolve) => probe.close(resolve));
   core = await startCore({
-    port: corePort, token: TOKEN, pedelec: ".venv/bin/pedelec", pyodide: ".cache/e2e/pyodide",
+    port: corePort, token: TOKEN, pedelec: ".venv/bin/pedelec", pyodide: PYODIDE,
     args: ["--allow-origin", allowed, "--quiet"], timeoutMs: 60_000,
   });
 });
@@ -95,6 +95,8 @@ for (const kind of ["module", "classic", "copied"]) {
     const { sessionId } = await waitForReady(page);
     const { result } = await callTool(core, sessionId, "get_origin");
     expect(result).toBe(allowed);
+    // the snapshot, its manifest and its module come from Core across origins too
+    expect(await page.evaluate(() => window.pedelec.snapshot)).toBe(SNAPSHOT);
   });
 }
 

@@ -5,7 +5,7 @@
 import { readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { expect, test } from "@playwright/test";
-import { callTool, startCore } from "./helpers.js";
+import { PYODIDE, callTool, startCore } from "./helpers.js";
 
 test.describe.configure({ mode: "default" }); // one Core and one static server for the file
 
@@ -54,7 +54,7 @@ test.beforeAll(async () => {
   allowed = `http://127.0.0.1:${appPort}`;
   refused = `http://localhost:${appPort}`;
   core = await startCore({
-    port: corePort, token: TOKEN, pedelec: ".venv/bin/pedelec", pyodide: ".cache/e2e/pyodide",
+    port: corePort, token: TOKEN, pedelec: ".venv/bin/pedelec", pyodide: PYODIDE,
     args: ["--allow-origin", allowed, "--quiet"], timeoutMs: 60_000,
   });
 });

@@ -1,0 +1,228 @@
+"""The page's memory snapshot: made by provisioning, served by Core.
+
+A Pyodide memory snapshot (made under Node by ``make_snapshot.mjs`` through
+``web/pyodide-snapshot.js``) is the interpreter's whole wasm heap after our wheels were
+unpacked and our modules imported; a page restored from it is ready ~3x sooner than a
+bare ``loadPyodide()``. It fits one ``pyodide.asm.wasm`` build and one set of wheels, so it
+is keyed by both (:func:`snapshot_key`) and remade when either changes.
+
+Next to the runtime (``<out>/pyodide/``) it is three files: the manifest
+``pedelec-snapshot.json`` (key, build id, the sha256 of each wheel in it: the loader
+compares them with our lock) and the snapshot compressed, ``pedelec-snapshot.bin.gz`` and
+``.br``. Core serves ``pedelec-snapshot.bin`` in the encoding the browser takes
+(``server.py``): ~30 MiB raw, ~7 MiB gzip, ~6 MiB brotli.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "MANIFEST_NAME",
+    "SNAPSHOT_NAME",
+    "SnapshotError",
+    "choose_encoding",
+    "ensure_snapshot",
+    "inflate",
+    "remove_snapshot",
+    "snapshot_key",
+    "stored_file",
+]
+
+#: the URL's file name (under ``/pedelec/pyodide/``); on disk it is only compressed
+SNAPSHOT_NAME = "pedelec-snapshot.bin"
+MANIFEST_NAME = "pedelec-snapshot.json"
+#: what a page imports before its blocks run: in the snapshot, they cost nothing at start
+IMPORTS = (
+    "jsonschema",
+    "jsonschema.validators",
+    "pedelec_pyodide.session",
+    "pedelec_pyodide.tools",
+    "pedelec_pyodide.browser",
+)
+#: the root package whose wheels (it and its dependencies in the lock) are in the snapshot
+ROOT_PACKAGE = "pedelec-pyodide"
+
+Encoding = Literal["br", "gzip"]
+#: the stored encodings, the better first
+ENCODINGS: tuple[Encoding, ...] = ("br", "gzip")
+_SUFFIX: dict[Encoding, str] = {"br": ".br", "gzip": ".gz"}
+#: the longest Accept-Encoding header read (browsers send ~30 characters)
+MAX_ACCEPT_ENCODING = 512
+#: the identity answer (a client that takes neither encoding) is inflated in chunks
+_CHUNK = 1 << 16
+
+_MAKER = Path(__file__).with_name("make_snapshot.mjs")
+_MAKER_VERSION_FILES = (_MAKER,)
+
+Log = Callable[[str], None]
+
+
+class SnapshotError(RuntimeError):
+    """The snapshot could not be made; pages start without one."""
+
+
+def snapshot_packages(lock: Mapping[str, Any]) -> list[str]:
+    """The lock's names of :data:`ROOT_PACKAGE` and its dependencies, in install order."""
+    packages = lock["packages"]
+    names: list[str] = []
+
+    def add(name: str) -> None:
+        if name in names:
+            return
+        if name not in packages:
+            raise SnapshotError(f"{name} is not in the lock")
+        names.append(name)
+        for dep in packages[name].get("depends", []):
+            add(dep)
+
+    add(ROOT_PACKAGE)
+    return names
+
+
+def snapshot_key(build_id: str, wheels: Mapping[str, str], maker: bytes) -> str:
+    """The snapshot's identity: the runtime's build id, each wheel's sha256 (by name), and
+    the code that makes it (``maker``: its bytes). Any change is a new snapshot."""
+    text = json.dumps({"buildId": build_id, "wheels": dict(sorted(wheels.items())),
+                       "imports": IMPORTS, "maker": hashlib.sha256(maker).hexdigest()},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def runtime_build_id(pyodide_dir: Path) -> str | None:
+    """The build id of the runtime in ``pyodide_dir`` (from its pyodide.mjs), or None."""
+    try:
+        text = (pyodide_dir / "pyodide.mjs").read_text("utf-8")
+    except OSError:
+        return None
+    match = re.search(r'BUILD_ID:"([0-9a-f]{64})"', text)
+    return match.group(1) if match else None
+
+
+def _maker_bytes(snapshot_module: Path) -> bytes:
+    return b"\0".join(p.read_bytes() for p in (*_MAKER_VERSION_FILES, snapshot_module))
+
+
+def ensure_snapshot(pyodide_dir: Path, lock: Mapping[str, Any], *, web_dir: Path | None,
+                    cache: Path, log: Log) -> dict[str, Any]:
+    """Make (or take from ``cache``) the snapshot for the runtime and wheels in
+    ``pyodide_dir`` and put it there with its manifest; returns the manifest. Raises
+    :class:`SnapshotError` when it cannot be made (no Node, no web/ module, Node failed):
+    any older snapshot and manifest there are removed first, so none is served stale."""
+    manifest_file = pyodide_dir / MANIFEST_NAME
+    names = snapshot_packages(lock)
+    packages = {name: str(lock["packages"][name]["sha256"]) for name in names}
+    build_id = runtime_build_id(pyodide_dir)
+    module = web_dir / "pyodide-snapshot.js" if web_dir is not None else None
+    try:
+        if build_id is None:
+            raise SnapshotError(f"no Pyodide build id in {pyodide_dir / 'pyodide.mjs'}")
+        if module is None or not module.is_file():
+            raise SnapshotError("web/pyodide-snapshot.js was not found")
+        key = snapshot_key(build_id, packages, _maker_bytes(module))
+        manifest = {"key": key, "buildId": build_id, "packages": packages,
+                    "imports": list(IMPORTS)}
+        try:
+            if json.loads(manifest_file.read_text("utf-8")) == manifest and all(
+                    stored_file(pyodide_dir, e).is_file() for e in ENCODINGS):
+                return manifest
+        except (OSError, ValueError):
+            pass
+        remove_snapshot(pyodide_dir)
+        stored = cache / "snapshots" / key
+        if not all(stored_file(stored, e).is_file() for e in ENCODINGS):
+            _make(pyodide_dir, module, [lock["packages"][n]["file_name"] for n in names],
+                  stored, log)
+        for encoding in ENCODINGS:
+            _copy(stored_file(stored, encoding), stored_file(pyodide_dir, encoding))
+    except SnapshotError:
+        remove_snapshot(pyodide_dir)
+        raise
+    tmp = manifest_file.with_name(f"{manifest_file.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", "utf-8")
+    tmp.replace(manifest_file)
+    return manifest
+
+
+def remove_snapshot(pyodide_dir: Path) -> None:
+    """Remove the snapshot and its manifest from ``pyodide_dir``, if there."""
+    (pyodide_dir / MANIFEST_NAME).unlink(missing_ok=True)
+    for encoding in ENCODINGS:
+        stored_file(pyodide_dir, encoding).unlink(missing_ok=True)
+
+
+def _copy(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(f"{dst.name}.{os.getpid()}.tmp")
+    shutil.copyfile(src, tmp)
+    tmp.replace(dst)
+
+
+def _make(pyodide_dir: Path, module: Path, wheels: Sequence[str], target: Path,
+          log: Log) -> None:
+    node = shutil.which("node")
+    if node is None:
+        raise SnapshotError("`node` was not found on PATH (Node.js makes the snapshot)")
+    log("making the page's memory snapshot under Node (once per runtime and wheels)")
+    target.mkdir(parents=True, exist_ok=True)
+    command = [node, str(_MAKER), str(module), str(pyodide_dir), str(target / SNAPSHOT_NAME)]
+    done = subprocess.run(command, input=json.dumps({"wheels": list(wheels),
+                                                     "imports": list(IMPORTS)}),
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
+        raise SnapshotError(f"{' '.join(command)} failed (exit {done.returncode})\n{tail}")
+
+
+# ----------------------------------------------------------------------------- serving
+
+
+def choose_encoding(accept_encoding: str) -> Encoding | None:
+    """The stored encoding to answer with for this ``Accept-Encoding`` (RFC 9110 12.5.3:
+    q-values, ``*``), the better one on a tie; None: the client takes neither."""
+    weights: dict[str, float] = {}
+    for item in accept_encoding[:MAX_ACCEPT_ENCODING].split(","):
+        name, _, params = item.strip().partition(";")
+        q = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        weights[name.strip().lower()] = q
+    best: Encoding | None = None
+    for encoding in ENCODINGS:
+        q = weights.get(encoding, weights.get("*", 0.0))
+        if q > 0 and (best is None or q > weights.get(best, weights.get("*", 0.0))):
+            best = encoding
+    return best
+
+
+def stored_file(directory: Path, encoding: Encoding) -> Path:
+    """Where the snapshot is stored in ``encoding``."""
+    return directory / (SNAPSHOT_NAME + _SUFFIX[encoding])
+
+
+def inflate(path: Path) -> Iterator[bytes]:
+    """The gzip file ``path`` inflated, in chunks of at most 64 KiB."""
+    decompressor = zlib.decompressobj(wbits=31)
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(_CHUNK), b""):
+            # bounded output per step: a 64 KiB chunk of zeros inflates to ~64 MiB
+            data = decompressor.decompress(chunk, _CHUNK)
+            while data:
+                yield data
+                data = decompressor.decompress(decompressor.unconsumed_tail, _CHUNK)
+    tail = decompressor.flush()
+    if tail:
+        yield tail

@@ -1,0 +1,161 @@
+"""The page's memory snapshot (issue 12): made by provisioning, keyed, served compressed.
+
+- :func:`choose_encoding` reads ``Accept-Encoding`` (q-values, ``*``);
+- a real Core serves ``/pedelec/pyodide/pedelec-snapshot.bin`` with the right
+  ``Content-Encoding``, ``Vary``, ``ETag`` (by key and encoding), ``Cache-Control``, 304 on
+  a matching ``If-None-Match``, the inflated bytes to a client that takes no encoding,
+  and 404 when there is no snapshot;
+- provisioning (real Node, real runtime, when the cache has them) makes the snapshot next
+  to the runtime, keyed by the build id and the wheels' sha256, takes it from the cache
+  when unchanged and removes it (never serving it stale) when a wheel changed and it
+  cannot be remade.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+from corekit import config, run, running_core
+
+from pedelec_pyodide.core import provision as prov
+from pedelec_pyodide.core import snapshot as snap
+
+REPO = Path(__file__).resolve().parents[2]
+URL = f"/pedelec/pyodide/{snap.SNAPSHOT_NAME}"
+
+
+@pytest.mark.parametrize(("header", "expected"), [
+    ("gzip, deflate, br, zstd", "br"),
+    ("gzip, deflate", "gzip"),
+    ("br;q=0.5, gzip", "gzip"),
+    ("br;q=0, gzip;q=0.1", "gzip"),
+    ("*", "br"),
+    ("*;q=0.3, gzip;q=0.4", "gzip"),
+    ("identity", None),
+    ("", None),
+    ("gzip;q=0, br;q=0", None),
+    ("gzip;q=nonsense", None),
+])
+def test_choose_encoding(header: str, expected: str | None) -> None:
+    assert snap.choose_encoding(header) == expected
+
+
+def fake_snapshot(directory: Path, key: str) -> bytes:
+    """A runtime directory holding a 'snapshot' (any bytes: Core does not read them)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    raw = b"snapshot " * 50_000 + bytes(300_000)
+    (directory / snap.MANIFEST_NAME).write_text(json.dumps({"key": key}))
+    snap.stored_file(directory, "gzip").write_bytes(gzip.compress(raw))
+    snap.stored_file(directory, "br").write_bytes(b"brotli bytes stand-in")
+    return raw
+
+
+def test_core_serves_the_snapshot_compressed(tmp_path: Path) -> None:
+    raw = fake_snapshot(tmp_path / "pyodide", "k1")
+
+    async def scenario() -> None:
+        async with running_core(config(pyodide_dir=tmp_path / "pyodide")) as core:
+            async def get(accept: str, **headers: str) -> tuple[int, dict[str, str], bytes]:
+                async with core.http.stream("GET", URL, headers={
+                        "accept-encoding": accept, **headers}) as response:
+                    body = b"".join([chunk async for chunk in response.aiter_raw()])
+                    return response.status_code, dict(response.headers), body
+
+            status, headers, body = await get("gzip, deflate, br")
+            assert status == 200
+            assert headers["content-encoding"] == "br"
+            assert body == b"brotli bytes stand-in"
+            assert headers["etag"] == '"k1-br"'
+            assert headers["vary"] == "Accept-Encoding"
+            assert headers["cache-control"] == "no-cache"
+            assert headers["access-control-allow-origin"] == "*"
+
+            status, headers, body = await get("gzip, deflate")
+            assert (status, headers["content-encoding"]) == (200, "gzip")
+            assert headers["etag"] == '"k1-gzip"'
+            assert gzip.decompress(body) == raw
+            assert int(headers["content-length"]) == len(body)
+
+            status, headers, body = await get("gzip", **{"if-none-match": '"k1-gzip"'})
+            assert (status, body) == (304, b"")
+            assert headers["etag"] == '"k1-gzip"'
+            status, _, _ = await get("br", **{"if-none-match": '"k1-gzip"'})
+            assert status == 200  # another representation
+
+            status, headers, body = await get("identity")
+            assert status == 200
+            assert "content-encoding" not in headers
+            assert body == raw
+
+            (tmp_path / "pyodide" / snap.MANIFEST_NAME).unlink()
+            status, headers, _ = await get("gzip")
+            assert status == 404
+            assert headers["access-control-allow-origin"] == "*"
+
+    run(scenario())
+
+
+def test_key_changes_with_build_wheels_and_maker() -> None:
+    base = snap.snapshot_key("a" * 64, {"x": "1", "y": "2"}, b"maker")
+    assert base == snap.snapshot_key("a" * 64, {"y": "2", "x": "1"}, b"maker")
+    assert base != snap.snapshot_key("b" * 64, {"x": "1", "y": "2"}, b"maker")
+    assert base != snap.snapshot_key("a" * 64, {"x": "1", "y": "3"}, b"maker")
+    assert base != snap.snapshot_key("a" * 64, {"x": "1", "y": "2"}, b"maker 2")
+
+
+def header_build_id(data: bytes) -> str:
+    """The build id in a snapshot's header (web/pyodide-snapshot.js reads it the same way)."""
+    words = struct.unpack("<12I", data[:48])
+    assert words[0] == 1886286592
+    return "".join(f"{word:08x}" for word in words[4:12])
+
+
+def test_provision_makes_a_keyed_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = prov.cache_dir()
+    npm_pkg = cache / "npm" / "node_modules" / "pyodide"
+    missing = [p for p in prov.RUNTIME_WHEELS if prov._find_cached(cache / "wheels", p) is None]
+    if prov._pyodide_version_of(npm_pkg) != prov.PYODIDE_VERSION or missing:
+        pytest.skip(f"cache {cache} not populated (run `python -m pedelec_pyodide.core.provision "
+                    "DIR` once, with network)")
+    if shutil.which("node") is None:
+        pytest.skip("no node")
+    result = prov.provision(tmp_path / "out", repo=REPO, log=print)
+    directory = result.pyodide_dir
+    manifest = json.loads((directory / snap.MANIFEST_NAME).read_text())
+    lock = json.loads(result.lock_file.read_text())
+    assert result.snapshot_key == manifest["key"]
+    assert set(manifest["packages"]) == {"pedelec-pyodide", "jsonschema", "attrs", "pyrsistent"}
+    for name, sha in manifest["packages"].items():
+        assert lock["packages"][name]["sha256"] == sha
+    build_id = snap.runtime_build_id(directory)
+    assert manifest["buildId"] == build_id
+    data = gzip.decompress(snap.stored_file(directory, "gzip").read_bytes())
+    assert len(data) > 10_000_000
+    assert header_build_id(data) == build_id
+    assert snap.stored_file(directory, "br").stat().st_size < len(data) // 3
+
+    # unchanged: taken from the cache, Node not needed
+    monkeypatch.setattr(snap.shutil, "which", lambda name: None)
+    for stale in directory.glob("pedelec-snapshot*"):
+        stale.unlink()
+    again = prov.provision(tmp_path / "out", repo=REPO, log=print)
+    assert again.snapshot_key == result.snapshot_key
+    assert (directory / snap.MANIFEST_NAME).is_file()
+
+    # a wheel changed and the snapshot cannot be remade (no Node): none is left to serve
+    lock["packages"]["attrs"]["sha256"] = "0" * 64
+    with pytest.raises(snap.SnapshotError, match="node"):
+        snap.ensure_snapshot(directory, lock, web_dir=REPO / "web", cache=tmp_path / "cache",
+                             log=print)
+    assert not list(directory.glob("pedelec-snapshot*"))
+
+    # opting out removes it
+    prov.provision(tmp_path / "out", repo=REPO, log=print)
+    assert (directory / snap.MANIFEST_NAME).is_file()
+    prov.provision(tmp_path / "out", repo=REPO, log=print, snapshot=False)
+    assert not list(directory.glob("pedelec-snapshot*"))
