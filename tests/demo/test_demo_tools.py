@@ -27,10 +27,10 @@ class LocalStorage:
     def __init__(self) -> None:
         self.items: dict[str, str] = {}
 
-    def getItem(self, key: str) -> str | None:  # noqa: N802 (the browser's name)
+    def getItem(self, key: str) -> str | None:
         return self.items.get(key)
 
-    def setItem(self, key: str, value: str) -> None:  # noqa: N802
+    def setItem(self, key: str, value: str) -> None:
         self.items[key] = value
 
 
