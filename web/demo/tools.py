@@ -129,7 +129,7 @@ DEFAULT_NOTES = (
 def load_notes():
     """The note list; the defaults on a first visit (or if the stored value is not a list)."""
     stored = page().localStorage.getItem(NOTES_KEY)
-    if stored is not None:
+    if isinstance(stored, str):  # JS null arrives as pyodide's JsNull, not None
         try:
             notes = json.loads(stored)
         except ValueError:
