@@ -112,6 +112,20 @@ test("a reload while the approval card is shown asks again after it; approved, t
   await expect(card(page)).toHaveCount(0);
 });
 
+test("the same from the chat: the agent's delete_note is asked again after a reload and runs once", async ({ page }) => {
+  const { sessionId } = await openPage(page, `${demo.url}/`);
+  await page.getByRole("button", { name: "Delete note n1" }).click();  // in words: Delete note "n1"
+  await expect(card(page)).toBeVisible();
+  await page.reload();
+  expect((await waitForReady(page)).sessionId).toBe(sessionId);
+  await expect(card(page)).toHaveCount(1);
+  await card(page).getByRole("button", { name: "Approve" }).click();
+  await expect(page.locator("#log tr[data-tool=delete_note] td.result")).toHaveText(`{"deleted":"n1","left":${NOTES - 1}}`);
+  await expect(page.locator("#notes li")).toHaveCount(NOTES - 1);
+  await expect(page.locator("#status")).toHaveAttribute("data-state", "idle");  // the turn ended
+  await expect(page.locator("#log tr[data-tool=delete_note]")).toHaveCount(1);
+});
+
 test("a control-API caller asking for text/event-stream gets summarize_notes' progress from the page", async ({ page }) => {
   const { sessionId } = await openPage(page, `${demo.url}/`);
   const response = await fetch(`${demo.url}/pedelec/v1/sessions/${encodeURIComponent(sessionId)}/tool-calls`, {
