@@ -1,4 +1,5 @@
-// The demo's UI: chat panel, counter buttons, live log of tool calls.
+// The demo's UI: chat panel, counter buttons, note list, live log of tool calls (with a
+// progress bar and a Stop button while a tool runs), approval cards for destructive tools.
 // Everything that comes from the agent or a tool is rendered as text (textContent).
 import { start } from "/pedelec/pedelec-pyodide.js";
 
@@ -9,6 +10,8 @@ const messages = $("messages");
 const input = $("chat-input");
 const send = $("chat-send");
 const log = $("log");
+const notesList = $("notes");
+const approvals = $("approvals");
 let calls = 0;
 
 const STATE_LABELS = {
@@ -130,8 +133,151 @@ try {
 const { session } = pedelec;
 showState(session.state);
 session.addEventListener("statechange", (e) => showState(e.detail.state));
-session.addEventListener("toolcall", (e) => logCall(e.detail));
+session.addEventListener("toolcall", (e) => {
+  logCall(e.detail);
+  renderNotes();  // a note tool may have changed the list
+});
 status.title = `session ${session.id}`;
+
+// --- the note list: tools.py keeps it (localStorage); rendered here as text ------------------
+
+let notes = [];
+
+async function renderNotes() {
+  notes = JSON.parse(await pedelec.runPython("json.dumps(load_notes())"));
+  notesList.replaceChildren(...notes.map(({ id, text }) => {
+    const li = document.createElement("li");
+    li.dataset.id = id;
+    const tag = document.createElement("span");
+    tag.className = "note-id";
+    tag.textContent = id;
+    li.append(tag, text);
+    return li;
+  }));
+}
+
+// --- a tool in flight: a live row in the log (status, progress bar, Stop) ---------------------
+
+const LIVE_TEXT = {
+  running: "running…",
+  awaiting_approval: "waiting for your approval",
+  waiting_for_user: "waiting for you",
+};
+const liveRows = new Map();  // toolRequestId -> {row, bar, text}
+
+function liveRow(toolRequestId, tool) {
+  let live = liveRows.get(toolRequestId);
+  if (live) return live;
+  log.querySelector(".empty")?.remove();
+  const row = document.createElement("tr");
+  row.className = "live";
+  row.dataset.requestId = toolRequestId;
+  const cells = [new Date().toLocaleTimeString(), tool, "", "", "", ""].map((text) => {
+    const td = document.createElement("td");
+    td.textContent = text;
+    return td;
+  });
+  cells[1].className = "tool";
+  const bar = document.createElement("progress");  // no value: indeterminate until progress
+  bar.setAttribute("aria-label", `Progress of ${tool}`);
+  const text = document.createElement("span");
+  text.className = "progress-text";
+  text.setAttribute("aria-live", "polite");
+  cells[3].append(bar, text);
+  const stop = document.createElement("button");
+  stop.className = "secondary stop";
+  stop.textContent = "Stop";
+  stop.setAttribute("aria-label", `Stop ${tool}`);
+  stop.addEventListener("click", () => {
+    stop.disabled = true;
+    stop.textContent = "Stopping…";
+    session.cancelTool(toolRequestId);  // the handler sees ctx.cancelled
+  });
+  cells[4].append(stop);
+  row.append(...cells);
+  log.prepend(row);
+  live = { row, bar, text };
+  liveRows.set(toolRequestId, live);
+  return live;
+}
+
+function showProgress(live, { progress, total, message }) {
+  if (total) live.bar.max = total;
+  live.bar.value = progress;
+  live.text.textContent = message ?? (total ? `${progress} of ${total}` : String(progress));
+}
+
+function showStatus({ toolRequestId, tool, status, progress }) {
+  if (status === "done") {  // its toolcall event (the finished row) follows
+    liveRows.get(toolRequestId)?.row.remove();
+    liveRows.delete(toolRequestId);
+    removeCard(toolRequestId);  // answered some other way: cancelled, timed out
+    return;
+  }
+  const live = liveRow(toolRequestId, tool);
+  if (progress) showProgress(live, progress);
+  else live.text.textContent = LIVE_TEXT[status] ?? status;
+}
+
+session.addEventListener("toolstatus", (e) => showStatus(e.detail));
+session.addEventListener("toolprogress", (e) => showProgress(liveRow(e.detail.toolRequestId, e.detail.tool), e.detail));
+
+// --- approval cards: a tool that needs approval asks here (again after a reload) --------------
+
+const cards = new Map();  // toolRequestId -> card
+let cardNumber = 0;
+
+function removeCard(toolRequestId) {
+  cards.get(toolRequestId)?.remove();
+  cards.delete(toolRequestId);
+}
+
+function describe(tool, args) {
+  const note = tool === "delete_note" ? notes.find((n) => n.id === args?.id) : undefined;
+  return note ? `Deletes note ${note.id}: “${note.text}”` : `${tool} ${compact(args)}`;
+}
+
+function showApproval(event) {
+  const { toolRequestId, tool, args } = event.detail;
+  removeCard(toolRequestId);
+  cardNumber += 1;
+  const card = document.createElement("div");
+  card.className = "approval";
+  card.dataset.requestId = toolRequestId;
+  card.setAttribute("role", "alertdialog");
+  card.setAttribute("aria-labelledby", `approval-title-${cardNumber}`);
+  card.setAttribute("aria-describedby", `approval-body-${cardNumber}`);
+  card.tabIndex = -1;
+  const title = document.createElement("h3");
+  title.id = `approval-title-${cardNumber}`;
+  title.textContent = `Allow ${tool}?`;
+  const body = document.createElement("p");
+  body.id = `approval-body-${cardNumber}`;
+  body.style.margin = "0";
+  body.textContent = describe(tool, args);
+  const argsLine = document.createElement("div");
+  argsLine.className = "args";
+  argsLine.textContent = compact(args);
+  const actions = document.createElement("div");
+  actions.className = "actions";
+  const approve = document.createElement("button");
+  approve.className = "primary";
+  approve.textContent = "Approve";
+  const deny = document.createElement("button");
+  deny.className = "secondary";
+  deny.textContent = "Deny";
+  approve.addEventListener("click", () => { event.approve(); removeCard(toolRequestId); });
+  deny.addEventListener("click", () => { event.deny("the user said no"); removeCard(toolRequestId); });
+  actions.append(approve, deny);
+  card.append(title, body, argsLine, actions);
+  approvals.append(card);
+  cards.set(toolRequestId, card);
+  card.focus();  // announced; a stray Enter does not approve
+}
+
+session.addEventListener("approval", showApproval);
+for (const request of session.pending) showStatus(request);  // after a reload
+await renderNotes();
 setBusy(false);
 
 let streaming = null;
