@@ -61,5 +61,22 @@ class Store(Protocol):
         (default: the store's); raise :class:`~.errors.StoreError` past that, or if a
         write of one of ``keys`` failed since their last flush."""
 
+    # --- leases: which node holds a page's socket (they are not queued: each answers) ---
+
+    async def claim(self, session_id: str, node: str, ttl: float) -> str | None:
+        """Give ``node`` the session's lease for ``ttl`` seconds; the node that held it
+        until now (a live lease of another node, or ``node`` itself), or None.
+        :class:`~.errors.StoreUnavailable` if the store cannot be reached."""
+
+    async def renew(self, session_ids: list[str], node: str, ttl: float) -> list[str]:
+        """Extend ``node``'s leases of ``session_ids`` by ``ttl`` seconds; the ids whose
+        lease ``node`` no longer holds (taken by another node, or expired), untouched."""
+
+    async def release(self, session_id: str, node: str) -> None:
+        """Drop the session's lease if ``node`` holds it (another node's stays)."""
+
+    async def holder(self, session_id: str) -> str | None:
+        """The node holding the session's lease, or None."""
+
     async def close(self, timeout: float | None = None) -> None:
         """Store what is queued (at most ``timeout`` seconds) and let go of the store."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from .leases import LocalLeases
 from .records import (
     RECENT_TURNS,
     IdempotencyRecord,
@@ -14,7 +15,7 @@ from .records import (
 )
 
 
-class MemoryStore:
+class MemoryStore(LocalLeases):
     durable = False
     label = "memory"
     problem: str | None = None

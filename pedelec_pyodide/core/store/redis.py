@@ -13,6 +13,7 @@ that wrote them, so any node can load and carry on a session:
   -> start), ``P:running:ID`` and ``P:undelivered:ID`` (sets of turn ids): what pruning
   needs, without reading the rows
 - ``P:keys:ID``: hash of an idempotency key's hash -> row
+- ``P:lease:ID``: the node holding the session's socket, with a TTL (:mod:`.leases`)
 
 A row is the JSON array of the record's columns (:mod:`.ops`), checked at load as the
 SQLite backend checks its rows. A batch of writes is one ``MULTI``/``EXEC`` transaction;
@@ -37,6 +38,7 @@ from redis.backoff import NoBackoff
 
 from . import rows
 from .errors import StoreUnavailable, reason
+from .leases import RENEW_CHUNK
 from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
 from .records import TURN, Snapshot
 from .writer import DEFAULT_STORE_TIMEOUT, QueuedStore
@@ -52,6 +54,24 @@ _T = TypeVar("_T")
 # every key of one session (deleted with it)
 _SESSION_KEYS = ("session", "requests", "order", "turns", "delivered", "turnorder", "running",
                  "undelivered", "keys")
+# ARGV: node, ttl in ms; KEYS: leases. Returns the 1-based places of the leases the node
+# no longer holds (those are left as they are).
+_RENEW = """
+local lost = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('PEXPIRE', key, ARGV[2])
+  else
+    lost[#lost + 1] = i
+  end
+end
+return lost
+"""
+# KEYS[1]: a lease; ARGV[1]: the node. Deleted only if that node holds it.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 _STATUS, _DELIVERED, _CREATED = (TURN_COLUMNS.index(name) for name in (
     "status", "end_delivered", "created_at"))
 
@@ -102,6 +122,8 @@ class RedisStore(QueuedStore):
             target, socket_timeout=timeout, socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0), health_check_interval=0)
         self._last_order = 0
+        self._renew = self._redis.register_script(_RENEW)
+        self._release_lease = self._redis.register_script(_RELEASE)
 
     def _key(self, kind: str, session_id: str = "") -> str:
         return f"{self.prefix}{kind}:{session_id}" if session_id else f"{self.prefix}{kind}"
@@ -177,6 +199,32 @@ class RedisStore(QueuedStore):
                                             _columns(rows.key, len(KEY_COLUMNS)), known),
                                key=lambda record: record.created_at)
         return snapshot
+
+    # --- leases -------------------------------------------------------------------------
+
+    async def claim(self, session_id: str, node: str, ttl: float) -> str | None:
+        key = self._key("lease", session_id)
+        previous = await self._call(lambda: self._redis.set(
+            key, node, px=_ms(ttl), get=True))
+        return _text(previous)
+
+    async def renew(self, session_ids: list[str], node: str, ttl: float) -> list[str]:
+        lost: list[str] = []
+        for start in range(0, len(session_ids), RENEW_CHUNK):
+            chunk = session_ids[start:start + RENEW_CHUNK]
+            keys = [self._key("lease", sid) for sid in chunk]
+            places = await self._call(lambda keys=keys: self._renew(  # type: ignore[misc]
+                keys=keys, args=[node, _ms(ttl)]))
+            lost.extend(chunk[int(place) - 1] for place in places)
+        return lost
+
+    async def release(self, session_id: str, node: str) -> None:
+        key = self._key("lease", session_id)
+        await self._call(lambda: self._release_lease(keys=[key], args=[node]))
+
+    async def holder(self, session_id: str) -> str | None:
+        held = await self._call(lambda: self._redis.get(self._key("lease", session_id)))
+        return _text(held)
 
     # --- writing ------------------------------------------------------------------------
 
@@ -269,6 +317,15 @@ class RedisStore(QueuedStore):
     async def _release(self) -> None:
         with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
             await self._redis.aclose()  # the connection is gone either way
+
+
+def _text(value: Any) -> str | None:
+    """A node's name as Redis returns it (bytes), or None."""
+    return None if value is None else bytes(value).decode("utf-8", "replace")
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
 
 
 def _where(key: str, field: bytes) -> str:
