@@ -435,6 +435,26 @@ def test_many_tasks_writing_and_flushing_at_once_are_all_stored_in_order(
     run(main())
 
 
+def test_load_session_gives_one_sessions_records(durable: DurableBackend) -> None:
+    async def main() -> None:
+        store = durable.open()
+        await store_all(store, session("s1"), session("s2", 2.0), request("r1"),
+                        request("r2", "s2"), turn("t1"), turn("t2", "s2"),
+                        key("k", "s1", "r1", "tool-call"), key("k", "s2", "t2"))
+        other = durable.reopen()  # another node
+        try:
+            one = await other.load_session("s2")
+            assert [s.id for s in one.sessions] == ["s2"]
+            assert [(r.id, t.id, k.target_id) for r, t, k in zip(
+                one.requests, one.turns, one.keys, strict=True)] == [("r2", "t2", "t2")]
+            assert await other.load_session("nope") == Snapshot()
+        finally:
+            await other.close()
+            await store.close()
+
+    run(main())
+
+
 # --- leases -----------------------------------------------------------------------------------
 
 
@@ -455,13 +475,14 @@ def test_a_lease_is_claimed_renewed_released_and_expires(backend: Backend) -> No
             assert await store.holder("s1") is None
             assert await store.claim("s2", "a", 1.0) is None
             await asyncio.sleep(0.6)
-            assert await store.renew(["s2", "s3"], "a", 1.0) == ["s3"]  # s2 renewed
+            assert await store.renew(["s2"], "a", 1.0) == []  # renewed
             await asyncio.sleep(0.6)  # past the claim's TTL, within the renewal's
             assert await store.holder("s2") == "a"
             await asyncio.sleep(0.8)  # not renewed: expired, as when a node dies
             assert await store.holder("s2") is None
-            assert await store.renew(["s2"], "a", 5.0) == ["s2"]
-            assert await store.claim("s2", "b", 5.0) is None
+            assert await store.renew(["s2", "s3"], "a", 5.0) == []  # free: taken again
+            assert await store.claim("s2", "b", 5.0) == "a"
+            assert await store.holder("s3") == "a"
         finally:
             await store.close()
 
@@ -483,7 +504,9 @@ def test_redis_leases_are_seen_by_every_node_of_the_cluster_only(
             many = [f"s{n}" for n in range(1200)]  # renewed in chunks
             for sid in many[2:]:  # not s0 (nobody's), nor s1 (node-2's)
                 await one.claim(sid, "node-1", 5.0)
-            assert await one.renew(many, "node-1", 5.0) == ["s0", "s1"]
+            assert await one.renew(many, "node-1", 5.0) == ["s1"]
+            assert await two.holder("s0") == "node-1"
+            assert await two.holder(many[-1]) == "node-1"
         finally:
             for store in (one, two, other):
                 await store.close()

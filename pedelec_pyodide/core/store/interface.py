@@ -20,6 +20,8 @@ class Store(Protocol):
 
     #: whether what is stored outlives the process
     durable: bool
+    #: other Core processes use it too (Redis): a session may be held by another node
+    shared: bool
     #: what the store is, safe to log (a URL without its password)
     label: str
 
@@ -33,6 +35,10 @@ class Store(Protocol):
 
     async def load(self) -> Snapshot:
         """Every stored record that makes sense; a damaged one is skipped with a warning."""
+
+    async def load_session(self, session_id: str) -> Snapshot:
+        """One session's stored records, as :meth:`load` gives them (empty if it has
+        none): what a node taking over a session another node held needs."""
 
     def save_session(self, record: SessionRecord) -> None: ...
 
@@ -69,8 +75,8 @@ class Store(Protocol):
         :class:`~.errors.StoreUnavailable` if the store cannot be reached."""
 
     async def renew(self, session_ids: list[str], node: str, ttl: float) -> list[str]:
-        """Extend ``node``'s leases of ``session_ids`` by ``ttl`` seconds; the ids whose
-        lease ``node`` no longer holds (taken by another node, or expired), untouched."""
+        """Extend ``node``'s leases of ``session_ids`` by ``ttl`` seconds (one nobody holds,
+        expired or lost, is taken again); the ids another node holds, left untouched."""
 
     async def release(self, session_id: str, node: str) -> None:
         """Drop the session's lease if ``node`` holds it (another node's stays)."""

@@ -39,7 +39,7 @@ class LocalLeases:
         lost = []
         until = time.monotonic() + ttl
         for session_id in session_ids:
-            if self._live(session_id) == node:
+            if self._live(session_id) in (node, None):
                 self._leases[session_id] = (node, until)
             else:
                 lost.append(session_id)

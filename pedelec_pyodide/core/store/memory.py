@@ -17,11 +17,15 @@ from .records import (
 
 class MemoryStore(LocalLeases):
     durable = False
+    shared = False
     label = "memory"
     problem: str | None = None
     unavailable = False
 
     async def load(self) -> Snapshot:
+        return Snapshot()
+
+    async def load_session(self, session_id: str) -> Snapshot:
         return Snapshot()
 
     def save_session(self, record: SessionRecord) -> None:

@@ -54,13 +54,16 @@ _T = TypeVar("_T")
 # every key of one session (deleted with it)
 _SESSION_KEYS = ("session", "requests", "order", "turns", "delivered", "turnorder", "running",
                  "undelivered", "keys")
-# ARGV: node, ttl in ms; KEYS: leases. Returns the 1-based places of the leases the node
-# no longer holds (those are left as they are).
+# ARGV: node, ttl in ms; KEYS: leases. A lease the node holds is extended, one nobody
+# holds taken again; returns the 1-based places of those another node holds (left be).
 _RENEW = """
 local lost = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then
+  local held = redis.call('GET', key)
+  if held == ARGV[1] then
     redis.call('PEXPIRE', key, ARGV[2])
+  elseif not held then
+    redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
   else
     lost[#lost + 1] = i
   end
@@ -112,6 +115,8 @@ def public_url(url: str) -> str:
 class RedisStore(QueuedStore):
     """Redis through redis-py's asyncio client, connected to when first used."""
 
+    shared = True
+
     def __init__(self, url: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> None:
         target, cluster = check_url(url)
         super().__init__(public_url(url), timeout)
@@ -144,7 +149,7 @@ class RedisStore(QueuedStore):
 
     async def _load(self) -> Snapshot:
         """Every session's rows, checked (Core starts only with what it stored)."""
-        return await self._patiently(self._read)
+        return await self._patiently(lambda: self._read())
 
     async def _patiently(self, make: Callable[[], Awaitable[_T]]) -> _T:
         """``make()``, tried again until the store's deadline while Redis is out of reach."""
@@ -157,8 +162,11 @@ class RedisStore(QueuedStore):
                     raise
                 await asyncio.sleep(0.1)
 
-    async def _read(self) -> Snapshot:
-        ids = await self._session_ids()
+    async def load_session(self, session_id: str) -> Snapshot:
+        return await self._patiently(lambda: self._read([session_id]))
+
+    async def _read(self, only: list[str] | None = None) -> Snapshot:
+        ids = await self._session_ids() if only is None else only
         found: dict[str, list[tuple[Any, ...]]] = {
             "sessions": [], "requests": [], "turns": [], "idempotency_keys": []}
         for start in range(0, len(ids), CHUNK):
