@@ -529,3 +529,23 @@ def test_a_lease_with_redis_out_of_reach_raises_store_unavailable(
             await store.close(0.3)
 
     run(main())
+
+
+def test_a_message_reaches_the_inbox_of_the_node_it_names(backend: Backend) -> None:
+    async def main() -> None:
+        store = backend.open()
+        inbox = store.inbox("b")
+        try:
+            received = asyncio.ensure_future(anext(inbox))
+            for _ in range(100):  # until the inbox listens (pub/sub drops what is early)
+                await store.publish("a", "not for b")
+                await store.publish("b", "hello b")
+                done, _ = await asyncio.wait([received], timeout=0.05)
+                if done:
+                    break
+            assert received.result() == "hello b"
+        finally:
+            await inbox.aclose()
+            await store.close()
+
+    run(main())

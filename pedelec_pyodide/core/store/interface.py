@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from .records import (
@@ -83,6 +84,15 @@ class Store(Protocol):
 
     async def holder(self, session_id: str) -> str | None:
         """The node holding the session's lease, or None."""
+
+    # --- messages between the nodes of a cluster -------------------------------------
+
+    async def publish(self, node: str, message: str) -> None:
+        """Send ``message`` to ``node``'s inbox (pub/sub: lost if nobody listens)."""
+
+    def inbox(self, node: str) -> AsyncIterator[str]:
+        """The messages published to ``node`` from now on; a store out of reach is
+        waited for (a message sent meanwhile is lost)."""
 
     async def close(self, timeout: float | None = None) -> None:
         """Store what is queued (at most ``timeout`` seconds) and let go of the store."""

@@ -1,4 +1,5 @@
-"""Session leases: which Core node holds a page's socket (see :class:`~.interface.Store`).
+"""Session leases (which Core node holds a page's session) and messages between nodes
+(see :class:`~.interface.Store`).
 
 A lease names a node and expires ``ttl`` seconds after it was last taken or renewed, so
 the session of a node that died is free again without anyone releasing it. The memory and
@@ -8,18 +9,40 @@ the Redis store keeps them in Redis, where every node of the cluster sees them.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import AsyncIterator
 
 #: most leases one renewal names (a node renews its sessions in chunks of this many)
 RENEW_CHUNK = 500
+#: messages an inbox holds for a node slower to read them (more are dropped, as pub/sub
+#: drops what nobody reads)
+INBOX_LIMIT = 1000
 
 
 class LocalLeases:
-    """Leases in this process's memory, with the same rules as the Redis store's."""
+    """Leases and inboxes in this process's memory, with the Redis store's rules."""
 
     def __init__(self) -> None:
         # session id -> (node, monotonic expiry); bounded by the sessions Core holds
         self._leases: dict[str, tuple[str, float]] = {}
+        self._inboxes: dict[str, list[asyncio.Queue[str]]] = {}
+
+    async def publish(self, node: str, message: str) -> None:
+        for queue in self._inboxes.get(node, []):
+            if queue.qsize() < INBOX_LIMIT:
+                queue.put_nowait(message)
+
+    async def inbox(self, node: str) -> AsyncIterator[str]:
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        self._inboxes.setdefault(node, []).append(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._inboxes[node].remove(queue)
+            if not self._inboxes[node]:
+                del self._inboxes[node]
 
     def _live(self, session_id: str) -> str | None:
         held = self._leases.get(session_id)

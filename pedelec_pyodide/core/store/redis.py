@@ -13,7 +13,8 @@ that wrote them, so any node can load and carry on a session:
   -> start), ``P:running:ID`` and ``P:undelivered:ID`` (sets of turn ids): what pruning
   needs, without reading the rows
 - ``P:keys:ID``: hash of an idempotency key's hash -> row
-- ``P:lease:ID``: the node holding the session's socket, with a TTL (:mod:`.leases`)
+- ``P:lease:ID``: the node holding the session, with a TTL (:mod:`.leases`)
+- ``P:node:NODE``: the pub/sub channel of a node's inbox
 
 A row is the JSON array of the record's columns (:mod:`.ops`), checked at load as the
 SQLite backend checks its rows. A batch of writes is one ``MULTI``/``EXEC`` transaction;
@@ -26,13 +27,14 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
+from redis.asyncio.client import Pipeline, PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -43,6 +45,9 @@ from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
 from .records import TURN, Snapshot
 from .writer import DEFAULT_STORE_TIMEOUT, QueuedStore
 
+# seconds an inbox waits for a message before it looks again (and a lost Redis is
+# tried again after)
+INBOX_POLL = 0.5
 #: the cluster of a Redis URL without ``?cluster=``
 DEFAULT_CLUSTER = "main"
 # sessions read per round trip at load, and per pruning's round trip
@@ -233,6 +238,27 @@ class RedisStore(QueuedStore):
     async def holder(self, session_id: str) -> str | None:
         held = await self._call(lambda: self._redis.get(self._key("lease", session_id)))
         return _text(held)
+
+    async def publish(self, node: str, message: str) -> None:
+        channel = self._key("node", node)
+        await self._call(lambda: self._redis.publish(channel, message))
+
+    async def inbox(self, node: str) -> AsyncIterator[str]:
+        channel = self._key("node", node)
+        while True:
+            pubsub: PubSub = self._redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await self._call(partial(pubsub.subscribe, channel))
+                while True:
+                    message = await self._call(partial(pubsub.get_message,
+                                                       timeout=INBOX_POLL))
+                    if message is not None and message["type"] == "message":
+                        yield bytes(message["data"]).decode("utf-8", "replace")
+            except StoreUnavailable:
+                await asyncio.sleep(INBOX_POLL)  # subscribed again once Redis is back
+            finally:
+                with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     # --- writing ------------------------------------------------------------------------
 
