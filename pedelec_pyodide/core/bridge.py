@@ -94,6 +94,7 @@ class BridgeConnection:
         self._closing: tuple[int, str] | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._open = True
+        self._took_over = False  # this connection has asked for a take-over already
 
     # --- the Connection side (sessions call these) --------------------------------------
 
@@ -209,8 +210,16 @@ class BridgeConnection:
         """:meth:`handle`, a long frame parsed in a worker thread (frames of one connection
         are still handled one after the other, in order)."""
         if len(data) <= PARSE_IN_THREAD_CHARS:
-            return self.handle(data)
-        parsed = await asyncio.get_running_loop().run_in_executor(_PARSER, self._parse, data)
+            parsed = self._parse(data)
+        else:
+            parsed = await asyncio.get_running_loop().run_in_executor(
+                _PARSER, self._parse, data)
+        if (isinstance(parsed, protocol.Hello) and parsed.session_id is not None
+                and self.session is None and not self._took_over):
+            # a session another node of the cluster holds (once per connection: a
+            # hello costs the store a read, and the rate limit charges after)
+            self._took_over = True
+            await self.registry.take_over(parsed.session_id, parsed.resume_token)
         return self._handle_parsed(data, parsed)
 
     def handle(self, data: str | bytes) -> bool:

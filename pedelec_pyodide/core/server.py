@@ -192,9 +192,10 @@ def create_app(config: CoreConfig) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        snapshot = await store.load()
+        snapshot = await registry.claim_restored(await store.load())
         registry.restore(snapshot)
         pruning = asyncio.create_task(_prune_turns(store))
+        cluster = asyncio.create_task(registry.serve_cluster())
         provisioning: asyncio.Task[None] | None = None
         if config.pyodide_dir is None and config.provision:
             provisioning = asyncio.create_task(_provision(pyodide))
@@ -203,6 +204,7 @@ def create_app(config: CoreConfig) -> Starlette:
             yield
         finally:
             pruning.cancel()
+            cluster.cancel()
             if provisioning is not None:
                 provisioning.cancel()
             await mcp_endpoint.stop()

@@ -67,6 +67,8 @@ METADATA_TOO_LARGE = "METADATA_TOO_LARGE"
 # Error results Core itself gives a caller (besides TOOL_TIMEOUT and TOOL_CANCELLED).
 SESSION_EXPIRED = "SESSION_EXPIRED"
 TOO_MANY_PENDING = "TOO_MANY_PENDING"
+#: a caller was waiting on a node that handed the page's session over to another node
+SESSION_MOVED = "SESSION_MOVED"
 
 # WebSocket close code: Core is full (too many sessions), try again later.
 CLOSE_TRY_AGAIN = 1013
@@ -112,6 +114,12 @@ def page_metadata(tools: list[dict[str, Any]], client_json: str, limit: int
 _NO_SESSION_HASH = hash_token("")
 # Core's stop: at most this long for running turns to end, then for the store
 SHUTDOWN_SECONDS = 1.5
+#: seconds a node's lease on a session lasts (Redis store); renewed every third of it, so
+#: a dead node's sessions are free again within this long
+LEASE_SECONDS = 6.0
+#: how long a node taking a session over waits for its holder to let go of it (a dead
+#: holder never answers: the node goes on without it)
+HANDOVER_SECONDS = 2.0
 
 
 class Connection(Protocol):
@@ -721,6 +729,31 @@ class CoreSession:
             ), "none", "expired")
         self.registry.remove(self)
 
+    def hand_over(self) -> None:
+        """Another node holds the session now: close the page's socket here, end the
+        waits of this node's callers (``SESSION_MOVED``) and forget the session, writing
+        nothing more of it (its records are the other node's now)."""
+        self.closed = True
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            connection.close(protocol.CLOSE_SUPERSEDED,
+                             "the session was resumed on another Core node")
+        if self.turn is not None:
+            self.turn.abandon()
+        moved = tool_error(SESSION_MOVED, "the page's session moved to another Core node "
+                           "while this call waited; it carries on there (retry with the "
+                           "same Idempotency-Key for its result)", retryable=True)
+        pending, self.pending = list(self.pending.values()), {}
+        for request in pending:
+            if request.timer is not None:
+                request.timer.cancel()
+            if not request.future.done():
+                request.future.set_result((moved, "none"))
+            request.wake()
+        self.close()
+        self.registry.forget(self)
+        log_event("session.handed_over", session=self.id, pending=len(pending))
+
     def close(self) -> None:
         """Shutting down: stop timers (pending requests stay in the store)."""
         for pending in self.pending.values():
@@ -731,8 +764,13 @@ class CoreSession:
             self._expiry = None
 
 
+# tasks nobody awaits, held until done (the event loop keeps only weak references)
+_BACKGROUND: set[asyncio.Task[None]] = set()
+
+
 class Registry:
-    """Every session Core knows, by id."""
+    """Every session Core knows, by id; on a shared store (Redis), every session this
+    node holds a lease on."""
 
     def __init__(self, config: CoreConfig, store: Store,
                  agent_factory: Callable[[], Agent]) -> None:
@@ -742,6 +780,10 @@ class Registry:
         self.sessions: dict[str, CoreSession] = {}
         # sessions awaiting a resume, the longest disconnected first
         self.disconnected: OrderedDict[str, CoreSession] = OrderedDict()
+        # this process, as a node of the cluster sharing the store (Redis)
+        self.node = secrets.token_hex(8)
+        # sessions taken over by this node, waiting for their holder to let go of them
+        self._handovers: dict[str, asyncio.Future[None]] = {}
 
     def create(self, metadata: PageMetadata) -> CoreSession:
         """A new session; :class:`SessionRefused` when Core holds ``max_sessions``, all
@@ -765,6 +807,8 @@ class Registry:
         session.resume_token = token
         self.sessions[record.id] = session
         self.store.save_session(record)
+        if self.store.shared:
+            self._background(self.store.claim(record.id, self.node, LEASE_SECONDS))
         log_event("session.created", session=record.id, tools=len(metadata.names))
         return session
 
@@ -784,11 +828,124 @@ class Registry:
         return self.sessions.get(session_id)
 
     def remove(self, session: CoreSession) -> None:
+        if self.forget(session):
+            self.store.delete_session(session.id)
+            if self.store.shared:
+                self._background(self.store.release(session.id, self.node))
+
+    def forget(self, session: CoreSession) -> bool:
+        """Let go of ``session`` here (the store is left as it is); False if it was gone."""
         session.close()
         self.disconnected.pop(session.id, None)
-        if self.sessions.get(session.id) is session:
-            del self.sessions[session.id]
-            self.store.delete_session(session.id)
+        if self.sessions.get(session.id) is not session:
+            return False
+        del self.sessions[session.id]
+        return True
+
+    # --- the cluster (a shared store) ----------------------------------------------------
+
+    def _background(self, work: Awaitable[Any]) -> None:
+        """``work`` on its own: a store out of reach is logged (the lease expires)."""
+        async def run() -> None:
+            try:
+                await work
+            except StoreError as exc:
+                log_event("cluster.failed", level=logging.WARNING, error=str(exc))
+        _BACKGROUND.add(task := asyncio.ensure_future(run()))
+        task.add_done_callback(_BACKGROUND.discard)
+
+    async def take_over(self, session_id: str, resume_token: str | None) -> None:
+        """A page resumes here a session this node does not hold: if the store has it
+        and the token is right, claim its lease, have the node that held it let go (and
+        store what it had), then load it here as a restart of Core would."""
+        if not self.store.shared or session_id in self.sessions:
+            return
+        try:
+            snapshot = await self.store.load_session(session_id)
+            stored = snapshot.sessions[0].token_hash if snapshot.sessions else _NO_SESSION_HASH
+            if not (hmac.compare_digest(stored.encode(), hash_token(resume_token or "").encode())
+                    and snapshot.sessions):
+                return  # refused by resume(), which says nothing more
+            previous = await self.store.claim(session_id, self.node, LEASE_SECONDS)
+            if previous not in (None, self.node):
+                log_event("session.taking_over", session=session_id, node=previous)
+                waiting = self._handovers[session_id] = (
+                    asyncio.get_running_loop().create_future())
+                try:
+                    await self.store.publish(previous, json.dumps(
+                        {"handOver": session_id, "to": self.node}))
+                    await asyncio.wait_for(asyncio.shield(waiting), HANDOVER_SECONDS)
+                except TimeoutError:
+                    log_event("session.holder_silent", session=session_id, node=previous)
+                finally:
+                    if self._handovers.get(session_id) is waiting:
+                        del self._handovers[session_id]
+                snapshot = await self.store.load_session(session_id)
+        except StoreError as exc:
+            log_event("cluster.failed", level=logging.WARNING, session=session_id,
+                      error=str(exc))
+            return
+        if session_id not in self.sessions and snapshot.sessions:  # not fetched meanwhile
+            self.restore(snapshot)
+
+    async def _let_go(self, session_id: str, to: str) -> None:
+        """Node ``to`` took the session over: hand it over, store what is queued, say so."""
+        session = self.sessions.get(session_id)
+        if session is not None:
+            session.hand_over()
+            await self.store.flush()
+        await self.store.publish(to, json.dumps({"handedOver": session_id}))
+
+    async def serve_cluster(self) -> None:
+        """For Core's life, on a shared store: this node's inbox (sessions other nodes
+        take over, and their answers) and its leases, renewed every third of their TTL;
+        a session another node holds now is handed over."""
+        if not self.store.shared:
+            return
+        renewing = asyncio.ensure_future(self._renew_leases())
+        try:
+            async for message in self.store.inbox(self.node):
+                self._on_message(message)
+        finally:
+            renewing.cancel()
+
+    def _on_message(self, text: str) -> None:
+        try:
+            message = json.loads(text)
+            if "handOver" in message:
+                self._background(self._let_go(str(message["handOver"]), str(message["to"])))
+            elif "handedOver" in message:
+                waiting = self._handovers.get(str(message["handedOver"]))
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(None)
+        except (ValueError, TypeError, KeyError) as exc:
+            log_event("cluster.bad_message", level=logging.WARNING, error=str(exc)[:200])
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_SECONDS / 3)
+            try:
+                lost = await self.store.renew(list(self.sessions), self.node, LEASE_SECONDS)
+            except StoreError as exc:
+                log_event("cluster.failed", level=logging.WARNING, error=str(exc))
+                continue
+            for session_id in lost:
+                session = self.sessions.get(session_id)
+                if session is not None:
+                    session.hand_over()
+
+    async def claim_restored(self, snapshot: Snapshot) -> Snapshot:
+        """At start, on a shared store: only the sessions no live node holds (their
+        node died, or the cluster stopped), their leases taken."""
+        if not self.store.shared or not snapshot.sessions:
+            return snapshot
+        held = set(await self.store.renew([s.id for s in snapshot.sessions], self.node,
+                                          LEASE_SECONDS))
+        return Snapshot(
+            [record for record in snapshot.sessions if record.id not in held],
+            [record for record in snapshot.requests if record.session_id not in held],
+            [record for record in snapshot.turns if record.session_id not in held],
+            [record for record in snapshot.keys if record.session_id not in held])
 
     # --- restart ------------------------------------------------------------------------
 
@@ -833,7 +990,8 @@ class Registry:
         turns: dict[str, dict[str, TurnRecord]] = {}
         for turn in snapshot.turns:  # the very records the resumed turns update
             turns.setdefault(turn.session_id, {})[turn.id] = turn
-        for session_id, owner in self.sessions.items():
+        for session_id in (record.id for record in snapshot.sessions):
+            owner = self.sessions[session_id]
             owner.callers.restore(kept.get(session_id, []), keys.get(session_id, []),
                                   turns.get(session_id, {}), set(owner.pending))
         log_event("store.restored", sessions=len(self.sessions),
@@ -854,5 +1012,9 @@ class Registry:
             session.close()
         try:
             await self.store.flush(timeout=max(0.0, deadline - loop.time()))
-        except StoreError as exc:
+            if self.store.shared:  # other nodes take its sessions over at once
+                await asyncio.wait_for(asyncio.gather(*(
+                    self.store.release(session_id, self.node) for session_id in self.sessions
+                )), max(0.0, deadline - loop.time()))
+        except (StoreError, TimeoutError) as exc:
             log_event("store.shutdown_failed", level=logging.WARNING, error=str(exc))

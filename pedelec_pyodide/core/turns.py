@@ -25,7 +25,7 @@ from ..results import INVALID_ARGS, tool_error
 from ..text import excerpt, lone_surrogate_at, not_unicode
 from .agent import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
 from .log import log_event
-from .sessions import CoreSession, PendingRequest, delta_frames, new_request_id
+from .sessions import SESSION_MOVED, CoreSession, PendingRequest, delta_frames, new_request_id
 from .store import RequestRecord, StoreError, TurnRecord, dump_json, turn_key
 
 STEP_LIMIT_EXCEEDED = "STEP_LIMIT_EXCEEDED"
@@ -59,6 +59,7 @@ class TurnRunner:
         self._requests: list[PendingRequest] = []
         self._cancel_reason = "the turn was cancelled"
         self._ending = False  # its end is decided and being stored: too late to cancel
+        self._abandoned = False  # its session moved to another node, which carries it on
         self._started = time.perf_counter()
 
     # --- the Turn protocol ------------------------------------------------------------
@@ -120,6 +121,13 @@ class TurnRunner:
             self._cancel_reason = reason
             self.task.cancel()
 
+    def abandon(self) -> None:
+        """The session moved to another node, which carries the turn on from the store:
+        stop here, storing nothing; a caller waiting here gets ``SESSION_MOVED``."""
+        if self.task is not None and not self.task.done() and not self._ending:
+            self._abandoned = True
+            self.task.cancel()
+
     async def _run(self) -> TurnRecord:
         record = self.record
         session = self.session
@@ -131,6 +139,12 @@ class TurnRunner:
             _check_text(text, "the reply text")
             record.status, record.final_text = "completed", text
         except asyncio.CancelledError:
+            if self._abandoned:  # not stored: the record is the other node's now
+                record.status = "failed"
+                record.error = {"code": SESSION_MOVED, "message": (
+                    "the page's session moved to another Core node, which carries this "
+                    "turn on (retry with the same Idempotency-Key for its end)")}
+                return record
             record.status = "cancelled"
             record.error = {"code": TURN_CANCELLED, "message": self._cancel_reason}
         except StepLimitExceeded as exc:

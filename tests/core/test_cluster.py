@@ -1,0 +1,128 @@
+"""Several Core processes on one Redis (a real redis-server of each test's own): which
+node holds a page's session (a lease), and a page resuming on another node taking the
+session over, from a live node or from a killed one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import websockets
+from core_process import PLAN
+from corekit import WAIT, PlanAgent, RawClient, config, run, running_core, tool_meta, until
+from storekit import RedisServer, free_port
+from test_core_resume import core_process
+
+from pedelec_pyodide import protocol
+from pedelec_pyodide.core import sessions
+from pedelec_pyodide.core.sessions import HANDOVER_SECONDS, SESSION_MOVED
+from pedelec_pyodide.core.store import open_store
+
+
+async def holder(url: str, session_id: str) -> str | None:
+    store = open_store(url)
+    try:
+        return await store.holder(session_id)
+    finally:
+        await store.close()
+
+
+async def closed_with(client: RawClient) -> int | None:
+    """The close code of ``client``'s connection, once Core closed it."""
+    try:
+        while True:
+            await asyncio.wait_for(client.ws.recv(), WAIT)
+    except websockets.ConnectionClosed as exc:
+        return exc.rcvd.code if exc.rcvd is not None else None
+
+
+def test_a_page_resuming_on_another_node_takes_its_session_over(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node A holds the page's session with a call pending; the page resumes on node B:
+    A closes its old socket (CLOSE_SUPERSEDED) and lets go, the caller waiting on A is
+    told the session moved, B re-sends the pending request (same id), takes its result
+    once and keeps it; the lease is B's. (Leases long enough that no renewal runs: the
+    nodes' messages do it.)"""
+    monkeypatch.setattr(sessions, "LEASE_SECONDS", 60.0)
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            first = await RawClient.open(a.ws_url)
+            welcome = await first.hello([tool_meta("echo")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            await until(lambda: sid in a.registry.sessions)
+            call = asyncio.ensure_future(a.tool_call(sid, "echo", {"n": 1}))
+            sent = await first.recv()
+            assert sent["type"] == "tool.request"
+            assert await holder(redis_server.url, sid) == a.registry.node
+
+            second = await RawClient.open(b.ws_url)
+            resumed = await second.hello([tool_meta("echo")], sessionId=sid, resumeToken=token)
+            assert resumed["type"] == "welcome" and resumed["resumed"], resumed
+            again = await second.recv()
+            assert again["type"] == "tool.request"
+            assert again["toolRequestId"] == sent["toolRequestId"]
+            assert await closed_with(first) == protocol.CLOSE_SUPERSEDED
+            answer = (await asyncio.wait_for(call, WAIT)).json()
+            assert answer["result"]["error"]["code"] == SESSION_MOVED, answer
+            assert sid not in a.registry.sessions
+            assert await holder(redis_server.url, sid) == b.registry.node
+
+            await second.send({"type": "tool.result", "toolRequestId": again["toolRequestId"],
+                               "result": {"ok": True, "data": {"n": 1}},
+                               "handledBy": "named"})
+            await until(lambda: not b.registry.sessions[sid].pending)
+            kept = await b.http.get(
+                f"/pedelec/v1/sessions/{sid}/tool-calls/{again['toolRequestId']}")
+            assert kept.json()["result"] == {"ok": True, "data": {"n": 1}}, kept.text
+            await second.close()
+
+    run(main())
+
+
+def test_a_page_whose_node_is_killed_resumes_on_another_and_its_turn_carries_on(
+        redis_server: RedisServer) -> None:
+    """Node A (a process of its own) runs the page's turn, its first two requests sent;
+    A is SIGKILLed. The page resumes on node B: B waits for A's answer no longer than
+    HANDOVER_SECONDS, loads the session, carries the turn on (the two requests re-sent,
+    same ids), and it ends completed; each request reached the page's handler once."""
+
+    async def main() -> None:
+        async with core_process(redis_server.url, free_port()) as a, \
+                running_core(config(store=redis_server.url,
+                                    agent_factory=lambda: PlanAgent(PLAN))) as b:
+            port = a.args[-1]
+            first = await RawClient.open(f"ws://127.0.0.1:{port}/pedelec/v1/bridge")
+            welcome = await first.hello([tool_meta(name) for name in "abc"])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            await first.send({"type": "turn.start", "turnId": "t1", "text": "go"})
+            sent = [await first.recv(), await first.recv()]
+            assert {frame["tool"] for frame in sent} == {"a", "b"}, sent
+            a.kill()
+            await asyncio.to_thread(a.wait, WAIT)
+
+            page = await RawClient.open(b.ws_url)
+            started = asyncio.get_running_loop().time()
+            resumed = await page.hello([tool_meta(name) for name in "abc"], sessionId=sid,
+                                       resumeToken=token)
+            assert resumed["resumed"], resumed
+            assert asyncio.get_running_loop().time() - started < HANDOVER_SECONDS + 2
+            ran: list[str] = []
+            while True:
+                frame = await page.recv()
+                if frame["type"] == "turn.end":
+                    break
+                if frame["type"] == "tool.request":
+                    ran.append(frame["toolRequestId"])
+                    await page.send({"type": "tool.result",
+                                     "toolRequestId": frame["toolRequestId"],
+                                     "result": {"ok": True, "data": frame["args"]},
+                                     "handledBy": "named"})
+            assert frame["status"] == "completed", frame
+            assert sorted(ran[:2]) == sorted(f["toolRequestId"] for f in sent)
+            assert len(ran) == len(set(ran)) == 3
+            assert await holder(redis_server.url, sid) == b.registry.node
+            await page.close()
+
+    run(main())
