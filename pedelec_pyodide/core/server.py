@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import html
 import mimetypes
 import socket
@@ -38,6 +39,7 @@ from .public import (
     serve_public,
     store_files,
 )
+from .routing import ClusterRouter, serve_forwarded
 from .sessions import SHUTDOWN_SECONDS, Registry
 from .store import PRUNE_SECONDS, RECENT_TURNS, Store, check_reachable, open_store
 
@@ -245,8 +247,11 @@ def create_app(config: CoreConfig) -> Starlette:
         routes.append(Route("/", _index_page))
 
     hosts = own_hosts(config.host, config.allow_hosts)
+    # a control-API call for a session another node holds goes there (routing.py)
     app = Starlette(routes=routes, lifespan=lifespan,
-                    middleware=[Middleware(HostCheck, hosts=hosts)])
+                    middleware=[Middleware(HostCheck, hosts=hosts),
+                                Middleware(ClusterRouter, registry=registry)])
+    registry.serve_forwarded = functools.partial(serve_forwarded, app)
     app.state.registry = registry
     app.state.admin_token = config.admin_token
     app.state.pyodide = pyodide

@@ -22,7 +22,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from .. import protocol
@@ -764,6 +764,13 @@ class CoreSession:
             self._expiry = None
 
 
+class Asked(NamedTuple):
+    """A message to another node (JSON) and the future of its reply."""
+
+    message: str
+    future: asyncio.Future[dict[str, Any]]
+
+
 # tasks nobody awaits, held until done (the event loop keeps only weak references)
 _BACKGROUND: set[asyncio.Task[None]] = set()
 
@@ -784,10 +791,16 @@ class Registry:
         self.node = secrets.token_hex(8)
         # sessions taken over by this node, waiting for their holder to let go of them
         self._handovers: dict[str, asyncio.Future[None]] = {}
+        # calls this node forwarded to another, waiting for its reply, by id
+        self._asked: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        # runs a call another node forwarded here (set by the router, routing.py)
+        self.serve_forwarded: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = (
+            None)
 
-    def create(self, metadata: PageMetadata) -> CoreSession:
-        """A new session; :class:`SessionRefused` when Core holds ``max_sessions``, all
-        of them connected (else the one disconnected longest is expired to make room)."""
+    def create(self, metadata: PageMetadata, session_id: str | None = None) -> CoreSession:
+        """A new session (its id ``session_id``, from :meth:`new_session_id`, if given);
+        :class:`SessionRefused` when Core holds ``max_sessions``, all of them connected
+        (else the one disconnected longest is expired to make room)."""
         limit = self.config.max_sessions
         while len(self.sessions) >= limit and self.disconnected:
             _, oldest = self.disconnected.popitem(last=False)
@@ -800,15 +813,13 @@ class Registry:
                 "try again later"))
         token = secrets.token_urlsafe(32)
         record = SessionRecord(
-            id=secrets.token_urlsafe(18), token_hash=hash_token(token),
+            id=session_id or secrets.token_urlsafe(18), token_hash=hash_token(token),
             tools=metadata.tools_json, history="[]", created_at=time.time(),
         )
         session = CoreSession(self, record, metadata.client_json)
         session.resume_token = token
         self.sessions[record.id] = session
         self.store.save_session(record)
-        if self.store.shared:
-            self._background(self.store.claim(record.id, self.node, LEASE_SECONDS))
         log_event("session.created", session=record.id, tools=len(metadata.names))
         return session
 
@@ -854,12 +865,28 @@ class Registry:
         _BACKGROUND.add(task := asyncio.ensure_future(run()))
         task.add_done_callback(_BACKGROUND.discard)
 
+    async def new_session_id(self) -> str | None:
+        """On a shared store: a new session's id, its lease this node's already (so a
+        call for it arriving at another node right after the welcome is routed here);
+        None if the store cannot be reached (the session is made anyway; renewal takes
+        its lease)."""
+        if not self.store.shared:
+            return None
+        session_id = secrets.token_urlsafe(18)
+        try:
+            await self.store.claim(session_id, self.node, LEASE_SECONDS)
+        except StoreError as exc:
+            log_event("cluster.failed", level=logging.WARNING, error=str(exc))
+        return session_id
+
     async def take_over(self, session_id: str, resume_token: str | None) -> None:
         """A page resumes here a session this node does not hold: if the store has it
         and the token is right, claim its lease, have the node that held it let go (and
         store what it had), then load it here as a restart of Core would."""
         if not self.store.shared or session_id in self.sessions:
             return
+        # until it is loaded here, a call routed here waits for it (adopt)
+        waiting = self._handovers[session_id] = asyncio.get_running_loop().create_future()
         try:
             snapshot = await self.store.load_session(session_id)
             stored = snapshot.sessions[0].token_hash if snapshot.sessions else _NO_SESSION_HASH
@@ -869,24 +896,58 @@ class Registry:
             previous = await self.store.claim(session_id, self.node, LEASE_SECONDS)
             if previous not in (None, self.node):
                 log_event("session.taking_over", session=session_id, node=previous)
-                waiting = self._handovers[session_id] = (
-                    asyncio.get_running_loop().create_future())
+                await self.store.publish(previous, json.dumps(
+                    {"handOver": session_id, "to": self.node}))
                 try:
-                    await self.store.publish(previous, json.dumps(
-                        {"handOver": session_id, "to": self.node}))
                     await asyncio.wait_for(asyncio.shield(waiting), HANDOVER_SECONDS)
                 except TimeoutError:
                     log_event("session.holder_silent", session=session_id, node=previous)
-                finally:
-                    if self._handovers.get(session_id) is waiting:
-                        del self._handovers[session_id]
                 snapshot = await self.store.load_session(session_id)
+            if session_id not in self.sessions and snapshot.sessions:
+                self.restore(snapshot)
         except StoreError as exc:
             log_event("cluster.failed", level=logging.WARNING, session=session_id,
                       error=str(exc))
-            return
-        if session_id not in self.sessions and snapshot.sessions:  # not fetched meanwhile
+        finally:
+            if self._handovers.get(session_id) is waiting:
+                del self._handovers[session_id]
+
+    async def adopt(self, session_id: str) -> bool:
+        """A call for a session no node holds (its node died; the page is away): load
+        it here and hold it, so the call waits here for the page to come back. False if
+        the call must be routed again shortly (this node is still taking the session
+        over, or another node took it meanwhile)."""
+        if session_id in self.sessions:
+            return True
+        if session_id in self._handovers:
+            return False
+        snapshot = await self.store.load_session(session_id)
+        if not snapshot.sessions:
+            return True  # no such session: the routes say so
+        if await self.store.renew([session_id], self.node, LEASE_SECONDS):
+            return False
+        if session_id not in self.sessions and session_id not in self._handovers:
             self.restore(snapshot)
+        return True
+
+    @contextlib.contextmanager
+    def asking(self, node: str, message: dict[str, Any]) -> Iterator[Asked]:
+        """A message to ``node`` with a reply expected; the reply's future while inside."""
+        ask_id = secrets.token_hex(12)
+        future = self._asked[ask_id] = asyncio.get_running_loop().create_future()
+        try:
+            yield Asked(json.dumps({**message, "ask": ask_id, "from": self.node}), future)
+        finally:
+            del self._asked[ask_id]
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        """A call another node forwarded: run it here, send the reply back."""
+        serve = self.serve_forwarded
+        if serve is None:
+            return
+        reply = await serve(message["http"])
+        await self.store.publish(str(message["from"]), json.dumps(
+            {"reply": message["ask"], **reply}))
 
     async def _let_go(self, session_id: str, to: str) -> None:
         """Node ``to`` took the session over: hand it over, store what is queued, say so."""
@@ -914,6 +975,12 @@ class Registry:
             message = json.loads(text)
             if "handOver" in message:
                 self._background(self._let_go(str(message["handOver"]), str(message["to"])))
+            elif "http" in message:
+                self._background(self._answer(message))
+            elif "reply" in message:
+                asked = self._asked.get(str(message["reply"]))
+                if asked is not None and not asked.done():
+                    asked.set_result(message)
             elif "handedOver" in message:
                 waiting = self._handovers.get(str(message["handedOver"]))
                 if waiting is not None and not waiting.done():

@@ -126,3 +126,85 @@ def test_a_page_whose_node_is_killed_resumes_on_another_and_its_turn_carries_on(
             await page.close()
 
     run(main())
+
+
+async def answer_requests(page: RawClient, ran: list[str]) -> None:
+    """The page's handlers: each tool.request answered with its args (ids in ``ran``)."""
+    while True:
+        frame = await page.recv()
+        if frame["type"] == "tool.request":
+            ran.append(frame["toolRequestId"])
+            await page.send({"type": "tool.result", "toolRequestId": frame["toolRequestId"],
+                             "result": {"ok": True, "data": frame["args"]},
+                             "handledBy": "named"})
+
+
+def test_calls_arriving_at_a_node_without_the_page_reach_it_and_come_back(
+        redis_server: RedisServer) -> None:
+    """The page's socket is on A; a tool call, a turn and a GET arrive at B: forwarded to
+    A through Redis, answered there, the answers back on B; each request ran once."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url, "agent_factory": lambda: PlanAgent(PLAN)}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta(name) for name in "abc"]))["sessionId"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_requests(page, ran))
+            try:
+                await until(lambda: sid in a.registry.sessions)
+                response = await b.tool_call(sid, "a", {"n": 7})
+                assert response.status_code == 200, response.text
+                assert response.json()["result"] == {"ok": True, "data": {"n": 7}}
+                turn = await b.turn(sid, "go")
+                assert turn.json()["status"] == "completed", turn.text
+                info = await b.session_info(sid)
+                assert info["connected"] and info["sessionId"] == sid
+                assert sid not in b.registry.sessions
+                assert len(ran) == len(set(ran)) == 4
+                missing = await b.http.get("/pedelec/v1/sessions/nope")
+                assert missing.status_code == 404
+                bare = await b.http.post(f"/pedelec/v1/sessions/{sid}/tool-calls",
+                                         json={"tool": "a"}, headers={"Authorization": ""})
+                assert bare.status_code == 401 and len(ran) == 4  # not forwarded
+            finally:
+                handlers.cancel()
+                await page.close()
+
+    run(main())
+
+
+def test_a_caller_whose_pages_node_is_killed_gets_its_result_once_the_page_resumes(
+        redis_server: RedisServer) -> None:
+    """The page is on A (a process of its own); a call arrives at B and is forwarded to
+    A; A is SIGKILLed before the page answers. The page resumes on B, the request is sent
+    again with its id, the page answers it once, and the caller on B gets that result."""
+
+    async def main() -> None:
+        async with core_process(redis_server.url, free_port()) as a, \
+                running_core(config(store=redis_server.url,
+                                    agent_factory=lambda: PlanAgent(PLAN))) as b:
+            first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
+            welcome = await first.hello([tool_meta("a")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            call = asyncio.ensure_future(b.tool_call(sid, "a", {"n": 1}))
+            sent = await first.recv()
+            assert sent["type"] == "tool.request"
+            a.kill()
+            await asyncio.to_thread(a.wait, WAIT)
+
+            page = await RawClient.open(b.ws_url)
+            assert (await page.hello([tool_meta("a")], sessionId=sid,
+                                     resumeToken=token))["resumed"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_requests(page, ran))
+            try:
+                response = await asyncio.wait_for(call, WAIT)
+                assert response.json()["result"] == {"ok": True, "data": {"n": 1}}, (
+                    response.text)
+                assert ran == [sent["toolRequestId"]]
+            finally:
+                handlers.cancel()
+                await page.close()
+
+    run(main())
