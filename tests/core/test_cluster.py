@@ -16,7 +16,7 @@ from test_core_resume import core_process
 from pedelec_pyodide import protocol
 from pedelec_pyodide.core import sessions
 from pedelec_pyodide.core.sessions import HANDOVER_SECONDS, SESSION_MOVED
-from pedelec_pyodide.core.store import open_store
+from pedelec_pyodide.core.store import STORE_UNAVAILABLE, open_store
 
 
 async def holder(url: str, session_id: str) -> str | None:
@@ -206,5 +206,24 @@ def test_a_caller_whose_pages_node_is_killed_gets_its_result_once_the_page_resum
             finally:
                 handlers.cancel()
                 await page.close()
+
+    run(main())
+
+
+def test_a_call_for_another_nodes_session_with_redis_away_is_a_503(
+        redis_server: RedisServer) -> None:
+    """Which node holds the session cannot be known without Redis: STORE_UNAVAILABLE,
+    as the control API answers whenever its store is out of reach."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url, "store_timeout": 0.5}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            redis_server.kill()
+            response = await b.tool_call(sid, "a", {})
+            assert response.status_code == 503, response.text
+            assert response.json()["error"]["code"] == STORE_UNAVAILABLE
+            await page.close()
 
     run(main())
