@@ -23,7 +23,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .control import PAYLOAD_TOO_LARGE, ApiError, authorize
+from .control import PAYLOAD_TOO_LARGE, RETRY_AFTER_SECONDS, ApiError, authorize
 from .log import log_event
 from .sessions import LEASE_SECONDS, SESSION_MOVED, Registry
 from .store import STORE_UNAVAILABLE, StoreError, StoreUnavailable
@@ -74,8 +74,10 @@ class ClusterRouter:
                    "headers": [[n.decode("latin-1"), v.decode("latin-1")] for n, v in headers],
                    "body": body.decode("utf-8", "surrogateescape")}
         status, answer = await self._route(scope["app"], match.group(1), request)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json")]})
+        headers = [(b"content-type", b"application/json")]
+        if status == 503:  # as the control API says it (ApiError.response)
+            headers.append((b"retry-after", RETRY_AFTER_SECONDS.encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": answer.encode("utf-8",
                                                                         "surrogateescape")})
 

@@ -224,6 +224,7 @@ def test_a_call_for_another_nodes_session_with_redis_away_is_a_503(
             response = await b.tool_call(sid, "a", {})
             assert response.status_code == 503, response.text
             assert response.json()["error"]["code"] == STORE_UNAVAILABLE
+            assert response.headers["retry-after"]
             await page.close()
 
     run(main())
