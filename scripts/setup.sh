@@ -1,6 +1,6 @@
 # Installs what the demo and the tests need, idempotently (sourced by scripts/test, scripts/demo).
 # Python venv with the package and its extras; npm packages; Debian's chromium for e2e tests;
-# Debian's redis-server for the Redis store's tests.
+# Debian's redis-server and HAProxy for the Redis store's and the multi-node tests.
 step() { printf '\n== %s\n' "$*" >&2; }
 
 setup_python() {
@@ -45,9 +45,18 @@ setup_redis() {
   apt_install redis-server
 }
 
+setup_haproxy() {
+  if command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]]; then
+    return
+  fi
+  step "Debian's HAProxy (the multi-node tests start their own, on loopback ports)"
+  apt_install haproxy
+}
+
 setup_python
 setup_node
 setup_redis
+setup_haproxy
 if [[ -f playwright.config.js ]]; then
   setup_chromium
 fi

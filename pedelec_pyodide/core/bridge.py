@@ -107,6 +107,8 @@ class BridgeConnection:
         self._closing: tuple[int, str] | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._open = True
+        self._took_over = False  # this connection has asked for a take-over already
+        self._new_id: str | None = None  # the id (and lease) of the session it may create
 
     # --- the Connection side (sessions call these) --------------------------------------
 
@@ -222,8 +224,20 @@ class BridgeConnection:
         """:meth:`handle`, a long frame parsed in a worker thread (frames of one connection
         are still handled one after the other, in order)."""
         if len(data) <= PARSE_IN_THREAD_CHARS:
-            return self.handle(data)
-        parsed = await asyncio.get_running_loop().run_in_executor(_PARSER, self._parse, data)
+            parsed = self._parse(data)
+        else:
+            parsed = await asyncio.get_running_loop().run_in_executor(
+                _PARSER, self._parse, data)
+        if (isinstance(parsed, protocol.Hello) and self.session is None
+                and not self._took_over):
+            # once per connection (a hello costs the store a round trip, and the rate
+            # limit charges after): a session another node of the cluster holds, or a
+            # new session's id with its lease this node's before the welcome
+            self._took_over = True
+            if parsed.session_id is not None:
+                await self.registry.take_over(parsed.session_id, parsed.resume_token)
+            else:
+                self._new_id = await self.registry.new_session_id()
         return self._handle_parsed(data, parsed)
 
     def handle(self, data: str | bytes) -> bool:
@@ -360,7 +374,7 @@ class BridgeConnection:
             metadata = page_metadata(hello.tools, parsed.tools_json, parsed.client_json,
                                      registry.config.max_metadata_bytes)
             if hello.session_id is None:
-                session = registry.create(metadata)
+                session = registry.create(metadata, self._new_id)
         except SessionRefused as exc:
             self.send(protocol.error_frame(exc.code, exc.message))
             if exc.code == TOO_MANY_SESSIONS:

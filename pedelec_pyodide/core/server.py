@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import html
 import json
 import mimetypes
@@ -45,6 +46,7 @@ from .public import (
     serve_public,
     store_files,
 )
+from .routing import ClusterRouter, serve_forwarded
 from .sessions import SHUTDOWN_SECONDS, Registry
 from .snapshot import MANIFEST_NAME, SNAPSHOT_NAME, choose_encoding, inflate, stored_file
 from .store import PRUNE_SECONDS, RECENT_TURNS, Store, check_reachable, open_store
@@ -239,9 +241,10 @@ def create_app(config: CoreConfig) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        snapshot = await store.load()
+        snapshot = await registry.claim_restored(await store.load())
         registry.restore(snapshot)
         pruning = asyncio.create_task(_prune_turns(store))
+        cluster = asyncio.create_task(registry.serve_cluster())
         provisioning: asyncio.Task[None] | None = None
         if config.pyodide_dir is None and config.provision:
             provisioning = asyncio.create_task(_provision(pyodide))
@@ -250,6 +253,7 @@ def create_app(config: CoreConfig) -> Starlette:
             yield
         finally:
             pruning.cancel()
+            cluster.cancel()
             if provisioning is not None:
                 provisioning.cancel()
             await mcp_endpoint.stop()
@@ -290,8 +294,11 @@ def create_app(config: CoreConfig) -> Starlette:
         routes.append(Route("/", _index_page))
 
     hosts = own_hosts(config.host, config.allow_hosts)
+    # a control-API call for a session another node holds goes there (routing.py)
     app = Starlette(routes=routes, lifespan=lifespan,
-                    middleware=[Middleware(HostCheck, hosts=hosts)])
+                    middleware=[Middleware(HostCheck, hosts=hosts),
+                                Middleware(ClusterRouter, registry=registry)])
+    registry.serve_forwarded = functools.partial(serve_forwarded, app)
     app.state.registry = registry
     app.state.admin_token = config.admin_token
     app.state.pyodide = pyodide

@@ -22,7 +22,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from .. import protocol
@@ -66,6 +66,8 @@ METADATA_TOO_LARGE = "METADATA_TOO_LARGE"
 # Error results Core itself gives a caller (besides TOOL_TIMEOUT and TOOL_CANCELLED).
 SESSION_EXPIRED = "SESSION_EXPIRED"
 TOO_MANY_PENDING = "TOO_MANY_PENDING"
+#: a caller was waiting on a node that handed the page's session over to another node
+SESSION_MOVED = "SESSION_MOVED"
 
 # WebSocket close code: Core is full (too many sessions), try again later.
 CLOSE_TRY_AGAIN = 1013
@@ -111,6 +113,12 @@ def page_metadata(tools: list[dict[str, Any]], tools_json: str, client_json: str
 _NO_SESSION_HASH = hash_token("")
 # Core's stop: at most this long for running turns to end, then for the store
 SHUTDOWN_SECONDS = 1.5
+#: seconds a node's lease on a session lasts (Redis store); renewed every third of it, so
+#: a dead node's sessions are free again within this long
+LEASE_SECONDS = 6.0
+#: how long a node taking a session over waits for its holder to let go of it (a dead
+#: holder never answers: the node goes on without it)
+HANDOVER_SECONDS = 2.0
 
 
 class Connection(Protocol):
@@ -796,6 +804,31 @@ class CoreSession:
             ), "none", "expired")
         self.registry.remove(self)
 
+    def hand_over(self) -> None:
+        """Another node holds the session now: close the page's socket here, end the
+        waits of this node's callers (``SESSION_MOVED``) and forget the session, writing
+        nothing more of it (its records are the other node's now)."""
+        self.closed = True
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            connection.close(protocol.CLOSE_SUPERSEDED,
+                             "the session was resumed on another Core node")
+        if self.turn is not None:
+            self.turn.abandon()
+        moved = tool_error(SESSION_MOVED, "the page's session moved to another Core node "
+                           "while this call waited; it carries on there (retry with the "
+                           "same Idempotency-Key for its result)", retryable=True)
+        pending, self.pending = list(self.pending.values()), {}
+        for request in pending:
+            if request.timer is not None:
+                request.timer.cancel()
+            if not request.future.done():
+                request.future.set_result((moved, "none"))
+            request.wake()
+        self.close()
+        self.registry.forget(self)
+        log_event("session.handed_over", session=self.id, pending=len(pending))
+
     def close(self) -> None:
         """Shutting down: stop timers (pending requests stay in the store)."""
         for pending in self.pending.values():
@@ -806,8 +839,20 @@ class CoreSession:
             self._expiry = None
 
 
+class Asked(NamedTuple):
+    """A message to another node (JSON) and the future of its reply."""
+
+    message: str
+    future: asyncio.Future[dict[str, Any]]
+
+
+# tasks nobody awaits, held until done (the event loop keeps only weak references)
+_BACKGROUND: set[asyncio.Task[None]] = set()
+
+
 class Registry:
-    """Every session Core knows, by id."""
+    """Every session Core knows, by id; on a shared store (Redis), every session this
+    node holds a lease on."""
 
     def __init__(self, config: CoreConfig, store: Store,
                  agent_factory: Callable[[], Agent]) -> None:
@@ -817,10 +862,20 @@ class Registry:
         self.sessions: dict[str, CoreSession] = {}
         # sessions awaiting a resume, the longest disconnected first
         self.disconnected: OrderedDict[str, CoreSession] = OrderedDict()
+        # this process, as a node of the cluster sharing the store (Redis)
+        self.node = secrets.token_hex(8)
+        # sessions taken over by this node, waiting for their holder to let go of them
+        self._handovers: dict[str, asyncio.Future[None]] = {}
+        # calls this node forwarded to another, waiting for its reply, by id
+        self._asked: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        # runs a call another node forwarded here (set by the router, routing.py)
+        self.serve_forwarded: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = (
+            None)
 
-    def create(self, metadata: PageMetadata) -> CoreSession:
-        """A new session; :class:`SessionRefused` when Core holds ``max_sessions``, all
-        of them connected (else the one disconnected longest is expired to make room)."""
+    def create(self, metadata: PageMetadata, session_id: str | None = None) -> CoreSession:
+        """A new session (its id ``session_id``, from :meth:`new_session_id`, if given);
+        :class:`SessionRefused` when Core holds ``max_sessions``, all of them connected
+        (else the one disconnected longest is expired to make room)."""
         limit = self.config.max_sessions
         while len(self.sessions) >= limit and self.disconnected:
             _, oldest = self.disconnected.popitem(last=False)
@@ -833,7 +888,7 @@ class Registry:
                 "try again later"))
         token = secrets.token_urlsafe(32)
         record = SessionRecord(
-            id=secrets.token_urlsafe(18), token_hash=hash_token(token),
+            id=session_id or secrets.token_urlsafe(18), token_hash=hash_token(token),
             tools=metadata.tools_json, history="[]", created_at=time.time(),
         )
         session = CoreSession(self, record, metadata.client_json, metadata.names)
@@ -859,11 +914,180 @@ class Registry:
         return self.sessions.get(session_id)
 
     def remove(self, session: CoreSession) -> None:
+        if self.forget(session):
+            self.store.delete_session(session.id)
+            if self.store.shared:
+                self._background(self.store.release(session.id, self.node))
+
+    def forget(self, session: CoreSession) -> bool:
+        """Let go of ``session`` here (the store is left as it is); False if it was gone."""
         session.close()
         self.disconnected.pop(session.id, None)
-        if self.sessions.get(session.id) is session:
-            del self.sessions[session.id]
-            self.store.delete_session(session.id)
+        if self.sessions.get(session.id) is not session:
+            return False
+        del self.sessions[session.id]
+        return True
+
+    # --- the cluster (a shared store) ----------------------------------------------------
+
+    def _background(self, work: Awaitable[Any]) -> None:
+        """``work`` on its own: a store out of reach is logged (the lease expires)."""
+        async def run() -> None:
+            try:
+                await work
+            except StoreError as exc:
+                log_event("cluster.failed", level=logging.WARNING, error=str(exc))
+        _BACKGROUND.add(task := asyncio.ensure_future(run()))
+        task.add_done_callback(_BACKGROUND.discard)
+
+    async def new_session_id(self) -> str | None:
+        """On a shared store: a new session's id, its lease this node's already (so a
+        call for it arriving at another node right after the welcome is routed here);
+        None if the store cannot be reached (the session is made anyway; renewal takes
+        its lease)."""
+        if not self.store.shared:
+            return None
+        session_id = secrets.token_urlsafe(18)
+        try:
+            await self.store.claim(session_id, self.node, LEASE_SECONDS)
+        except StoreError as exc:
+            log_event("cluster.failed", level=logging.WARNING, error=str(exc))
+        return session_id
+
+    async def take_over(self, session_id: str, resume_token: str | None) -> None:
+        """A page resumes here a session this node does not hold: if the store has it
+        and the token is right, claim its lease, have the node that held it let go (and
+        store what it had), then load it here as a restart of Core would."""
+        if not self.store.shared or session_id in self.sessions:
+            return
+        # until it is loaded here, a call routed here waits for it (adopt)
+        waiting = self._handovers[session_id] = asyncio.get_running_loop().create_future()
+        try:
+            snapshot = await self.store.load_session(session_id)
+            stored = snapshot.sessions[0].token_hash if snapshot.sessions else _NO_SESSION_HASH
+            if not (hmac.compare_digest(stored.encode(), hash_token(resume_token or "").encode())
+                    and snapshot.sessions):
+                return  # refused by resume(), which says nothing more
+            previous = await self.store.claim(session_id, self.node, LEASE_SECONDS)
+            if previous not in (None, self.node):
+                log_event("session.taking_over", session=session_id, node=previous)
+                await self.store.publish(previous, json.dumps(
+                    {"handOver": session_id, "to": self.node}))
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiting), HANDOVER_SECONDS)
+                except TimeoutError:
+                    log_event("session.holder_silent", session=session_id, node=previous)
+                snapshot = await self.store.load_session(session_id)
+            if session_id not in self.sessions and snapshot.sessions:
+                self.restore(snapshot)
+        except StoreError as exc:
+            log_event("cluster.failed", level=logging.WARNING, session=session_id,
+                      error=str(exc))
+        finally:
+            if self._handovers.get(session_id) is waiting:
+                del self._handovers[session_id]
+
+    async def adopt(self, session_id: str) -> bool:
+        """A call for a session no node holds (its node died; the page is away): load
+        it here and hold it, so the call waits here for the page to come back. False if
+        the call must be routed again shortly (this node is still taking the session
+        over, or another node took it meanwhile)."""
+        if session_id in self.sessions:
+            return True
+        if session_id in self._handovers:
+            return False
+        snapshot = await self.store.load_session(session_id)
+        if not snapshot.sessions:
+            return True  # no such session: the routes say so
+        if await self.store.renew([session_id], self.node, LEASE_SECONDS):
+            return False
+        if session_id not in self.sessions and session_id not in self._handovers:
+            self.restore(snapshot)
+        return True
+
+    @contextlib.contextmanager
+    def asking(self, node: str, message: dict[str, Any]) -> Iterator[Asked]:
+        """A message to ``node`` with a reply expected; the reply's future while inside."""
+        ask_id = secrets.token_hex(12)
+        future = self._asked[ask_id] = asyncio.get_running_loop().create_future()
+        try:
+            yield Asked(json.dumps({**message, "ask": ask_id, "from": self.node}), future)
+        finally:
+            del self._asked[ask_id]
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        """A call another node forwarded: run it here, send the reply back."""
+        serve = self.serve_forwarded
+        if serve is None:
+            return
+        reply = await serve(message["http"])
+        await self.store.publish(str(message["from"]), json.dumps(
+            {"reply": message["ask"], **reply}))
+
+    async def _let_go(self, session_id: str, to: str) -> None:
+        """Node ``to`` took the session over: hand it over, store what is queued, say so."""
+        session = self.sessions.get(session_id)
+        if session is not None:
+            session.hand_over()
+            await self.store.flush()
+        await self.store.publish(to, json.dumps({"handedOver": session_id}))
+
+    async def serve_cluster(self) -> None:
+        """For Core's life, on a shared store: this node's inbox (sessions other nodes
+        take over, and their answers) and its leases, renewed every third of their TTL;
+        a session another node holds now is handed over."""
+        if not self.store.shared:
+            return
+        renewing = asyncio.ensure_future(self._renew_leases())
+        try:
+            async for message in self.store.inbox(self.node):
+                self._on_message(message)
+        finally:
+            renewing.cancel()
+
+    def _on_message(self, text: str) -> None:
+        try:
+            message = json.loads(text)
+            if "handOver" in message:
+                self._background(self._let_go(str(message["handOver"]), str(message["to"])))
+            elif "http" in message:
+                self._background(self._answer(message))
+            elif "reply" in message:
+                asked = self._asked.get(str(message["reply"]))
+                if asked is not None and not asked.done():
+                    asked.set_result(message)
+            elif "handedOver" in message:
+                waiting = self._handovers.get(str(message["handedOver"]))
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(None)
+        except (ValueError, TypeError, KeyError) as exc:
+            log_event("cluster.bad_message", level=logging.WARNING, error=str(exc)[:200])
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_SECONDS / 3)
+            try:
+                lost = await self.store.renew(list(self.sessions), self.node, LEASE_SECONDS)
+            except StoreError as exc:
+                log_event("cluster.failed", level=logging.WARNING, error=str(exc))
+                continue
+            for session_id in lost:
+                session = self.sessions.get(session_id)
+                if session is not None:
+                    session.hand_over()
+
+    async def claim_restored(self, snapshot: Snapshot) -> Snapshot:
+        """At start, on a shared store: only the sessions no live node holds (their
+        node died, or the cluster stopped), their leases taken."""
+        if not self.store.shared or not snapshot.sessions:
+            return snapshot
+        held = set(await self.store.renew([s.id for s in snapshot.sessions], self.node,
+                                          LEASE_SECONDS))
+        return Snapshot(
+            [record for record in snapshot.sessions if record.id not in held],
+            [record for record in snapshot.requests if record.session_id not in held],
+            [record for record in snapshot.turns if record.session_id not in held],
+            [record for record in snapshot.keys if record.session_id not in held])
 
     # --- restart ------------------------------------------------------------------------
 
@@ -908,7 +1132,8 @@ class Registry:
         turns: dict[str, dict[str, TurnRecord]] = {}
         for turn in snapshot.turns:  # the very records the resumed turns update
             turns.setdefault(turn.session_id, {})[turn.id] = turn
-        for session_id, owner in self.sessions.items():
+        for session_id in (record.id for record in snapshot.sessions):
+            owner = self.sessions[session_id]
             owner.callers.restore(kept.get(session_id, []), keys.get(session_id, []),
                                   turns.get(session_id, {}), set(owner.pending))
         log_event("store.restored", sessions=len(self.sessions),
@@ -929,5 +1154,9 @@ class Registry:
             session.close()
         try:
             await self.store.flush(timeout=max(0.0, deadline - loop.time()))
-        except StoreError as exc:
+            if self.store.shared:  # other nodes take its sessions over at once
+                await asyncio.wait_for(asyncio.gather(*(
+                    self.store.release(session_id, self.node) for session_id in self.sessions
+                )), max(0.0, deadline - loop.time()))
+        except (StoreError, TimeoutError) as exc:
             log_event("store.shutdown_failed", level=logging.WARNING, error=str(exc))

@@ -27,6 +27,7 @@ from .agent import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
 from .log import log_event
 from .offload import LARGE_CHARS, is_large, off_loop
 from .sessions import (
+    SESSION_MOVED,
     CheckedRequest,
     CoreSession,
     PendingRequest,
@@ -68,6 +69,7 @@ class TurnRunner:
         self._requests: list[PendingRequest] = []
         self._cancel_reason = "the turn was cancelled"
         self._ending = False  # its end is decided and being stored: too late to cancel
+        self._abandoned = False  # its session moved to another node, which carries it on
         self._started = time.perf_counter()
 
     # --- the Turn protocol ------------------------------------------------------------
@@ -137,6 +139,13 @@ class TurnRunner:
             self._cancel_reason = reason
             self.task.cancel()
 
+    def abandon(self) -> None:
+        """The session moved to another node, which carries the turn on from the store:
+        stop here, storing nothing; a caller waiting here gets ``SESSION_MOVED``."""
+        if self.task is not None and not self.task.done() and not self._ending:
+            self._abandoned = True
+            self.task.cancel()
+
     async def _run(self) -> TurnRecord:
         record = self.record
         session = self.session
@@ -148,6 +157,12 @@ class TurnRunner:
             await _check_text(text, "the reply text")
             record.status, record.final_text = "completed", text
         except asyncio.CancelledError:
+            if self._abandoned:  # not stored: the record is the other node's now
+                record.status = "failed"
+                record.error = {"code": SESSION_MOVED, "message": (
+                    "the page's session moved to another Core node, which carries this "
+                    "turn on (retry with the same Idempotency-Key for its end)")}
+                return record
             record.status = "cancelled"
             record.error = {"code": TURN_CANCELLED, "message": self._cancel_reason}
         except StepLimitExceeded as exc:

@@ -39,8 +39,10 @@ from pedelec_pyodide.core.store import (
     Snapshot,
     Store,
     StoreError,
+    StoreUnavailable,
     TurnRecord,
     hash_token,
+    open_store,
 )
 
 
@@ -429,5 +431,121 @@ def test_many_tasks_writing_and_flushing_at_once_are_all_stored_in_order(
         await asyncio.gather(*(one(n) for n in range(100)))
         ids = [r.id for r in (await restarted(durable, store)).requests]
         assert ids == [f"r{n:03}" for n in range(100)]
+
+    run(main())
+
+
+def test_load_session_gives_one_sessions_records(durable: DurableBackend) -> None:
+    async def main() -> None:
+        store = durable.open()
+        await store_all(store, session("s1"), session("s2", 2.0), request("r1"),
+                        request("r2", "s2"), turn("t1"), turn("t2", "s2"),
+                        key("k", "s1", "r1", "tool-call"), key("k", "s2", "t2"))
+        other = durable.reopen()  # another node
+        try:
+            one = await other.load_session("s2")
+            assert [s.id for s in one.sessions] == ["s2"]
+            assert [(r.id, t.id, k.target_id) for r, t, k in zip(
+                one.requests, one.turns, one.keys, strict=True)] == [("r2", "t2", "t2")]
+            assert await other.load_session("nope") == Snapshot()
+        finally:
+            await other.close()
+            await store.close()
+
+    run(main())
+
+
+# --- leases -----------------------------------------------------------------------------------
+
+
+def test_a_lease_is_claimed_renewed_released_and_expires(backend: Backend) -> None:
+    async def main() -> None:
+        store = backend.open()
+        try:
+            assert await store.holder("s1") is None
+            assert await store.claim("s1", "a", 5.0) is None
+            assert await store.holder("s1") == "a"
+            assert await store.claim("s1", "a", 5.0) == "a"  # the node itself, again
+            assert await store.claim("s1", "b", 5.0) == "a"  # taken over
+            assert await store.renew(["s1"], "a", 5.0) == ["s1"]  # a lost it
+            assert await store.holder("s1") == "b"
+            await store.release("s1", "a")  # not a's: b keeps it
+            assert await store.holder("s1") == "b"
+            await store.release("s1", "b")
+            assert await store.holder("s1") is None
+            assert await store.claim("s2", "a", 1.0) is None
+            await asyncio.sleep(0.6)
+            assert await store.renew(["s2"], "a", 1.0) == []  # renewed
+            await asyncio.sleep(0.6)  # past the claim's TTL, within the renewal's
+            assert await store.holder("s2") == "a"
+            await asyncio.sleep(0.8)  # not renewed: expired, as when a node dies
+            assert await store.holder("s2") is None
+            assert await store.renew(["s2", "s3"], "a", 5.0) == []  # free: taken again
+            assert await store.claim("s2", "b", 5.0) == "a"
+            assert await store.holder("s3") == "a"
+        finally:
+            await store.close()
+
+    run(main())
+
+
+def test_redis_leases_are_seen_by_every_node_of_the_cluster_only(
+        redis_server: RedisServer) -> None:
+    """Two stores on one Redis URL are two nodes of one cluster; ``?cluster=`` another."""
+
+    async def main() -> None:
+        one, two = open_store(redis_server.url), open_store(redis_server.url)
+        other = open_store(redis_server.url + "?cluster=other")
+        try:
+            assert await one.claim("s1", "node-1", 5.0) is None
+            assert await two.holder("s1") == "node-1"
+            assert await other.holder("s1") is None
+            assert await two.claim("s1", "node-2", 5.0) == "node-1"
+            many = [f"s{n}" for n in range(1200)]  # renewed in chunks
+            for sid in many[2:]:  # not s0 (nobody's), nor s1 (node-2's)
+                await one.claim(sid, "node-1", 5.0)
+            assert await one.renew(many, "node-1", 5.0) == ["s1"]
+            assert await two.holder("s0") == "node-1"
+            assert await two.holder(many[-1]) == "node-1"
+        finally:
+            for store in (one, two, other):
+                await store.close()
+
+    run(main())
+
+
+def test_a_lease_with_redis_out_of_reach_raises_store_unavailable(
+        redis_server: RedisServer) -> None:
+    async def main() -> None:
+        store = open_store(redis_server.url, timeout=0.3)
+        try:
+            await store.claim("s1", "a", 5.0)
+            redis_server.kill()
+            with pytest.raises(StoreUnavailable):
+                await store.claim("s1", "b", 5.0)
+            with pytest.raises(StoreUnavailable):
+                await store.renew(["s1"], "a", 5.0)
+        finally:
+            await store.close(0.3)
+
+    run(main())
+
+
+def test_a_message_reaches_the_inbox_of_the_node_it_names(backend: Backend) -> None:
+    async def main() -> None:
+        store = backend.open()
+        inbox = store.inbox("b")
+        try:
+            received = asyncio.ensure_future(anext(inbox))
+            for _ in range(100):  # until the inbox listens (pub/sub drops what is early)
+                await store.publish("a", "not for b")
+                await store.publish("b", "hello b")
+                done, _ = await asyncio.wait([received], timeout=0.05)
+                if done:
+                    break
+            assert received.result() == "hello b"
+        finally:
+            await inbox.aclose()
+            await store.close()
 
     run(main())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from .records import (
@@ -20,6 +21,8 @@ class Store(Protocol):
 
     #: whether what is stored outlives the process
     durable: bool
+    #: other Core processes use it too (Redis): a session may be held by another node
+    shared: bool
     #: what the store is, safe to log (a URL without its password)
     label: str
 
@@ -33,6 +36,10 @@ class Store(Protocol):
 
     async def load(self) -> Snapshot:
         """Every stored record that makes sense; a damaged one is skipped with a warning."""
+
+    async def load_session(self, session_id: str) -> Snapshot:
+        """One session's stored records, as :meth:`load` gives them (empty if it has
+        none): what a node taking over a session another node held needs."""
 
     def save_session(self, record: SessionRecord) -> None: ...
 
@@ -60,6 +67,32 @@ class Store(Protocol):
         """Return once every write queued before is stored, within ``timeout`` seconds
         (default: the store's); raise :class:`~.errors.StoreError` past that, or if a
         write of one of ``keys`` failed since their last flush."""
+
+    # --- leases: which node holds a page's socket (they are not queued: each answers) ---
+
+    async def claim(self, session_id: str, node: str, ttl: float) -> str | None:
+        """Give ``node`` the session's lease for ``ttl`` seconds; the node that held it
+        until now (a live lease of another node, or ``node`` itself), or None.
+        :class:`~.errors.StoreUnavailable` if the store cannot be reached."""
+
+    async def renew(self, session_ids: list[str], node: str, ttl: float) -> list[str]:
+        """Extend ``node``'s leases of ``session_ids`` by ``ttl`` seconds (one nobody holds,
+        expired or lost, is taken again); the ids another node holds, left untouched."""
+
+    async def release(self, session_id: str, node: str) -> None:
+        """Drop the session's lease if ``node`` holds it (another node's stays)."""
+
+    async def holder(self, session_id: str) -> str | None:
+        """The node holding the session's lease, or None."""
+
+    # --- messages between the nodes of a cluster -------------------------------------
+
+    async def publish(self, node: str, message: str) -> None:
+        """Send ``message`` to ``node``'s inbox (pub/sub: lost if nobody listens)."""
+
+    def inbox(self, node: str) -> AsyncIterator[str]:
+        """The messages published to ``node`` from now on; a store out of reach is
+        waited for (a message sent meanwhile is lost)."""
 
     async def close(self, timeout: float | None = None) -> None:
         """Store what is queued (at most ``timeout`` seconds) and let go of the store."""

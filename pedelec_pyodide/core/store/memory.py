@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from .leases import LocalLeases
 from .records import (
     RECENT_TURNS,
     IdempotencyRecord,
@@ -14,13 +15,17 @@ from .records import (
 )
 
 
-class MemoryStore:
+class MemoryStore(LocalLeases):
     durable = False
+    shared = False
     label = "memory"
     problem: str | None = None
     unavailable = False
 
     async def load(self) -> Snapshot:
+        return Snapshot()
+
+    async def load_session(self, session_id: str) -> Snapshot:
         return Snapshot()
 
     def save_session(self, record: SessionRecord) -> None:

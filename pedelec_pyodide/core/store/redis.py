@@ -13,6 +13,8 @@ that wrote them, so any node can load and carry on a session:
   -> start), ``P:running:ID`` and ``P:undelivered:ID`` (sets of turn ids): what pruning
   needs, without reading the rows
 - ``P:keys:ID``: hash of an idempotency key's hash -> row
+- ``P:lease:ID``: the node holding the session, with a TTL (:mod:`.leases`)
+- ``P:node:NODE``: the pub/sub channel of a node's inbox
 
 A row is the JSON array of the record's columns (:mod:`.ops`), checked at load as the
 SQLite backend checks its rows. A batch of writes is one ``MULTI``/``EXEC`` transaction;
@@ -25,22 +27,27 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
+from redis.asyncio.client import Pipeline, PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from . import rows
 from .errors import StoreUnavailable, reason
+from .leases import RENEW_CHUNK
 from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
 from .records import TURN, Snapshot
 from .writer import DEFAULT_STORE_TIMEOUT, QueuedStore
 
+# seconds an inbox waits for a message before it looks again (and a lost Redis is
+# tried again after)
+INBOX_POLL = 0.5
 #: the cluster of a Redis URL without ``?cluster=``
 DEFAULT_CLUSTER = "main"
 # sessions read per round trip at load, and per pruning's round trip
@@ -52,6 +59,27 @@ _T = TypeVar("_T")
 # every key of one session (deleted with it)
 _SESSION_KEYS = ("session", "requests", "order", "turns", "delivered", "turnorder", "running",
                  "undelivered", "keys")
+# ARGV: node, ttl in ms; KEYS: leases. A lease the node holds is extended, one nobody
+# holds taken again; returns the 1-based places of those another node holds (left be).
+_RENEW = """
+local lost = {}
+for i, key in ipairs(KEYS) do
+  local held = redis.call('GET', key)
+  if held == ARGV[1] then
+    redis.call('PEXPIRE', key, ARGV[2])
+  elseif not held then
+    redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+  else
+    lost[#lost + 1] = i
+  end
+end
+return lost
+"""
+# KEYS[1]: a lease; ARGV[1]: the node. Deleted only if that node holds it.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 _STATUS, _DELIVERED, _CREATED = (TURN_COLUMNS.index(name) for name in (
     "status", "end_delivered", "created_at"))
 
@@ -92,6 +120,8 @@ def public_url(url: str) -> str:
 class RedisStore(QueuedStore):
     """Redis through redis-py's asyncio client, connected to when first used."""
 
+    shared = True
+
     def __init__(self, url: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> None:
         target, cluster = check_url(url)
         super().__init__(public_url(url), timeout)
@@ -102,6 +132,8 @@ class RedisStore(QueuedStore):
             target, socket_timeout=timeout, socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0), health_check_interval=0)
         self._last_order = 0
+        self._renew = self._redis.register_script(_RENEW)
+        self._release_lease = self._redis.register_script(_RELEASE)
 
     def _key(self, kind: str, session_id: str = "") -> str:
         return f"{self.prefix}{kind}:{session_id}" if session_id else f"{self.prefix}{kind}"
@@ -122,7 +154,7 @@ class RedisStore(QueuedStore):
 
     async def _load(self) -> Snapshot:
         """Every session's rows, checked (Core starts only with what it stored)."""
-        return await self._patiently(self._read)
+        return await self._patiently(lambda: self._read())
 
     async def _patiently(self, make: Callable[[], Awaitable[_T]]) -> _T:
         """``make()``, tried again until the store's deadline while Redis is out of reach."""
@@ -135,8 +167,11 @@ class RedisStore(QueuedStore):
                     raise
                 await asyncio.sleep(0.1)
 
-    async def _read(self) -> Snapshot:
-        ids = await self._session_ids()
+    async def load_session(self, session_id: str) -> Snapshot:
+        return await self._patiently(lambda: self._read([session_id]))
+
+    async def _read(self, only: list[str] | None = None) -> Snapshot:
+        ids = await self._session_ids() if only is None else only
         found: dict[str, list[tuple[Any, ...]]] = {
             "sessions": [], "requests": [], "turns": [], "idempotency_keys": []}
         for start in range(0, len(ids), CHUNK):
@@ -177,6 +212,53 @@ class RedisStore(QueuedStore):
                                             _columns(rows.key, len(KEY_COLUMNS)), known),
                                key=lambda record: record.created_at)
         return snapshot
+
+    # --- leases -------------------------------------------------------------------------
+
+    async def claim(self, session_id: str, node: str, ttl: float) -> str | None:
+        key = self._key("lease", session_id)
+        previous = await self._call(lambda: self._redis.set(
+            key, node, px=_ms(ttl), get=True))
+        return _text(previous)
+
+    async def renew(self, session_ids: list[str], node: str, ttl: float) -> list[str]:
+        lost: list[str] = []
+        for start in range(0, len(session_ids), RENEW_CHUNK):
+            chunk = session_ids[start:start + RENEW_CHUNK]
+            keys = [self._key("lease", sid) for sid in chunk]
+            places = await self._call(lambda keys=keys: self._renew(  # type: ignore[misc]
+                keys=keys, args=[node, _ms(ttl)]))
+            lost.extend(chunk[int(place) - 1] for place in places)
+        return lost
+
+    async def release(self, session_id: str, node: str) -> None:
+        key = self._key("lease", session_id)
+        await self._call(lambda: self._release_lease(keys=[key], args=[node]))
+
+    async def holder(self, session_id: str) -> str | None:
+        held = await self._call(lambda: self._redis.get(self._key("lease", session_id)))
+        return _text(held)
+
+    async def publish(self, node: str, message: str) -> None:
+        channel = self._key("node", node)
+        await self._call(lambda: self._redis.publish(channel, message))
+
+    async def inbox(self, node: str) -> AsyncIterator[str]:
+        channel = self._key("node", node)
+        while True:
+            pubsub: PubSub = self._redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await self._call(partial(pubsub.subscribe, channel))
+                while True:
+                    message = await self._call(partial(pubsub.get_message,
+                                                       timeout=INBOX_POLL))
+                    if message is not None and message["type"] == "message":
+                        yield bytes(message["data"]).decode("utf-8", "replace")
+            except StoreUnavailable:
+                await asyncio.sleep(INBOX_POLL)  # subscribed again once Redis is back
+            finally:
+                with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     # --- writing ------------------------------------------------------------------------
 
@@ -269,6 +351,15 @@ class RedisStore(QueuedStore):
     async def _release(self) -> None:
         with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
             await self._redis.aclose()  # the connection is gone either way
+
+
+def _text(value: Any) -> str | None:
+    """A node's name as Redis returns it (bytes), or None."""
+    return None if value is None else bytes(value).decode("utf-8", "replace")
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
 
 
 def _where(key: str, field: bytes) -> str:

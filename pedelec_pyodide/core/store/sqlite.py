@@ -20,6 +20,7 @@ from typing import Any
 from ..log import log_event
 from . import rows
 from .errors import reason
+from .leases import LocalLeases
 from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
 from .records import TURN, Snapshot, hash_token
 from .writer import DEFAULT_STORE_TIMEOUT, QueuedStore
@@ -175,11 +176,13 @@ def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None)
         done.set_exception(error)
 
 
-class SQLiteStore(QueuedStore):
-    """SQLite in WAL mode; the file is created ``0600``."""
+class SQLiteStore(QueuedStore, LocalLeases):
+    """SQLite in WAL mode; the file is created ``0600``. One process uses the file, so
+    its leases are that process's (:class:`~.leases.LocalLeases`)."""
 
     def __init__(self, path: str | Path, timeout: float = DEFAULT_STORE_TIMEOUT) -> None:
-        super().__init__(str(path), timeout)
+        QueuedStore.__init__(self, str(path), timeout)
+        LocalLeases.__init__(self)
         self.path = Path(path)
         _private(self.path)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)

@@ -121,8 +121,20 @@ class QueuedStore(ABC):
     def unavailable(self) -> bool:
         return self._unreachable is not None
 
+    #: one process uses it unless a backend says otherwise
+    shared = False
+
     async def load(self) -> Snapshot:
         return await self._load()
+
+    async def load_session(self, session_id: str) -> Snapshot:
+        """From the whole :meth:`load` (a store one process uses has no need of it)."""
+        whole = await self._load()
+        return Snapshot(
+            [record for record in whole.sessions if record.id == session_id],
+            [record for record in whole.requests if record.session_id == session_id],
+            [record for record in whole.turns if record.session_id == session_id],
+            [record for record in whole.keys if record.session_id == session_id])
 
     def save_session(self, record: SessionRecord) -> None:
         self._submit(record.id, session_op, record)

@@ -1,0 +1,84 @@
+"""A tool call that crosses Core nodes vs one that does not (issue 13), one run.
+
+Three Core nodes (``pedelec serve``-equivalent processes, tests/core/core_process.py) on
+one redis-server of the bench's own, on loopback ports. A page (this process, speaking
+the wire protocol) is connected to node 1 and answers every ``tool.request`` at once.
+Calls go, one at a time and interleaved, to node 1 (local: the page's socket is there)
+and to node 2 (crossing: forwarded to node 1 through Redis pub/sub and back). Prints p50
+and p99 of each and their ratio (goal: crossing at most 1.5x local at p50).
+
+Run: ``.venv/bin/python bench/cluster_route.py [--calls N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "core"))
+
+import httpx
+from clusterkit import Node
+from corekit import TOKEN, RawClient, tool_meta
+from storekit import RedisServer
+from test_cluster import answer_requests
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def main(calls: int) -> None:
+    with tempfile.TemporaryDirectory() as workdir:
+        redis = RedisServer(Path(workdir))
+        redis.start()
+        nodes = [Node(redis.url) for _ in range(3)]
+        try:
+            await asyncio.gather(*(node.start() for node in nodes))
+            page = await RawClient.open(f"ws://127.0.0.1:{nodes[0].port}/pedelec/v1/bridge")
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_requests(page, ran))
+            clients = [httpx.AsyncClient(base_url=f"http://127.0.0.1:{node.port}",
+                                         headers={"Authorization": f"Bearer {TOKEN}"},
+                                         timeout=30) for node in nodes[:2]]
+            times: dict[str, list[float]] = {"local": [], "crossing": []}
+            for n in range(calls + 20):  # the first 20 of each warm up
+                for name, client in zip(("local", "crossing"), clients, strict=True):
+                    started = time.perf_counter()
+                    response = await client.post(f"/pedelec/v1/sessions/{sid}/tool-calls",
+                                                 json={"tool": "a", "args": {"n": n}})
+                    elapsed = time.perf_counter() - started
+                    assert response.json()["result"]["ok"], response.text
+                    if n >= 20:
+                        times[name].append(elapsed * 1000)
+            assert len(ran) == len(set(ran)) == 2 * (calls + 20)
+            handlers.cancel()
+            for client in clients:
+                await client.aclose()
+            await page.close()
+        finally:
+            for node in nodes:
+                await node.kill()
+            redis.stop()
+    local, crossing = times["local"], times["crossing"]
+    print(f"calls: {calls} each, interleaved; 3 nodes, the page on node 1")
+    print(f"{'':10} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, values in times.items():
+        print(f"{name:10} {statistics.median(values):8.2f} {quantile(values, 0.99):8.2f}")
+    print(f"crossing/local: p50 {statistics.median(crossing) / statistics.median(local):.2f}x"
+          f", p99 {quantile(crossing, 0.99) / quantile(local, 0.99):.2f}x")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main(parser.parse_args().calls))

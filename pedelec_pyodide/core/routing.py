@@ -1,0 +1,187 @@
+"""Control-API calls that arrive at a node that does not hold the page's session (several
+Core nodes on one Redis): forwarded, through Redis, to the node that does.
+
+An ASGI middleware in front of Core's routes, as Socket.IO's Redis adapter and Channels'
+Redis layer do it: the request (method, path, the headers that matter, the body) goes to
+the holder's pub/sub inbox, the holder runs it through its own routes (authorization
+checked there again) and publishes the response to the caller's node. A call without an
+``Idempotency-Key`` is given one (``pedelec-route-...``), so when its holder dies and the
+page resumes on another node, the call is forwarded again there and waits for the same
+request (stored with its key) instead of sending a new one: nothing runs twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import secrets
+import time
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .control import PAYLOAD_TOO_LARGE, RETRY_AFTER_SECONDS, ApiError, authorize
+from .log import log_event
+from .sessions import LEASE_SECONDS, SESSION_MOVED, Registry
+from .store import STORE_UNAVAILABLE, StoreError, StoreUnavailable
+
+# the control-API paths that name a session (MCP keeps per-client state on its node)
+_SESSION_PATH = re.compile(r"^/pedelec/v1/sessions/([^/]+)(?:/tool-calls(?:/[^/]+)?|/turns)?$")
+#: the longest a forwarded call waits for its answer, whatever the nodes do
+ROUTE_LIMIT_SECONDS = 600.0
+# how soon a call for a session this node is still taking over looks again
+ADOPT_RETRY_SECONDS = 0.1
+#: the control API's code (HTTP 504) when no node answered within ROUTE_LIMIT_SECONDS
+ROUTE_TIMEOUT = "ROUTE_TIMEOUT"
+# the request headers forwarded (the rest are the hop's own)
+_FORWARDED = (b"authorization", b"idempotency-key", b"content-type")
+_KEY_HEADER = b"idempotency-key"
+_ROUTE_KEY_PREFIX = "pedelec-route-"
+
+
+class ClusterRouter:
+    """Forwards the control-API calls of sessions another node holds (a shared store)."""
+
+    def __init__(self, app: ASGIApp, registry: Registry) -> None:
+        self.app = app
+        self.registry = registry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        registry = self.registry
+        match = _SESSION_PATH.match(scope.get("path", "")) if scope["type"] == "http" else None
+        if match is None or not registry.store.shared or match.group(1) in registry.sessions:
+            await self.app(scope, receive, send)
+            return
+        try:  # nothing reaches Redis for a caller without the token, or a body too large
+            authorize(Request(scope))
+        except ApiError as exc:
+            await exc.response()(scope, receive, send)
+            return
+        limit = registry.config.max_frame_bytes
+        body = await _body(receive, limit)
+        if body is None:
+            await ApiError(413, PAYLOAD_TOO_LARGE, f"the body is over {limit} bytes, the "
+                           "largest frame a page takes").response()(scope, receive, send)
+            return
+        headers = [(name, value) for name, value in scope["headers"] if name in _FORWARDED]
+        if scope["method"] == "POST" and not any(n == _KEY_HEADER for n, _ in headers):
+            headers.append((_KEY_HEADER, (_ROUTE_KEY_PREFIX + secrets.token_hex(16)).encode()))
+        request = {"method": scope["method"], "path": scope["path"],
+                   "query": scope.get("query_string", b"").decode("latin-1"),
+                   "headers": [[n.decode("latin-1"), v.decode("latin-1")] for n, v in headers],
+                   "body": body.decode("utf-8", "surrogateescape")}
+        status, answer = await self._route(scope["app"], match.group(1), request)
+        headers = [(b"content-type", b"application/json")]
+        if status == 503:  # as the control API says it (ApiError.response)
+            headers.append((b"retry-after", RETRY_AFTER_SECONDS.encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": answer.encode("utf-8",
+                                                                        "surrogateescape")})
+
+    async def _route(self, core: Starlette, session_id: str, request: dict[str, Any]
+                     ) -> tuple[int, str]:
+        """To whichever node holds the session, again after a holder died or let go,
+        until an answer or :data:`ROUTE_LIMIT_SECONDS`; nobody holding it: this node."""
+        registry = self.registry
+        deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                holder = await registry.store.holder(session_id)
+                if holder is None or holder == registry.node:
+                    if not await registry.adopt(session_id):
+                        await asyncio.sleep(ADOPT_RETRY_SECONDS)
+                        continue
+                    status, answer = await run_here(core, request)
+                    if not _moved(status, answer, here=True):
+                        return status, answer
+                    continue
+                log_event("route.forward", session=session_id, node=holder)
+                reply = await self._forwarded(session_id, holder, request, deadline)
+            except StoreError as exc:  # Redis out of reach: as the control API says it
+                code = STORE_UNAVAILABLE if isinstance(exc, StoreUnavailable) else exc.code
+                return 503, json.dumps({"error": {"code": code, "message": str(exc)}})
+            if reply is not None:
+                status, answer = int(reply["status"]), str(reply["body"])
+                if not _moved(status, answer, here=False):
+                    return status, answer
+        return 504, json.dumps({"error": {"code": ROUTE_TIMEOUT, "message": (
+            f"no node answered for this session within {ROUTE_LIMIT_SECONDS:g} s")}})
+
+    async def _forwarded(self, session_id: str, holder: str, request: dict[str, Any],
+                         deadline: float) -> dict[str, Any] | None:
+        """``holder``'s reply; None once another node (or none) holds the session."""
+        registry = self.registry
+        with registry.asking(holder, {"http": request}) as reply:
+            await registry.store.publish(holder, reply.message)
+            while time.monotonic() < deadline:
+                done, _ = await asyncio.wait([reply.future], timeout=LEASE_SECONDS / 3)
+                if done:
+                    return reply.future.result()
+                if await registry.store.holder(session_id) != holder:
+                    return None  # it died or let go: the caller routes the call again
+        return None
+
+def _moved(status: int, answer: str, *, here: bool) -> bool:
+    """The node that ran it let the session go meanwhile: route the call again (a 404
+    from another node: it let go before the call arrived)."""
+    if SESSION_MOVED not in answer:
+        return not here and status == 404 and "SESSION_NOT_FOUND" in answer
+    try:
+        data = json.loads(answer)
+    except ValueError:
+        return False
+    error = (data.get("result") or {}).get("error") or data.get("error") or {}
+    return isinstance(error, dict) and error.get("code") == SESSION_MOVED
+
+
+async def _body(receive: Receive, limit: int) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def serve_forwarded(core: Starlette, request: dict[str, Any]) -> dict[str, Any]:
+    """Another node's call, run here: its status and body."""
+    status, body = await run_here(core, request)
+    return {"status": status, "body": body}
+
+
+async def run_here(core: Starlette, request: dict[str, Any]) -> tuple[int, str]:
+    """``request`` through Core's routes on this node (not forwarded again)."""
+    scope: Scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "app": core,
+        "method": request["method"], "path": request["path"],
+        "raw_path": request["path"].encode(), "query_string": request["query"].encode(
+            "latin-1"), "root_path": "", "scheme": "http", "server": None, "client": None,
+        "headers": [(n.encode("latin-1"), v.encode("latin-1")) for n, v in request["headers"]],
+    }
+    body = request["body"].encode("utf-8", "surrogateescape")
+    sent = False
+    response: dict[str, Any] = {"status": 500, "body": []}
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:  # the caller is a node, not a socket: it does not hang up
+            await asyncio.Event().wait()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            response["status"] = message["status"]
+        elif message["type"] == "http.response.body":
+            response["body"].append(message.get("body", b""))
+
+    await core.router(scope, receive, send)
+    return response["status"], b"".join(response["body"]).decode("utf-8", "surrogateescape")
