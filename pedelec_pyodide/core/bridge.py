@@ -228,14 +228,14 @@ class BridgeConnection:
         else:
             parsed = await asyncio.get_running_loop().run_in_executor(
                 _PARSER, self._parse, data)
-        if (isinstance(parsed, protocol.Hello) and self.session is None
-                and not self._took_over):
+        hello = parsed.message
+        if isinstance(hello, protocol.Hello) and self.session is None and not self._took_over:
             # once per connection (a hello costs the store a round trip, and the rate
             # limit charges after): a session another node of the cluster holds, or a
             # new session's id with its lease this node's before the welcome
             self._took_over = True
-            if parsed.session_id is not None:
-                await self.registry.take_over(parsed.session_id, parsed.resume_token)
+            if hello.session_id is not None:
+                await self.registry.take_over(hello.session_id, hello.resume_token)
             else:
                 self._new_id = await self.registry.new_session_id()
         return self._handle_parsed(data, parsed)
