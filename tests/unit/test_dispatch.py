@@ -248,17 +248,25 @@ async def test_async_handler_keeps_waiting_tool_result_state() -> None:
 
 async def test_many_requests_in_flight_finish_in_any_order() -> None:
     session = Session()
+    gates = [asyncio.Event() for _ in range(5)]
+    finished: list[Any] = []
+    session.subscribe(lambda e: finished.append(e.result) if isinstance(e, ToolCall) else None)
 
-    async def sleepy(args: Any) -> Any:
-        await asyncio.sleep(args["wait"])
+    async def gated(args: Any) -> Any:
+        await gates[args["n"]].wait()
         return args["n"]
 
-    session.on_tool("sleepy", sleepy)
-    waits = [0.03, 0.01, 0.02, 0.0, 0.015]
-    results = await asyncio.gather(*(
-        session.dispatch("sleepy", {"n": n, "wait": wait}) for n, wait in enumerate(waits)
-    ))
-    assert results == [0, 1, 2, 3, 4]
+    session.on_tool("gated", gated)
+    calls = asyncio.gather(*(session.dispatch("gated", {"n": n}) for n in range(5)))
+    await asyncio.sleep(0)  # all five running, each waiting on its gate
+    for count, n in enumerate((3, 1, 4, 0, 2), 1):  # released in another order
+        gates[n].set()
+        for _ in range(100):  # bounded: a few loop turns finish it
+            if len(finished) == count:
+                break
+            await asyncio.sleep(0)
+    assert await calls == [0, 1, 2, 3, 4]  # each caller gets its own result
+    assert finished == [3, 1, 4, 0, 2]
     assert session.state == SessionState.IDLE
 
 
