@@ -34,6 +34,7 @@ async def health_while(core: Core, work: Awaitable[Any]) -> tuple[Any, float]:
     """Run ``work`` while polling health; its result and the slowest health answer."""
     slowest = 0.0
     done = asyncio.Event()
+    polled = asyncio.Event()
 
     async def poll() -> None:
         nonlocal slowest
@@ -42,10 +43,11 @@ async def health_while(core: Core, work: Awaitable[Any]) -> tuple[Any, float]:
             response = await core.http.get("/pedelec/v1/health")
             assert response.status_code == 200
             slowest = max(slowest, time.perf_counter() - started)
+            polled.set()
             await asyncio.sleep(0.01)
 
     poller = asyncio.create_task(poll())
-    await asyncio.sleep(0.05)  # polling before the payload goes
+    await asyncio.wait_for(polled.wait(), WAIT)  # polling before the payload goes
     try:
         result = await work
     finally:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import sqlite3
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +152,36 @@ def test_a_caller_with_a_key_that_hangs_up_leaves_its_request_running() -> None:
 # --- the key: retries, reuse, validation ------------------------------------------------------
 
 
+@contextlib.contextmanager
+def retries_claimed() -> Iterator[threading.Event]:
+    """Set once Core has taken a retry as one of a key it knows (its ``control.retry``
+    log event): from then on the retry waits for the first run, whatever the timing."""
+    claimed = threading.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("event=control.retry "):
+                claimed.set()
+
+    logger = logging.getLogger("pedelec.core")
+    seen, level = Seen(), logger.level
+    logger.addHandler(seen)
+    logger.setLevel(logging.INFO)
+    try:
+        yield claimed
+    finally:
+        logger.removeHandler(seen)
+        logger.setLevel(level)
+
+
+async def until_set(event: threading.Event) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while not event.is_set():  # Core runs in this loop: it sets the event between polls
+        assert loop.time() < deadline, "Core never took the retry"
+        await asyncio.sleep(0.005)
+
+
 def test_a_retry_with_the_key_gets_the_first_result_and_never_runs_twice() -> None:
     async def main() -> None:
         async with running_core() as core:
@@ -158,10 +191,11 @@ def test_a_retry_with_the_key_gets_the_first_result_and_never_runs_twice() -> No
             await asyncio.wait_for(gated.started["slow"].wait(), WAIT)
             # the same request while the first waits, its JSON written another way
             same = '{"timeoutMs": 9000, "args": {"b": [1, 2], "a": 1}, "tool": "slow"}'
-            second = asyncio.create_task(core.http.post(
-                calls_path(sid), content=same, headers={KEY: "k1"}))
-            await asyncio.sleep(0.05)
-            assert not second.done()
+            with retries_claimed() as claimed:
+                second = asyncio.create_task(core.http.post(
+                    calls_path(sid), content=same, headers={KEY: "k1"}))
+                await until_set(claimed)
+            assert not second.done()  # Core has it, and it waits for the first
             gated.gates["slow"].set()
             one, two = (await asyncio.wait_for(asyncio.gather(first, second), WAIT))
             assert one.status_code == two.status_code == 200
@@ -238,9 +272,11 @@ def test_a_retried_turn_returns_that_turn_waiting_for_it() -> None:
             first = asyncio.create_task(post(core.http, turns_path(sid), {"text": "go"}, "t1"))
             await asyncio.wait_for(gated.started["slow"].wait(), WAIT)
             # a retry waits for the running turn, not TURN_BUSY
-            second = asyncio.create_task(post(core.http, turns_path(sid), {"text": "go"}, "t1"))
-            await asyncio.sleep(0.05)
-            assert not second.done()
+            with retries_claimed() as claimed:
+                second = asyncio.create_task(
+                    post(core.http, turns_path(sid), {"text": "go"}, "t1"))
+                await until_set(claimed)
+            assert not second.done()  # Core has it, and it waits for the running turn
             busy = await post(core.http, turns_path(sid), {"text": "go"}, "t2")
             assert busy.status_code == 409
             gated.gates["slow"].set()

@@ -37,7 +37,7 @@ from test_progress import next_of
 
 from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.agent import StepLimitExceeded, ToolCallRequest
-from pedelec_pyodide.core.agents import AgentUnavailable, make_agent
+from pedelec_pyodide.core.agents import AgentUnavailable, make_agent, model
 from pedelec_pyodide.core.agents.anthropic_agent import AnthropicAgent
 from pedelec_pyodide.core.agents.model import ModelAgent, ModelError, ModelSettings, capped
 from pedelec_pyodide.core.agents.openai_agent import OpenAIAgent
@@ -312,35 +312,55 @@ def test_unauthorized_fails_the_turn_clearly_without_the_key(
     assert turn.history == []  # nothing answered: nothing remembered
 
 
+class Waits:
+    """``asyncio`` as the adapters' retry loop sees it, its sleep a fake clock: each wait
+    is recorded and takes no time, so the waits are checked exactly, at any load."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    async def sleep(self, delay: float) -> None:
+        self.seconds.append(delay)
+        await asyncio.sleep(0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> Waits:
+    fake = Waits()
+    monkeypatch.setattr(model, "asyncio", fake)
+    return fake
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_rate_limit_is_retried_after_the_wait_asked(provider: str) -> None:
+def test_rate_limit_is_retried_after_the_wait_asked(provider: str, waits: Waits) -> None:
     with stand_in(provider, "rate_limited") as server:
         reply = run(agent_for(server), turn_with("Hello there"))
     assert reply == "Hi!"
-    waited = server.requests[1]["at"] - server.requests[0]["at"]
+    assert len(server.requests) == 2
     # OpenAI sends retry-after-ms (400) beside retry-after (1): the finer one wins
-    assert waited >= (0.4 if provider == "openai" else 1.0)
-    assert waited < 3.0
+    assert waits.seconds == [0.4 if provider == "openai" else 1.0]
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_rate_limit_wait_beyond_the_budget_fails_at_once(provider: str) -> None:
+def test_rate_limit_wait_beyond_the_budget_fails_at_once(provider: str, waits: Waits) -> None:
     with stand_in(provider, "rate_limited") as server:
         server.exchanges = server.exchanges[:1]
         settings = ModelSettings(retry_budget=0.2)
         with pytest.raises(ModelError, match=r"beyond the retry budget of 0\.2 s"):
             run(agent_for(server, settings), turn_with("Hello there"))
     assert len(server.requests) == 1
+    assert waits.seconds == []
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_server_errors_are_retried_then_the_turn_fails(provider: str) -> None:
-    with stand_in(provider, "server_errors") as server:
-        started = time.monotonic()
-        with pytest.raises(ModelError) as caught:
-            run(agent_for(server), turn_with("Hello there"))
+def test_server_errors_are_retried_then_the_turn_fails(provider: str, waits: Waits) -> None:
+    with stand_in(provider, "server_errors") as server, pytest.raises(ModelError) as caught:
+        run(agent_for(server), turn_with("Hello there"))
     assert len(server.requests) == 3
-    assert 1.5 <= time.monotonic() - started < 5  # backoff 0.5 s, then 1 s
+    assert waits.seconds == [0.5, 1.0]  # backoff: 0.5 s, then twice that
     assert str(caught.value).startswith(f"{provider} failed (HTTP ")
     assert str(caught.value).endswith("(gave up after 3 attempts)")
 

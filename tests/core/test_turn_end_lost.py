@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -147,15 +147,23 @@ def test_an_ended_turn_is_remembered_across_a_restart_of_core(tmp_path: Path) ->
     run(main())
 
 
-class SlowCommits:
-    """The store's SQLite connection, with each commit taking 0.2 s (a busy disk)."""
+class HeldEnd:
+    """The store's SQLite connection, holding the commit that stores a turn's end until
+    the test releases it (a busy disk, as long as the test needs: no sleep to time)."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
+        self.ending = False
+        self.holding = threading.Event()
+        self.release = threading.Event()
 
     def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
-        if sql == "COMMIT":
-            time.sleep(0.2)
+        if sql.startswith("INSERT OR REPLACE INTO turns") and params[3] != "running":
+            self.ending = True
+        if sql == "COMMIT" and self.ending:
+            self.ending = False
+            self.holding.set()
+            self.release.wait(WAIT)  # the writer thread; a deadline all the same
         return self.db.execute(sql, params)
 
     def __getattr__(self, name: str) -> Any:
@@ -171,16 +179,25 @@ def test_the_page_hears_of_a_turn_end_only_once_it_is_stored(tmp_path: Path) -> 
         cfg = config(store=str(path), agent_factory=lambda: PlanAgent([[("a", {})]]))
         async with running_core(cfg) as core:
             store = core.registry.store
-            store._db = SlowCommits(store._db)
+            held = HeldEnd(store._db)
+            store._db = held
             client = await RawClient.open(core.ws_url)
             await client.hello([tool_meta("a")])
             await client.send({"type": "turn.start", "turnId": "turn-1", "text": "go"})
             request = await client.recv()
             await client.send({"type": "tool.result", "toolRequestId": request["toolRequestId"],
                                "result": 1, "handledBy": "named"})
-            # re-sent while its end is being stored: ignored, not a second run
-            await asyncio.sleep(0.05)
-            await client.send({"type": "turn.start", "turnId": "turn-1", "text": "go"})
+            try:
+                # the turn's end is being stored: re-sent now, the turn.start is ignored
+                assert await asyncio.to_thread(held.holding.wait, WAIT)
+                await client.send({"type": "turn.start", "turnId": "turn-1", "text": "go"})
+                # frames are handled in order: this one's answer comes after the re-send
+                # was handled, and before the end, which waits for the store
+                await client.send({"type": "turn.cancel", "turnId": "turn-x"})
+                refused = await client.recv()
+                assert refused["type"] == "error" and refused["turnId"] == "turn-x", refused
+            finally:
+                held.release.set()
             end = await client.recv()
             assert end["type"] == "turn.end" and end["turnId"] == "turn-1", end
             with contextlib.closing(sqlite3.connect(path)) as reader:

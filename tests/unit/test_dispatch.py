@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import math
+import time
 from typing import Any
 
 import pytest
@@ -247,17 +248,25 @@ async def test_async_handler_keeps_waiting_tool_result_state() -> None:
 
 async def test_many_requests_in_flight_finish_in_any_order() -> None:
     session = Session()
+    gates = [asyncio.Event() for _ in range(5)]
+    finished: list[Any] = []
+    session.subscribe(lambda e: finished.append(e.result) if isinstance(e, ToolCall) else None)
 
-    async def sleepy(args: Any) -> Any:
-        await asyncio.sleep(args["wait"])
+    async def gated(args: Any) -> Any:
+        await gates[args["n"]].wait()
         return args["n"]
 
-    session.on_tool("sleepy", sleepy)
-    waits = [0.03, 0.01, 0.02, 0.0, 0.015]
-    results = await asyncio.gather(*(
-        session.dispatch("sleepy", {"n": n, "wait": wait}) for n, wait in enumerate(waits)
-    ))
-    assert results == [0, 1, 2, 3, 4]
+    session.on_tool("gated", gated)
+    calls = asyncio.gather(*(session.dispatch("gated", {"n": n}) for n in range(5)))
+    await asyncio.sleep(0)  # all five running, each waiting on its gate
+    for count, n in enumerate((3, 1, 4, 0, 2), 1):  # released in another order
+        gates[n].set()
+        for _ in range(100):  # bounded: a few loop turns finish it
+            if len(finished) == count:
+                break
+            await asyncio.sleep(0)
+    assert await calls == [0, 1, 2, 3, 4]  # each caller gets its own result
+    assert finished == [3, 1, 4, 0, 2]
     assert session.state == SessionState.IDLE
 
 
@@ -347,20 +356,49 @@ async def test_same_request_id_runs_once() -> None:
     assert runs == [1]
 
 
-async def test_tool_call_events_carry_tier_and_timing() -> None:
+async def test_tool_call_events_carry_tier_and_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]  # a fake clock: the handler "takes" 0.25 s
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+
+    def handler(args: Any) -> Any:
+        clock[0] += 0.25
+        return {"echo": args}
+
     session = Session()
     events: list[Any] = []
     dispose = session.subscribe(events.append)
-    session.on_tool("t", lambda args: {"echo": args})
+    session.on_tool("t", handler)
     await session.dispatch("t", {"a": 1}, tool_request_id="r")
     calls = [e for e in events if isinstance(e, ToolCall)]
     assert len(calls) == 1
     assert calls[0].tool == "t" and calls[0].args == {"a": 1}
-    assert calls[0].handled_by == "named" and calls[0].duration_ms >= 0
+    assert calls[0].handled_by == "named" and calls[0].duration_ms == 250.0
     assert not calls[0].is_error
     dispose()
     await session.dispatch("t", {})
     assert len([e for e in events if isinstance(e, ToolCall)]) == 1
+
+
+async def test_an_async_handlers_duration_spans_its_awaits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [50.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    release = asyncio.Event()
+
+    async def handler() -> str:
+        clock[0] += 0.5
+        await release.wait()
+        clock[0] += 1.5
+        return "done"
+
+    session = Session()
+    session.on_tool("t", handler)
+    call = asyncio.ensure_future(session.run_request("t", {}, tool_request_id="r"))
+    await asyncio.sleep(0)
+    clock[0] += 2.0  # time the handler waits counts too
+    release.set()
+    done = await call
+    assert (done.result, done.duration_ms) == ("done", 4000.0)
 
 
 async def test_a_failing_listener_breaks_nothing() -> None:

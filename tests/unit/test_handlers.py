@@ -36,7 +36,12 @@ async def test_priority_named_then_inline_then_fallback_then_not_found() -> None
     third = await call(no_inline)
     assert (third.result, third.handled_by) == ("fallback:update_counter", "fallback")
 
+    other = await call(session, "other")
+    assert (other.result, other.handled_by) == ("fallback:other", "fallback")
     dispose_fallback()
+    gone = await call(session, "other")  # the same session, its fallback disposed
+    assert gone.handled_by == "none"
+    assert gone.result["error"]["code"] == "TOOL_HANDLER_NOT_FOUND"
     bare = Session([counter_tool()])
     fourth = await call(bare)
     assert fourth.handled_by == "none"
@@ -85,6 +90,10 @@ async def test_disposers_are_idempotent() -> None:
     dispose_fallback = session.on_tool(lambda: "fb")
     dispose_fallback()
     dispose_fallback()
+    assert (await session.dispatch("other", {}))["error"]["code"] == "TOOL_HANDLER_NOT_FOUND"
+    session.on_tool(lambda: "fb again")
+    dispose_fallback()  # nor a later fallback
+    assert await session.dispatch("other", {}) == "fb again"
 
 
 async def test_handlers_receive_the_leading_parameters_they_declare() -> None:
@@ -110,7 +119,11 @@ async def test_add_tool_later_and_dispose_it() -> None:
     assert "update_counter" not in session.tools
     result = await session.dispatch("update_counter", {"delta": 4})
     assert result["error"]["code"] == "TOOL_HANDLER_NOT_FOUND"
-    dispose()  # idempotent
+    dispose()  # idempotent: a second call removes nothing...
+    session.add_tool(counter_tool(lambda args: args["delta"] * 3))
+    dispose()  # ...not even the same name added again
+    assert "update_counter" in session.tools
+    assert await session.dispatch("update_counter", {"delta": 4}) == 12
 
 
 def test_two_tools_under_one_name_are_rejected() -> None:

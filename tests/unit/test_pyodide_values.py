@@ -23,12 +23,14 @@ def js_values() -> dict[str, Any]:
         "typed array": js.Uint8Array.new(3),
         "map": js.Map.new(),
         "promise-free handle": js.eval("new (class Handle {})()"),
+        "null-prototype object": js.eval("Object.create(null)"),  # no constructor to name
     }
 
 
 @pytest.mark.parametrize(("kind", "js_class"), [
     ("function", "Function"), ("object", "Object"), ("array", "Array"),
     ("typed array", "Uint8Array"), ("map", "Map"), ("promise-free handle", "Handle"),
+    ("null-prototype object", "object"),
 ])
 async def test_a_jsproxy_result_is_invalid_and_named(kind: str, js_class: str) -> None:
     value = js_values()[kind]
@@ -39,7 +41,10 @@ async def test_a_jsproxy_result_is_invalid_and_named(kind: str, js_class: str) -
     assert error["code"] == "TOOL_RESULT_INVALID"
     assert error["details"]["path"] == "$.value"
     assert error["details"]["type"] == f"a JavaScript {js_class} (JsProxy)"
-    assert "to_py()" in error["message"]
+    assert error["message"] == (
+        f"the result is not JSON-compatible: $.value is a JavaScript {js_class} (JsProxy), "
+        "which is not a JSON type; convert it explicitly (value.to_py(), str(value), "
+        "list(value))")
 
 
 async def test_converted_js_values_are_fine() -> None:

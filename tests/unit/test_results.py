@@ -12,7 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pedelec_pyodide.results import ResultError, encode_result
+from pedelec_pyodide.results import (
+    TOOL_RESULT_INVALID,
+    TOOL_RESULT_TOO_LARGE,
+    ResultError,
+    ToolError,
+    encode_result,
+    invalid_args,
+    tool_error,
+)
 
 UNLIMITED = 10**9
 
@@ -110,3 +118,164 @@ def test_a_lone_surrogate_in_a_result_is_refused_naming_its_path(value: Any, pat
     assert "lone surrogate" in error["message"]
     wire, text = encode_result({"emoji": "\U0001f600"})  # a pair is valid text
     assert json.loads(text) == wire == {"emoji": "\U0001f600"}
+
+
+# --- the messages and paths users see (docs/reference/python-api.md, "Dispatch") --------
+
+def refusal(value: Any) -> dict[str, Any]:
+    with pytest.raises(ResultError) as refused:
+        encode_result(value)
+    error: dict[str, Any] = refused.value.result["error"]
+    assert error["code"] == TOOL_RESULT_INVALID
+    assert str(refused.value) == error["message"]  # the exception reads as its result
+    return error
+
+
+class Broken(dict):  # type: ignore[type-arg]
+    def items(self) -> Any:
+        raise RuntimeError("the backing store went away")
+
+
+@pytest.mark.parametrize(("value", "path", "kind", "why"), [
+    ({"when": datetime.date(2026, 11, 30)}, "$.when", "a datetime.date", "is not a JSON type"),
+    ({"x": math.nan}, "$.x", "a float",
+     "JSON cannot represent (NaN and Infinity are not JSON)"),
+    ({"ok": [1], 7: "seven"}, '$["7"]', "a int",
+     "is not allowed as an object key (keys must be str)"),
+    # a finite float before the bad part does not end the walk (a tuple: the slow path)
+    ((1.5, {1}), "$[1]", "a set", "is not a JSON type"),
+])
+def test_a_refusal_names_the_path_the_type_and_why(
+        value: Any, path: str, kind: str, why: str) -> None:
+    error = refusal(value)
+    assert error["message"] == f"the result is not JSON-compatible: {path} is {kind}, which {why}"
+    assert error["details"] == {"path": path, "type": kind}
+
+
+def test_a_cycle_is_named_as_one() -> None:
+    loop: list[Any] = [1]
+    loop.append({"back": loop})
+    error = refusal(loop)
+    assert error["message"] == ("the result is not JSON-compatible: $[1].back is a list, "
+                                "which contains itself (a cycle)")
+
+
+def test_a_value_repeated_beside_a_tuple_is_not_a_cycle() -> None:
+    # a tuple takes the walk (the slow path): a container closed after its first visit
+    # may appear again
+    shared = [1, {"a": [2]}]
+    value = {"t": (0,), "first": shared, "again": shared, "deep": [shared, (shared,)]}
+    wire, _ = encode_result(value)
+    assert wire == json.loads(json.dumps(value))
+
+
+def nested_dicts(depth: int) -> Any:
+    value: Any = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("container", ["dict", "list", "mixed", "tuple"])
+def test_results_nest_at_most_99_levels_of_any_container(container: str) -> None:
+    def build(depth: int) -> Any:
+        value: Any = {} if container == "dict" else []
+        for level in range(depth - 1):
+            if container == "dict" or (container == "mixed" and level % 2):
+                value = {"a": value}
+            elif container == "tuple":
+                value = (value,)
+            else:
+                value = [value]
+        return value
+
+    assert encode_result(build(99))[0] == json.loads(json.dumps(build(99)))
+    error = refusal(build(100))
+    assert error["message"].endswith(", which nests deeper than 99 levels")
+    assert error["details"]["path"].count(".a") + error["details"]["path"].count("[0]") == 99
+
+
+def test_a_value_json_cannot_encode_is_refused_even_when_its_walk_looks_fine() -> None:
+    # an int too long to write as text (Python's int_max_str_digits): of a JSON type, yet
+    # json cannot encode it
+    error = refusal((1, 10**5000))
+    assert error["message"] == ("the result is not JSON-compatible: $ is a tuple, "
+                                "which cannot be encoded as JSON")
+    assert error["details"] == {"path": "$", "type": "a tuple"}
+
+
+def test_a_container_that_fails_while_it_is_read_is_refused_not_raised() -> None:
+    error = refusal(Broken(x=1))
+    kind = f"a {__name__}.Broken"  # the module as pytest imported it
+    assert error["message"] == (
+        f"the result is not JSON-compatible: $ is {kind}, "
+        "which raised RuntimeError while it was read: the backing store went away")
+    assert error["details"] == {"path": "$", "type": kind}
+
+
+class Logged(dict):  # type: ignore[type-arg]
+    """A dict whose items() encodes another result first: encoding re-entered."""
+
+    def items(self) -> Any:
+        self.inner = encode_result({"inner": [1, 2]})
+        return super().items()
+
+
+def test_a_result_encoded_while_another_is_being_encoded_is_right() -> None:
+    value = Logged(a=[1, {"b": 2}], c="d")
+    wire, text = encode_result(value)
+    assert (wire, text) == ({"a": [1, {"b": 2}], "c": "d"}, '{"a":[1,{"b":2}],"c":"d"}')
+    assert value.inner == ({"inner": [1, 2]}, '{"inner":[1,2]}')
+
+
+@pytest.mark.parametrize(("value", "path"), [
+    ({"a": ["ok", "x\udfff"]}, "$.a[1]"), ((["\udc00"],), "$[0][0]"),
+])
+def test_a_lone_surrogate_refusal_says_where_and_why(value: Any, path: str) -> None:
+    error = refusal(value)
+    assert error["message"] == (f"the result is not valid Unicode text: a lone surrogate at "
+                                f"{path}: text must be valid Unicode")
+    assert error["details"] == {"path": path, "type": "a str"}
+
+
+def test_the_size_limit_counts_utf8_bytes_of_the_json() -> None:
+    value = {"text": "é" * 10}  # 10 characters, 20 bytes
+    size = len('{"text":""}') + 20
+    assert encode_result(value, size)[0] == value
+    with pytest.raises(ResultError) as refused:
+        encode_result(value, size - 1)
+    assert refused.value.result == {"error": {
+        "code": TOOL_RESULT_TOO_LARGE,
+        "message": f"the result is {size} bytes of JSON; the limit is {size - 1}",
+        "details": {"size": size, "limit": size - 1}}}
+
+
+# --- the error helpers ---------------------------------------------------------------
+
+def test_tool_error_builds_the_uniform_shape() -> None:
+    assert tool_error("NOPE", "no") == {"error": {"code": "NOPE", "message": "no"}}
+    assert tool_error("NOPE", "no", details={"k": 1}, retryable=0) == {
+        "error": {"code": "NOPE", "message": "no", "details": {"k": 1}, "retryable": False}}
+    assert invalid_args("bad x", [1]) == {"error": {
+        "code": "INVALID_ARGS", "message": "bad x", "details": [1], "retryable": True}}
+
+
+@pytest.mark.parametrize(("code", "message", "says"), [
+    ("", "m", "an error code must be a non-empty string, got ''"),
+    (7, "m", "an error code must be a non-empty string, got 7"),
+    ("C", b"m", "an error message must be a string, got bytes"),
+])
+def test_tool_error_refuses_a_bad_code_or_message(code: Any, message: Any, says: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        tool_error(code, message)
+    assert str(refused.value) == says
+    with pytest.raises(ValueError):
+        ToolError(code, message)
+
+
+def test_a_tool_error_reads_as_its_message_and_carries_its_result() -> None:
+    error = ToolError("OUT_OF_STOCK", "no more widgets", details={"left": 0}, retryable=True)
+    assert str(error) == "no more widgets"
+    assert error.code == "OUT_OF_STOCK"
+    assert error.result == tool_error("OUT_OF_STOCK", "no more widgets", details={"left": 0},
+                                      retryable=True)

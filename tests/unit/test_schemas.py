@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator, SchemaError
 
+from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.schemas import (
+    MAX_ARGS_ERRORS,
     MAX_PATTERN_LENGTH,
     MAX_PATTERN_NESTING,
     check_schema,
@@ -222,3 +224,161 @@ def test_patterns_too_long_or_too_deep_are_refused(pattern: str, said: str) -> N
             check_schema(schema)
         assert said in str(refused.value)
         assert len(str(refused.value)) < 3 * MAX_EXCERPT  # the pattern, quoted in short
+
+
+# --- what a refusal says: the path of the bad keyword, why, and the value in short --------
+
+TYPES = "one of null, boolean, object, array, number, string, integer"
+
+
+@pytest.mark.parametrize(("schema", "says"), [
+    ({1: {}}, "$: keys must be strings, got 1"),
+    ({"type": "integr"}, f"$.type: 'integr' is not a JSON Schema type ({TYPES})"),
+    ({"type": []}, "$.type: must be a non-empty array of distinct type names"),
+    ({"properties": []}, "$.properties: must be an object of schemas, got list"),
+    ({"minLength": -1}, "$.minLength: must be a non-negative integer, got -1"),
+    ({"maxItems": 1.5}, "$.maxItems: must be a non-negative integer, got 1.5"),
+    ({"maximum": "9"}, "$.maximum: must be a number, got '9'"),
+    ({"multipleOf": 0}, "$.multipleOf: must be a number greater than 0, got 0"),
+    ({"required": [1]}, "$.required: must be an array of strings, got [1]"),
+    ({"required": ["a", "a"]}, "$.required: must not repeat a name, got ['a', 'a']"),
+    ({"dependentRequired": []}, "$.dependentRequired: must be an object, got list"),
+    ({"dependentRequired": {"a": "b"}},
+     "$.dependentRequired.a: must be an array of strings, got 'b'"),
+    ({"enum": "a"}, "$.enum: must be an array, got str"),
+    ({"pattern": 5}, "$.pattern: must be a string, got int"),
+    ({"$ref": 5}, "$.$ref: must be a string, got int"),
+    ({"$ref": "https://example.com/s.json"},
+     "$.$ref: only local references ('#...') are allowed, got 'https://example.com/s.json'"),
+    ({"title": 3}, "$.title: must be a string, got int"),
+    ({"uniqueItems": "yes"}, "$.uniqueItems: must be a boolean, got str"),
+    ({"anyOf": []}, "$.anyOf: must be a non-empty array of schemas"),
+    ({"not": 3}, "$.not: a schema must be an object or a boolean, got int"),
+    # draft 7's list form of items and additionalItems: each element is a schema
+    ({"items": [{"type": "string"}, {"type": "nope"}]},
+     f"$.items[1].type: 'nope' is not a JSON Schema type ({TYPES})"),
+    ({"additionalItems": [{"minLength": -2}]},
+     "$.additionalItems[0].minLength: must be a non-negative integer, got -2"),
+    ({"items": [{"$ref": "#/$defs/gone"}]},
+     "$.items[0].$ref: '#/$defs/gone' points to nothing in this schema"),
+    ({"patternProperties": {"(": {}}},
+     "$.patternProperties['(']: '(' is not a valid regular expression (missing ), "
+     "unterminated subpattern at position 0)"),
+])
+def test_a_refusal_says_where_and_why(schema: Any, says: str) -> None:
+    with pytest.raises(OurSchemaError) as refused:
+        check_schema(schema)
+    assert str(refused.value) == says
+
+
+def test_count_keywords_may_be_zero() -> None:
+    schema = {"minLength": 0, "maxLength": 0, "minItems": 0, "maxItems": 0,
+              "minProperties": 0, "maxProperties": 0, "minContains": 0, "maxContains": 0}
+    check_schema(schema)
+    Draft202012Validator.check_schema(schema)
+
+
+def test_a_pattern_of_exactly_the_limit_is_accepted_and_one_more_is_quoted_short() -> None:
+    check_schema({"pattern": "a" * MAX_PATTERN_LENGTH})
+    with pytest.raises(OurSchemaError) as refused:
+        check_schema({"pattern": "b" * (MAX_PATTERN_LENGTH + 1)})
+    assert str(refused.value) == (
+        f"$.pattern: the regular expression {'b' * MAX_EXCERPT!r}… (801 more characters) "
+        f"has 1001 characters; the limit is {MAX_PATTERN_LENGTH}")
+
+
+@pytest.mark.parametrize("pattern", [
+    "(" * MAX_PATTERN_NESTING + ")" * MAX_PATTERN_NESTING,  # exactly the limit
+    "()" * 60, "(a)" * 60,  # many groups, none inside another
+    r"\(" * 60 + "[(]" * 60 + "x",  # escaped and bracketed parentheses are not groups
+])
+def test_patterns_up_to_the_nesting_limit_are_accepted(pattern: str) -> None:
+    check_schema({"pattern": pattern})
+
+
+@pytest.mark.parametrize("pattern", [
+    "(a" * 51 + ")" * 51,  # characters between the parentheses do not hide the depth
+    "(" * 30 + ")" + "(" * 22 + ")" * 51,  # 51 deep after a group closed
+])
+def test_patterns_over_the_nesting_limit_are_refused_and_quoted(pattern: str) -> None:
+    with pytest.raises(OurSchemaError) as refused:
+        check_schema({"pattern": pattern})
+    assert str(refused.value).startswith(f"$.pattern: the regular expression {pattern[:20]!r}"[:-1])
+    assert str(refused.value).endswith(f" nests groups deeper than {MAX_PATTERN_NESTING}")
+
+
+@pytest.mark.parametrize("schema", [
+    # a root $id: the schema's own references are still checked
+    {"$id": "urn:example:root", "$ref": "#/$defs/missing"},
+    {"$id": "urn:example:root", "$defs": {"a": {"$ref": "#/$defs/b"}}},
+])
+def test_a_root_id_does_not_turn_off_the_reference_check(schema: Any) -> None:
+    with pytest.raises(OurSchemaError, match="points to nothing"):
+        check_schema(schema)
+
+
+def test_a_nested_id_leaves_its_references_to_the_validator() -> None:
+    # its references resolve against that $id, which this check does not follow
+    check_schema({"$defs": {"a": {"$id": "urn:example:a", "$ref": "#/elsewhere"}}})
+
+
+@pytest.mark.parametrize("schema", [
+    {"$defs": {"x": {"$dynamicAnchor": "here", "type": "string"}}, "$ref": "#here"},
+    # pointers: ~0 is "~", ~1 is "/", percent-escapes in either case, list indexes
+    {"$defs": {"a~b": {"type": "string"}}, "$ref": "#/$defs/a~0b"},
+    {"$defs": {"\u00e9t\u00e9": {"type": "string"}}, "allOf": [
+        {"$ref": "#/$defs/%C3%A9t%C3%A9"}, {"$ref": "#/$defs/%c3%a9t%c3%a9"}]},
+    {"prefixItems": [{"properties": {"a": {"type": "string"}}}],
+     "items": {"$ref": "#/prefixItems/0/properties/a"}},
+    # an anchor reference met while looking for loops is not a pointer to follow
+    {"$defs": {"x": {"$anchor": "here"}, "y": {"allOf": [{"$ref": "#here"}]}},
+     "allOf": [{"$ref": "#/$defs/y"}]},
+])
+def test_references_of_every_form_resolve(schema: Any) -> None:
+    check_schema(schema)
+    Draft202012Validator(schema).is_valid("text")  # and jsonschema can apply them
+
+
+def test_a_pointer_with_bytes_that_are_not_utf8_points_to_nothing() -> None:
+    with pytest.raises(OurSchemaError) as refused:
+        check_schema({"$ref": "#/$defs/%FF"})
+    assert str(refused.value) == "$.$ref: '#/$defs/%FF' points to nothing in this schema"
+
+
+LOOP = "leads back to itself without descending into the arguments: validation would never end"
+
+
+@pytest.mark.parametrize(("schema", "named"), [
+    ({"$ref": "#"}, "#"),
+    # a loop through dependentSchemas (a map of subschemas applied to the same object)
+    ({"$defs": {"a": {"dependentSchemas": {"k": {"$ref": "#/$defs/a"}}}}, "$ref": "#/$defs/a"},
+     "#/$defs/a"),
+    # three references round: the first one met after where the walk entered is named
+    ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/c"},
+                "c": {"$ref": "#/$defs/a"}}}, "#/$defs/c"),
+    # a loop reached from outside it, through a reference that is not on it
+    ({"$ref": "#/$defs/entry", "$defs": {"entry": {"allOf": [{"$ref": "#/$defs/a"}]},
+                                         "a": {"not": {"$ref": "#/$defs/b"}},
+                                         "b": {"not": {"$ref": "#/$defs/a"}}}}, "#/$defs/b"),
+    # a loop after two spellings of one subschema that has none
+    ({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}, {"$ref": "#/%24defs/b"}]}, "b": {},
+                "c": {"not": {"$ref": "#/$defs/c"}}}}, "#/$defs/c"),
+])
+def test_a_loop_is_refused_naming_a_reference_on_it(schema: Any, named: str) -> None:
+    with pytest.raises(OurSchemaError) as refused:
+        check_schema(schema)
+    assert str(refused.value) == f"$: '{named}' {LOOP}"
+
+
+async def test_invalid_args_report_at_most_20_errors_each_in_short() -> None:
+    """docs/reference/python-api.md: a huge or very wrong argument is not echoed back."""
+    names = [f"p{i:02}" for i in range(30)]
+    schema = {"type": "object", "properties": {name: {"type": "integer"} for name in names}}
+    session = Session([define_tool(name="t", description="d", args_schema=schema,
+                                   handler=lambda args: None)])
+    result = await session.dispatch("t", {name: "x" * 5000 for name in names})
+    errors = result["error"]["details"]["errors"]
+    assert len(errors) == MAX_ARGS_ERRORS == 20
+    assert all(len(e["path"]) <= 300 and len(e["message"]) <= 300 for e in errors)
+    # jsonschema's "'xx...x' is not of type 'integer'", its first 200 characters
+    assert errors[0]["message"].endswith("… (4827 more characters)")

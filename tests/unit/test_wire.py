@@ -420,7 +420,7 @@ def test_bad_frames_get_an_error_frame_and_the_session_goes_on(frame: str) -> No
 
 async def test_tool_cancel_marks_the_context_cancelled() -> None:
     session = Session()
-    connected(session)
+    core = connected(session)
     seen: list[ToolContext] = []
     release = asyncio.Event()
 
@@ -434,10 +434,17 @@ async def test_tool_cancel_marks_the_context_cancelled() -> None:
     assert not seen[0].cancelled
     session.receive('{"type":"tool.cancel","toolRequestId":"q1","reason":"deadline"}')
     assert seen[0].cancelled
+    sent = len(core.sent)
     session.receive('{"type":"tool.cancel","toolRequestId":"unknown","reason":"x"}')
+    assert len(core.sent) == sent  # ignored: nothing answered, nothing raised
     release.set()
     for _ in range(5):
         await asyncio.sleep(0)
+    assert [frame["toolRequestId"] for frame in core.of_type("tool.result")] == ["q1"]
+    # a cancel for an id not running is not remembered: a later request of that id runs
+    session.receive(request("unknown"))
+    await asyncio.sleep(0)
+    assert seen[1].tool_request_id == "unknown" and not seen[1].cancelled
 
 
 async def test_send_text_runs_a_turn() -> None:
