@@ -195,6 +195,7 @@ class InFlight:
     cancelled_by: str | None = None
     grace: Cancellable | None = None
     asking: asyncio.Future[Any] | None = None
+    approval: ApprovalRequest | None = None  # what its approver is being asked
     waiting = 0
     latest: tuple[float, float | None, str | None] | None = None
     unsent = False
@@ -517,8 +518,9 @@ class Engine:
         approver = self.approver or self.default_approver
         if approver is None:
             return _no_approver(rec.tool)
-        request = ApprovalRequest(rec.tool, rec.args, rec.tool_request_id, rec.turn_id,
-                                  lambda: self._record_approval(rec))
+        request = rec.approval = ApprovalRequest(
+            rec.tool, rec.args, rec.tool_request_id, rec.turn_id,
+            lambda: self._record_approval(rec))
         self.set_waiting(rec, True, APPROVAL_REASON, status=False)
         try:
             verdict: Any = approver(request)
@@ -600,13 +602,23 @@ class Engine:
             asking = rec.asking
             if not grace:  # Core's cancel: Core has answered its caller and forgotten it
                 rec.reply = False
+            if rec.approval is not None:  # its verdict is no longer wanted
+                rec.approval.withdrawn = True
             self._answer(rec, _cancelled(rec, reason, "before it was approved"))
-            if asking is not None:
+            if asking is not None:  # the approver's wait ends (CancelledError)
                 asking.cancel()
         elif grace and rec.grace is None:
             rec.grace = self.scheduler.call_later(self.cancel_grace,
                                                   lambda: self._give_up(rec))
         return True
+
+    def close(self, reason: str) -> None:
+        """The session closed: settle every request in flight, as :meth:`cancel` with the
+        grace period does (one awaiting approval is withdrawn and answered at once; a
+        running one sees ``ctx.cancelled`` and is answered once it finishes or the grace
+        period has passed), so no caller of ``dispatch`` waits for ever."""
+        for request_id in list(self.inflight):
+            self.cancel(request_id, reason, grace=True)
 
     def _give_up(self, rec: InFlight) -> None:
         rec.grace = None
