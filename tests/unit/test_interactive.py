@@ -126,10 +126,15 @@ async def test_progress_within_the_interval_keeps_the_latest_for_the_timer() -> 
     (lambda ctx: ctx.progress(1, float("inf")), "total must be"),
     (lambda ctx: ctx.progress(1, message=3), "message must be"),
 ])
-async def test_bad_progress_is_a_value_error_in_the_handler(call: Any, match: str) -> None:
+@pytest.mark.parametrize("armed", [False, True])
+async def test_bad_progress_is_a_value_error_in_the_handler(call: Any, match: str,
+                                                            armed: bool) -> None:
     caught: list[BaseException] = []
 
     def work(args: Any, ctx: ToolContext) -> str:
+        if armed:  # the throttle's timer armed: the steady state's fast path checks too
+            ctx.progress(0.25)
+            ctx.progress(0.5)
         try:
             call(ctx)
         except ValueError as exc:
