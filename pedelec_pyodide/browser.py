@@ -524,8 +524,9 @@ class PageSession:
 
     ``emit(type, json)`` is a JS function; it receives every session event as a type
     (``statechange``, ``toolcall``, ``toolstatus``, ``toolprogress``, ``approval``,
-    ``delta``, ``turnend``, ``welcome``, ``error``) and a JSON string. ``namespace`` is the
-    globals of the page's Python blocks (``session`` is bound there).
+    ``approvalwithdrawn``, ``delta``, ``turnend``, ``welcome``, ``error``) and a JSON
+    string. ``namespace`` is the globals of the page's Python blocks (``session`` is bound
+    there).
 
     Approvals: unless the page's Python registers ``session.on_approval``, a request that
     needs approval is an ``approval`` event for the page's JS, answered by
@@ -558,11 +559,17 @@ class PageSession:
         decision: asyncio.Future[tuple[bool, str | None, bool]] = (
             asyncio.get_running_loop().create_future())
         self._asking[request.tool_request_id] = (request, decision)
+        about = json.dumps({"toolRequestId": request.tool_request_id, "tool": request.tool,
+                            "args": request.args, "turnId": request.turn_id},
+                           ensure_ascii=False)
         try:
-            self._emit("approval", json.dumps({
-                "toolRequestId": request.tool_request_id, "tool": request.tool,
-                "args": request.args, "turnId": request.turn_id}, ensure_ascii=False))
+            self._emit("approval", about)
             approved, reason, nobody = await decision
+        except asyncio.CancelledError:
+            # answered without the page's verdict (cancelled, the session closed): the
+            # page takes its question down
+            self._emit("approvalwithdrawn", about)
+            raise
         finally:
             self._asking.pop(request.tool_request_id, None)
         if nobody:
@@ -579,9 +586,10 @@ class PageSession:
 
     def decide(self, tool_request_id: str, decision_json: str) -> bool:
         """The page's answer to an ``approval`` event: ``{"approved", "reason"?,
-        "noApprover"?}``. False if that request is not awaiting one (decided already)."""
+        "noApprover"?}``. False if that request is not awaiting one (decided already,
+        withdrawn)."""
         asked = self._asking.get(str(tool_request_id))
-        if asked is None or asked[1].done():
+        if asked is None or asked[1].done() or asked[0].withdrawn:
             return False
         request, decision = asked
         answer = json.loads(decision_json)
@@ -638,5 +646,6 @@ class PageSession:
         return json.dumps({"error": error}, ensure_ascii=False)
 
     def close(self) -> None:
-        self._unsubscribe()
+        # closed first: the page hears the requests it settles and the state ``closed``
         self.session.close()
+        self._unsubscribe()

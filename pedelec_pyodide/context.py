@@ -127,10 +127,15 @@ class ApprovalRequest:
     """A request that needs the user's approval before its handler runs: what an approver
     (``session.on_approval(handler)``) is asked about. ``handler(request)`` returns (or
     resolves to) ``True`` to run it; anything else denies it. ``return request.deny(
-    "reason")`` denies with a reason the agent sees (``details.reason``)."""
+    "reason")`` denies with a reason the agent sees (``details.reason``).
+
+    A request can be answered while its approver is still asking: cancelled
+    (``session.cancel``, Core's deadline, a cancelled turn) or its session closed. Then
+    :attr:`withdrawn` is True, an ``async`` approver's wait is cancelled
+    (``asyncio.CancelledError``), and a verdict given later is ignored."""
 
     __slots__ = ("_on_approve", "approved", "args", "reason", "tool", "tool_request_id",
-                 "turn_id")
+                 "turn_id", "withdrawn")
 
     def __init__(self, tool: str, args: Any, tool_request_id: str, turn_id: str | None,
                  on_approve: Callable[[], None] | None = None) -> None:
@@ -141,12 +146,15 @@ class ApprovalRequest:
         #: why it was denied, when the approver said (see :meth:`deny`)
         self.reason: str | None = None
         self.approved = False
+        #: answered without the approver's verdict (cancelled, the session closed): a
+        #: question still shown to the user should be taken down
+        self.withdrawn = False
         self._on_approve = on_approve
 
     def approve(self) -> bool:
         """Record the approval at once (it survives a reload from this moment, before the
         handler runs) and return ``True``: ``return request.approve()``."""
-        if not self.approved:
+        if not self.approved and not self.withdrawn:
             self.approved = True
             if self._on_approve is not None:
                 self._on_approve()

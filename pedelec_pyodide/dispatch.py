@@ -195,8 +195,13 @@ class InFlight:
     cancelled_by: str | None = None
     grace: Cancellable | None = None
     asking: asyncio.Future[Any] | None = None
+    approval: ApprovalRequest | None = None  # what its approver is being asked
     waiting = 0
-    latest: tuple[float, float | None, str | None] | None = None
+    # the latest progress reported, its total and message (fields, not one tuple: a
+    # handler's hot path then allocates nothing the garbage collector has to track)
+    last_progress: float = -math.inf  # none reported yet (any finite number is above it)
+    last_total: float | None = None
+    last_message: str | None = None
     unsent = False
     next_progress_at = 0.0
     progress_timer: Cancellable | None = None
@@ -236,9 +241,18 @@ class InFlight:
         return self.cancelled_by is not None or self._engine.outbox.closed()
 
     def report(self, progress: Any, total: Any = None, message: Any = None) -> None:
-        # On a handler's hot path (it may call this for every item): a plain int or float
-        # costs a few comparisons, and a total or message the same object as the last
-        # one's is not checked again.
+        # On a handler's hot path (it may call this for every item). The steady state
+        # first: a send is due already (the throttle's timer is armed, so not answered),
+        # an int or float above the last and in range, the same total and message objects
+        # as the last call's (checked then): store it for the timer, nothing else.
+        if (self.progress_timer is not None and total is self.last_total
+                and message is self.last_message and type(progress) in _PLAIN_NUMBERS
+                and self.last_progress < progress <= _MAX_SAFE_INT):
+            self.last_progress = progress
+            self.unsent = True
+            return
+        # Otherwise: a plain int or float costs a few comparisons, and a total or message
+        # the same object as the last one's is not checked again.
         if self.answered:
             return
         kind = type(progress)
@@ -251,16 +265,11 @@ class InFlight:
         if not number:
             raise ValueError(f"ctx.progress: progress must be a finite number, got "
                              f"{excerpt(repr(progress))}")
-        latest = self.latest
-        if latest is not None:
-            if progress <= latest[0]:
-                raise ValueError(f"ctx.progress: progress must increase: {progress!r} after "
-                                 f"{latest[0]!r}")
-            total_checked = total is None or total is latest[1]
-            message_checked = message is None or message is latest[2]
-        else:
-            total_checked = total is None
-            message_checked = message is None
+        if progress <= self.last_progress:
+            raise ValueError(f"ctx.progress: progress must increase: {progress!r} after "
+                             f"{self.last_progress!r}")
+        total_checked = total is None or total is self.last_total
+        message_checked = message is None or message is self.last_message
         if not total_checked and not _is_number(total):
             raise ValueError(f"ctx.progress: total must be a finite number or None, got "
                              f"{excerpt(repr(total))}")
@@ -270,7 +279,7 @@ class InFlight:
                                  f"{type(message).__name__}")
             if len(message) > MAX_STATUS_TEXT:
                 message = message[:MAX_STATUS_TEXT]
-        self.latest = (progress, total, message)
+        self.last_progress, self.last_total, self.last_message = progress, total, message
         if self.progress_timer is not None:  # a send is due already: it takes the latest
             self.unsent = True
         else:
@@ -294,10 +303,18 @@ class InFlight:
             return self.handled_by
         return self.runs.tier if self.runs is not None else "none"
 
-    def progress_detail(self) -> dict[str, Any] | None:
-        if self.latest is None:
+    @property
+    def latest(self) -> tuple[float, float | None, str | None] | None:
+        """The latest progress reported, its total and message; None before the first."""
+        if self.last_progress == -math.inf:
             return None
-        progress, total, message = self.latest
+        return self.last_progress, self.last_total, self.last_message
+
+    def progress_detail(self) -> dict[str, Any] | None:
+        latest = self.latest
+        if latest is None:
+            return None
+        progress, total, message = latest
         return {"progress": progress, "total": total, "message": message}
 
     def pending(self) -> PendingRequest:
@@ -517,8 +534,9 @@ class Engine:
         approver = self.approver or self.default_approver
         if approver is None:
             return _no_approver(rec.tool)
-        request = ApprovalRequest(rec.tool, rec.args, rec.tool_request_id, rec.turn_id,
-                                  lambda: self._record_approval(rec))
+        request = rec.approval = ApprovalRequest(
+            rec.tool, rec.args, rec.tool_request_id, rec.turn_id,
+            lambda: self._record_approval(rec))
         self.set_waiting(rec, True, APPROVAL_REASON, status=False)
         try:
             verdict: Any = approver(request)
@@ -600,13 +618,23 @@ class Engine:
             asking = rec.asking
             if not grace:  # Core's cancel: Core has answered its caller and forgotten it
                 rec.reply = False
+            if rec.approval is not None:  # its verdict is no longer wanted
+                rec.approval.withdrawn = True
             self._answer(rec, _cancelled(rec, reason, "before it was approved"))
-            if asking is not None:
+            if asking is not None:  # the approver's wait ends (CancelledError)
                 asking.cancel()
         elif grace and rec.grace is None:
             rec.grace = self.scheduler.call_later(self.cancel_grace,
                                                   lambda: self._give_up(rec))
         return True
+
+    def close(self, reason: str) -> None:
+        """The session closed: settle every request in flight, as :meth:`cancel` with the
+        grace period does (one awaiting approval is withdrawn and answered at once; a
+        running one sees ``ctx.cancelled`` and is answered once it finishes or the grace
+        period has passed), so no caller of ``dispatch`` waits for ever."""
+        for request_id in list(self.inflight):
+            self.cancel(request_id, reason, grace=True)
 
     def _give_up(self, rec: InFlight) -> None:
         rec.grace = None
@@ -693,6 +721,7 @@ def _is_number(value: Any) -> bool:
 
 
 _MAX_SAFE_INT = 2**53  # the largest integer a JSON reader's double holds exactly
+_PLAIN_NUMBERS = frozenset({int, float})  # not bool: JSON's true is not a number
 
 
 # Handler outcomes that are certainly not awaitable: checked before inspect.isawaitable.

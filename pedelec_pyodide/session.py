@@ -45,6 +45,9 @@ logger = logging.getLogger("pedelec_pyodide")
 
 Disposer = Callable[[], None]
 
+#: the ``details.reason`` of a request answered ``TOOL_CANCELLED`` because its session closed
+SESSION_CLOSED_REASON = "the session was closed"
+
 __all__ = [
     "TURN_LOST", "AdapterEvents", "ApprovalRequest", "NotConnectedError", "PendingRequest",
     "Session", "SessionClosedError", "SessionState", "ToolCall", "ToolContext",
@@ -508,12 +511,16 @@ class Session:
             done.set_exception(TurnError("failed", code, message, ""))
 
     def close(self) -> None:
-        """Close the session: running handlers see ``ctx.active`` False; turns fail."""
+        """Close the session: turns fail; every request in flight is settled. One awaiting
+        approval is withdrawn and answered ``TOOL_CANCELLED`` at once; running handlers see
+        ``ctx.cancelled`` (and ``ctx.active`` False), and one still running after
+        ``cancel_grace`` seconds is answered ``TOOL_CANCELLED``."""
         if self._closed:
             return
         self._closed = True
         self._transport = None
         self._connecting = False
+        self._engine.close(SESSION_CLOSED_REASON)
         for done in self._turns.values():
             if not done.done():
                 done.set_exception(SessionClosedError("the session was closed"))

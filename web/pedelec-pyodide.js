@@ -43,12 +43,16 @@ let started = null;
 /**
  * An `approval` event: a tool that needs the user's approval is waiting for it. Call
  * `approve()` or `deny(reason)` once (later calls, and calls after the request was
- * answered otherwise, do nothing and return false).
+ * answered otherwise, do nothing and return false). A request answered while it is asked
+ * (cancelled, Core's deadline, the session closed) is withdrawn: `withdrawn` becomes true
+ * and the session fires `approvalwithdrawn` with the same detail: take the question down.
  */
 export class ApprovalEvent extends CustomEvent {
   constructor(detail, decide) {
     super("approval", { detail });
     this._decide = decide;
+    /** True once the request was answered without this page's verdict. */
+    this.withdrawn = false;
   }
 
   /** Run the tool. */
@@ -74,6 +78,7 @@ export class PedelecSession extends EventTarget {
     this._close = null;
     this._page = null; // {pending, cancel, decide}: Python methods, taken once (no proxy per call)
     this._approvalListeners = new Set();
+    this._asked = new Map(); // toolRequestId -> its ApprovalEvent, until withdrawn or decided
   }
 
   addEventListener(type, listener, options) {
@@ -115,7 +120,9 @@ export class PedelecSession extends EventTarget {
   }
 
   _decide(toolRequestId, decision) {
-    return this._page ? this._page.decide(toolRequestId, JSON.stringify(decision)) : false;
+    const decided = this._page ? this._page.decide(toolRequestId, JSON.stringify(decision)) : false;
+    if (decided) this._asked.delete(toolRequestId);
+    return decided;
   }
 
   /**
@@ -133,7 +140,12 @@ export class PedelecSession extends EventTarget {
     return outcome.reply;
   }
 
-  /** Close the session for good (no reconnect). */
+  /**
+   * Close the session for good (no reconnect). Every request in flight is settled: one
+   * awaiting approval is withdrawn (`approvalwithdrawn`) and answered TOOL_CANCELLED; a
+   * running handler sees `ctx.cancelled` and is answered TOOL_CANCELLED if it has not
+   * finished within the grace period.
+   */
   close() {
     if (this._close) this._close();
   }
@@ -147,8 +159,15 @@ export class PedelecSession extends EventTarget {
         this._decide(detail.toolRequestId, { approved: false, noApprover: true });
         return;
       }
-      this.dispatchEvent(new ApprovalEvent(detail, (id, decision) => this._decide(id, decision)));
+      const event = new ApprovalEvent(detail, (id, decision) => this._decide(id, decision));
+      this._asked.set(detail.toolRequestId, event);
+      this.dispatchEvent(event);
       return;
+    }
+    if (type === "approvalwithdrawn") {
+      const asked = this._asked.get(detail.toolRequestId);
+      this._asked.delete(detail.toolRequestId);
+      if (asked) asked.withdrawn = true;
     }
     if (type === "statechange") {
       this.state = detail.state;

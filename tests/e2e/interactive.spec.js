@@ -40,6 +40,32 @@ test("a reload while an approval is asked asks again after it, and the tool runs
   expect(await runs(page, "remove_note")).toBe(1);
 });
 
+test("an approval asked is withdrawn when it is cancelled or the session closes", async ({ page }) => {
+  const { sessionId } = await openPage(page, URL);
+  await page.evaluate(() => {
+    window.withdrawn = [];
+    window.pedelec.session.addEventListener("approvalwithdrawn", (event) => window.withdrawn.push(event.detail.toolRequestId));
+  });
+  const cancelled = callTool(app, sessionId, "remove_note", { note: "c" });
+  await expect.poll(() => approvals(page)).toHaveLength(1);
+  const [first] = await approvals(page);
+  expect(await page.evaluate((id) => window.pedelec.session.cancelTool(id), first.toolRequestId)).toBe(true);
+  expect((await cancelled).result.error).toMatchObject({ code: "TOOL_CANCELLED" });
+  await expect.poll(() => page.evaluate(() => window.withdrawn)).toEqual([first.toolRequestId]);
+  expect(await page.evaluate(() => [window.approvals[0].withdrawn, window.approvals[0].approve()])).toEqual([true, false]);
+
+  const orphan = callTool(app, sessionId, "remove_note", { note: "d" }, { timeoutMs: 3000 });
+  await expect.poll(() => approvals(page)).toHaveLength(2);
+  const second = (await approvals(page))[1];
+  await page.evaluate(() => window.pedelec.session.close());
+  await expect.poll(() => page.evaluate(() => window.withdrawn)).toEqual([first.toolRequestId, second.toolRequestId]);
+  expect(await page.evaluate(() => [window.approvals[1].withdrawn, window.approvals[1].approve(), window.pedelec.session.state]))
+    .toEqual([true, false, "closed"]);
+  expect(await page.evaluate(() => window.pedelec.session.pending)).toEqual([]);
+  await orphan; // Core answers its caller at its deadline: the page is gone
+  expect(await runs(page, "remove_note")).toBe(0);
+});
+
 test("with no approval listener on the page, a tool that needs approval is denied at once", async ({ page }) => {
   const { sessionId } = await openPage(page, `${URL}?no-approver`);
   const { result } = await callTool(app, sessionId, "remove_note", { note: "x" });

@@ -20,6 +20,7 @@ from pedelec_pyodide import (
     Session,
     SessionState,
     StorageLedger,
+    ToolCall,
     ToolContext,
     ToolProgress,
     ToolStatus,
@@ -125,10 +126,15 @@ async def test_progress_within_the_interval_keeps_the_latest_for_the_timer() -> 
     (lambda ctx: ctx.progress(1, float("inf")), "total must be"),
     (lambda ctx: ctx.progress(1, message=3), "message must be"),
 ])
-async def test_bad_progress_is_a_value_error_in_the_handler(call: Any, match: str) -> None:
+@pytest.mark.parametrize("armed", [False, True])
+async def test_bad_progress_is_a_value_error_in_the_handler(call: Any, match: str,
+                                                            armed: bool) -> None:
     caught: list[BaseException] = []
 
     def work(args: Any, ctx: ToolContext) -> str:
+        if armed:  # the throttle's timer armed: the steady state's fast path checks too
+            ctx.progress(0.25)
+            ctx.progress(0.5)
         try:
             call(ctx)
         except ValueError as exc:
@@ -496,6 +502,57 @@ async def test_cancelling_a_request_awaiting_approval_answers_it_at_once(by: str
     assert session.pending == [] and session.state == SessionState.IDLE
 
 
+async def test_closing_the_session_settles_every_request_in_flight() -> None:
+    clock = ManualClock()
+    runs: list[Any] = []
+    asked: list[ApprovalRequest] = []
+    never: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    seen: list[bool] = []
+
+    def approver(request: ApprovalRequest) -> Any:
+        asked.append(request)
+        return never
+
+    async def stubborn(args: Any, ctx: ToolContext) -> str:
+        await asyncio.Event().wait()  # ignores ctx.cancelled: only the grace ends it
+        return "late"
+
+    async def polite(args: Any, ctx: ToolContext) -> str:
+        while not ctx.cancelled:
+            await asyncio.sleep(0)
+        seen.append(ctx.cancelled)
+        return "stopped"
+
+    session = Session([approval_tool(runs), tool("stubborn", stubborn),
+                       tool("polite", polite)], scheduler=clock, cancel_grace=0.5)
+    session.on_approval(approver)
+    answered: list[Any] = []
+    session.subscribe(lambda event: isinstance(event, ToolCall) and answered.append(event))
+    calls = [asyncio.ensure_future(session.dispatch(name, args, tool_request_id=name))
+             for name, args in [("delete", {"id": 1}), ("polite", {})]]
+    # Core's request: a local dispatch() awaits its handler itself, however long it takes
+    session.receive(request("stubborn", "stubborn"))
+    await spin()
+    assert {p.tool: p.status for p in session.pending} == {
+        "delete": "awaiting_approval", "polite": "running", "stubborn": "running"}
+    session.close()
+    (asking,) = asked
+    # the approval is withdrawn at once: answered, its approver's wait cancelled
+    assert asking.withdrawn and {p.tool for p in session.pending} == {"polite", "stubborn"}
+    await spin()
+    assert calls[0].result()["error"]["code"] == "TOOL_CANCELLED"
+    assert calls[0].result()["error"]["details"] == {"reason": "the session was closed"}
+    assert never.cancelled()
+    assert asking.approve() is True and not asking.approved  # a late verdict: ignored
+    assert runs == [] and calls[1].result() == "stopped" and seen == [True]
+    assert [p.tool for p in session.pending] == ["stubborn"]
+    clock.advance(0.5)  # the stubborn handler: answered once the grace period has passed
+    assert [call.tool for call in answered] == ["delete", "polite", "stubborn"]
+    assert answered[0].result["error"]["details"] == {"reason": "the session was closed"}
+    assert answered[2].result["error"]["code"] == "TOOL_CANCELLED"
+    assert session.pending == [] and clock.waiting == 0
+
+
 def test_cancel_grace_must_be_a_number_of_seconds() -> None:
     with pytest.raises(ValueError, match="cancel_grace"):
         Session(cancel_grace=-1)
@@ -630,3 +687,26 @@ async def test_the_page_asks_its_js_only_once_ready_and_takes_its_decisions(
     assert runs == [1]
     assert json.loads(page.pending()) == []
     assert page.cancel("q9") is False
+
+
+async def test_closing_the_page_withdraws_the_approval_its_js_is_asked(
+    page_session: Any,
+) -> None:
+    page, runs = page_session, []
+    page.session.add_tool(approval_tool(runs))
+    page.ready()
+    page.session.receive(request("q1", "delete", {"id": 1}))  # no connection: answer dropped
+    await spin()
+    assert [kind for kind, _ in page.emitted][-1] == "approval"
+    page.close()
+    # the page hears it settled at once, and a verdict given now is refused
+    assert ("toolstatus", {"toolRequestId": "q1", "tool": "delete", "turnId": None,
+                           "status": "done"}) in page.emitted
+    assert ("statechange", {"state": "closed", "id": None}) in page.emitted
+    assert page.decide("q1", '{"approved": true}') is False
+    await spin()
+    assert page.emitted[-1] == ("approvalwithdrawn", {
+        "toolRequestId": "q1", "tool": "delete", "args": {"id": 1}, "turnId": None})
+    assert page.decide("q1", '{"approved": true}') is False
+    await spin()
+    assert runs == [] and json.loads(page.pending()) == []
