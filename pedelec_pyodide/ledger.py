@@ -24,6 +24,8 @@ DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 _STARTED = "{}"
 # how a StorageLedger entry approved but not started begins (checked without parsing)
 _APPROVED_PREFIX = '{"approved":'
+# how a StorageLedger entry holding a result begins: only those can give way to room
+_RESULT_PREFIX = '{"result":'
 
 
 class Ledger(Protocol):
@@ -177,6 +179,7 @@ class StorageLedger:
     def _put(self, tool_request_id: str, entry: str) -> None:
         # A request that never ran (no handler, invalid args) is finished without a start.
         self._set(self._prefix + tool_request_id, entry, tool_request_id)
+        self._shrunk.discard(tool_request_id)  # a result stored now may give way later
         if tool_request_id not in self._known:
             self._remember(tool_request_id)
 
@@ -191,13 +194,17 @@ class StorageLedger:
                     raise
 
     def _shrink_oldest(self, keep: str | None) -> bool:
-        """Replace the oldest stored entry (not ``keep``) with a bare "started" mark."""
+        """Replace the oldest stored result (not ``keep``) with a bare "started" mark. An
+        entry with no result (approved, or started) has nothing to give: it is kept as is
+        (made "started", an approved request would never run)."""
         for chunk in self._chunks:
             for tool_request_id in chunk:
                 if tool_request_id != keep and tool_request_id not in self._shrunk:
                     self._shrunk.add(tool_request_id)
-                    self._storage.setItem(self._prefix + tool_request_id, _STARTED)
-                    return True
+                    key = self._prefix + tool_request_id
+                    if str(self._storage.getItem(key) or "").startswith(_RESULT_PREFIX):
+                        self._storage.setItem(key, _STARTED)
+                        return True
         return False
 
     def _chunk_key(self, number: int) -> str:

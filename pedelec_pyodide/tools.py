@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, overload
 
@@ -61,6 +62,10 @@ class Tool:
         if not isinstance(needs_approval, bool) and not callable(needs_approval):
             raise ValueError(f"tool {name!r}: needs_approval must be a bool or a function "
                              f"of the args, got {type(needs_approval).__name__}")
+        if inspect.iscoroutinefunction(needs_approval):  # its coroutine is never awaited
+            raise ValueError(f"tool {name!r}: needs_approval must be a plain function "
+                             "returning a bool, not an async one (it is asked before the "
+                             "approver, in the same step)")
         self.name = name
         self.description = description
         self.args_schema = args_schema

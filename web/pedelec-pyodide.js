@@ -53,6 +53,7 @@ export class ApprovalEvent extends CustomEvent {
     this._decide = decide;
     /** True once the request was answered without this page's verdict. */
     this.withdrawn = false;
+    this._heard = false; // set by the first listener called (see PedelecSession._hearer)
   }
 
   /** Run the tool. */
@@ -77,18 +78,33 @@ export class PedelecSession extends EventTarget {
     this._sendText = null;
     this._close = null;
     this._page = null; // {pending, cancel, decide}: Python methods, taken once (no proxy per call)
-    this._approvalListeners = new Set();
     this._asked = new Map(); // toolRequestId -> its ApprovalEvent, until withdrawn or decided
+    this._hearers = new WeakMap(); // approval listener -> its wrapper (_hearer)
   }
 
   addEventListener(type, listener, options) {
-    if (type === "approval" && listener) this._approvalListeners.add(listener);
-    super.addEventListener(type, listener, options);
+    super.addEventListener(type, type === "approval" && listener ? this._hearer(listener) : listener,
+      options);
   }
 
   removeEventListener(type, listener, options) {
-    if (type === "approval") this._approvalListeners.delete(listener);
-    super.removeEventListener(type, listener, options);
+    super.removeEventListener(type, (type === "approval" && listener && this._hearers.get(listener))
+      || listener, options);
+  }
+
+  // An approval listener, wrapped to mark the event heard. Only the EventTarget knows which
+  // listeners remain (`{once: true}`, an aborted `{signal}` remove them without a
+  // removeEventListener call), so whether anyone was asked is learnt by dispatching.
+  _hearer(listener) {
+    let wrapper = this._hearers.get(listener);
+    if (!wrapper) {
+      wrapper = function (event) {
+        event._heard = true;
+        return typeof listener === "function" ? listener.call(this, event) : listener.handleEvent(event);
+      };
+      this._hearers.set(listener, wrapper);
+    }
+    return wrapper;
   }
 
   /**
@@ -154,14 +170,14 @@ export class PedelecSession extends EventTarget {
   _receive(type, json) {
     const detail = JSON.parse(json);
     if (type === "approval") {
-      // Nobody to ask: denied at once, saying so (never a silent run, never a hang).
-      if (!this._approvalListeners.size) {
-        this._decide(detail.toolRequestId, { approved: false, noApprover: true });
-        return;
-      }
       const event = new ApprovalEvent(detail, (id, decision) => this._decide(id, decision));
       this._asked.set(detail.toolRequestId, event);
       this.dispatchEvent(event);
+      // Nobody heard it: denied at once, saying so (never a silent run, never a hang).
+      if (!event._heard) {
+        this._asked.delete(detail.toolRequestId);
+        this._decide(detail.toolRequestId, { approved: false, noApprover: true });
+      }
       return;
     }
     if (type === "approvalwithdrawn") {

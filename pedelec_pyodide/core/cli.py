@@ -167,7 +167,7 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
     parser.add_argument("--user-wait-limit", type=_positive(float),
                         default=CoreConfig.user_wait_limit, metavar="SECONDS",
                         help="how long a request may wait for the user (an approval, a "
-                        "dialog) with its deadline paused "
+                        "dialog) with its deadline paused, all its waits together "
                         f"(default: {CoreConfig.user_wait_limit:g})")
     parser.add_argument("--max-steps", type=_positive(int), default=8, metavar="N",
                         help="tool-calling steps a turn may take (default: 8)")

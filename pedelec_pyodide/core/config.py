@@ -85,7 +85,7 @@ class CoreConfig:
     #: unless its caller sets ``maxTotalMs`` (``--max-total-factor``)
     max_total_factor: float = 10.0
     #: how long a request may wait for the user (``tool.waiting``) with its deadline
-    #: paused, in seconds (``--user-wait-limit``)
+    #: paused, all its waits together, in seconds (``--user-wait-limit``)
     user_wait_limit: float = 600.0
     #: tool-calling steps a turn may take
     max_steps: int = 8

@@ -151,12 +151,13 @@ class PendingRequest:
 
     Its deadline (``record.deadline``) is an idle deadline: each new progress moves it to
     ``idle`` seconds from now, never past ``limit``; while the page waits for the user
-    (``paused_at``) it does not run, and the wait itself is bounded by
-    ``--user-wait-limit``. One timer checks it, rescheduled when it fires early (a
+    (``paused_at``) it does not run, and its waits together are bounded by
+    ``--user-wait-limit`` (``waited``: a page that ends each wait and starts another
+    cannot hold its caller forever). One timer checks it, rescheduled when it fires early (a
     progress frame costs no timer work)."""
 
     __slots__ = ("frame", "future", "idle", "limit", "paused_at", "progress", "record",
-                 "started", "status", "timer", "watchers")
+                 "started", "status", "timer", "waited", "watchers")
 
     def __init__(self, record: RequestRecord, frame: str | None, idle: float,
                  limit: float) -> None:
@@ -171,6 +172,7 @@ class PendingRequest:
         self.idle = idle  # seconds: the call's timeout
         self.limit = limit  # wall-clock: the latest progress may move the deadline to
         self.paused_at: float | None = None  # wall-clock, while waiting for the user
+        self.waited = 0.0  # seconds of the waits for the user that have ended
         self.status: RequestStatus = "running"
         self.progress: Progress | None = None
         # futures of callers waiting for the next progress (or the result)
@@ -710,6 +712,7 @@ class CoreSession:
             return
         pending.paused_at = None
         waited = max(0.0, time.time() - paused_at)
+        pending.waited += waited
         pending.record.deadline += waited
         pending.limit += waited
         self._schedule(pending)
@@ -718,7 +721,7 @@ class CoreSession:
         """When the request times out (wall clock), as things stand."""
         if pending.paused_at is None:
             return pending.record.deadline
-        return pending.paused_at + self.registry.config.user_wait_limit
+        return pending.paused_at + self.registry.config.user_wait_limit - pending.waited
 
     def _schedule(self, pending: PendingRequest) -> None:
         """Have the timer fire at the request's next deadline (the user-wait limit while

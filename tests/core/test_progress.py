@@ -454,3 +454,29 @@ def test_the_offline_agents_turn_waits_for_the_user_and_reports_a_denial() -> No
             assert answer["text"] == "delete_note → error TOOL_DENIED: the user denied this call"
 
     run(main())
+
+
+def test_waits_for_the_user_together_are_bounded_by_the_user_wait_limit() -> None:
+    """A page that ends each wait just before the limit and starts another (a handler
+    opening dialog after dialog, or a hostile page) does not hold its caller forever: the
+    limit bounds the request's waits together."""
+    async def main() -> None:
+        async with running_core(config(user_wait_limit=0.6)) as core:
+            client, welcome = await page_with(core)
+            sid = welcome["sessionId"]
+            started = time.monotonic()
+            call = asyncio.create_task(core.tool_call(sid, "slow", timeoutMs=300))
+            rid = (await next_of(client, "tool.request"))["toolRequestId"]
+            for _ in range(20):  # 20 waits of 0.4 s: each under the limit, 8 s in all
+                if call.done():
+                    break
+                await waiting(client, rid, True, reason="a dialog is open")
+                await asyncio.sleep(0.4)
+                await waiting(client, rid, False)
+            error = (await asyncio.wait_for(call, WAIT)).json()["result"]["error"]
+            assert error["code"] == "TOOL_TIMEOUT"
+            # 0.6 s of waiting and the 0.3 s deadline's own time: never the 8 s the page
+            # would have held it for
+            assert time.monotonic() - started < 3.0
+
+    run(main())

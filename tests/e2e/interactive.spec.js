@@ -74,6 +74,17 @@ test("with no approval listener on the page, a tool that needs approval is denie
   expect(await runs(page, "remove_note")).toBe(0);
 });
 
+test("once its only approval listener is gone ({once: true}), a request is denied at once, not left hanging", async ({ page }) => {
+  const { sessionId } = await openPage(page, `${URL}?once`);
+  const first = callTool(app, sessionId, "remove_note", { note: "a" });
+  await expect.poll(() => approvals(page)).toHaveLength(1);
+  await page.evaluate(() => window.approvals[0].approve());
+  expect(await first).toMatchObject({ result: { removed: "a" } });
+  const { result } = await callTool(app, sessionId, "remove_note", { note: "b" }, { timeoutMs: 15000 });
+  expect(result.error).toMatchObject({ code: "TOOL_DENIED", details: { reason: "no approver" } });
+  expect(await runs(page, "remove_note")).toBe(1);
+});
+
 test("progress arrives as toolprogress events, the last one before the result", async ({ page }) => {
   const { sessionId } = await openPage(page, URL);
   const response = await callTool(app, sessionId, "count_up", { steps: 12 });

@@ -324,6 +324,16 @@ async def test_needs_approval_may_depend_on_the_args() -> None:
     assert runs == [1]
 
 
+def test_an_async_needs_approval_function_is_refused_when_the_tool_is_defined() -> None:
+    """Its coroutine would be truthy and never awaited: every call asked, whatever it
+    would have said, and a "never awaited" warning."""
+    async def rule(args: Any) -> bool:
+        return False
+
+    with pytest.raises(ValueError, match="needs_approval must be a plain function"):
+        tool("t", needs_approval=rule)
+
+
 async def test_awaiting_approval_is_pending_and_the_session_waits() -> None:
     runs: list[Any] = []
     decision: asyncio.Future[bool] = asyncio.get_running_loop().create_future()

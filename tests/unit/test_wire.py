@@ -350,6 +350,27 @@ def test_a_full_storage_gives_up_the_oldest_results_and_keeps_them_started() -> 
     assert reloaded.get("q19") == (big, "named") and reloaded.was_started("q1")
 
 
+def test_a_full_storage_gives_up_results_only_never_an_approval_nor_a_later_result() -> None:
+    """An approved request not started yet stays approved, not "started" (re-sent after a
+    reload it runs, instead of being TOOL_OUTCOME_UNKNOWN as if interrupted); a request
+    started before the storage filled can give up its result once it has one."""
+    storage = QuotaStorage(quota=10_000)
+    ledger = StorageLedger(storage, "p:")
+    ledger.approve("asked", "t")
+    ledger.start("long", "t")
+    big = json.dumps("x" * 2_000)
+    for n in range(6):
+        ledger.start(f"q{n}", "t")
+        ledger.finish(f"q{n}", big, "named")
+    assert ledger.was_approved("asked") and not ledger.was_started("asked")
+    ledger.finish("long", big, "named")
+    for n in range(6, 12):  # "long" is now the oldest result: it gives way like the others
+        ledger.start(f"q{n}", "t")
+        ledger.finish(f"q{n}", big, "named")
+    assert ledger.get("long") is None and ledger.was_started("long")
+    assert ledger.get("q11") == (big, "named")
+
+
 def test_memory_ledger_keeps_at_most_max_bytes_of_results_oldest_giving_way() -> None:
     ledger = MemoryLedger(max_bytes=100)
     for n in range(5):
