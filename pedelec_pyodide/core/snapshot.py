@@ -58,6 +58,8 @@ ENCODINGS: tuple[Encoding, ...] = ("br", "gzip")
 _SUFFIX: dict[Encoding, str] = {"br": ".br", "gzip": ".gz"}
 #: the longest Accept-Encoding header read (browsers send ~30 characters)
 MAX_ACCEPT_ENCODING = 512
+#: how long making the snapshot under Node may take (it takes ~10 s)
+MAKE_TIMEOUT = 300.0
 #: the identity answer (a client that takes neither encoding) is inflated in chunks
 _CHUNK = 1 << 16
 
@@ -144,12 +146,15 @@ def ensure_snapshot(pyodide_dir: Path, lock: Mapping[str, Any], *, web_dir: Path
                   stored, log)
         for encoding in ENCODINGS:
             _copy(stored_file(stored, encoding), stored_file(pyodide_dir, encoding))
+        tmp = manifest_file.with_name(f"{manifest_file.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", "utf-8")
+        tmp.replace(manifest_file)
     except SnapshotError:
         remove_snapshot(pyodide_dir)
         raise
-    tmp = manifest_file.with_name(f"{manifest_file.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", "utf-8")
-    tmp.replace(manifest_file)
+    except OSError as exc:  # a full disk, a Node that wrote nothing: no snapshot, no crash
+        remove_snapshot(pyodide_dir)
+        raise SnapshotError(f"cannot place the snapshot in {pyodide_dir}: {exc}") from exc
     return manifest
 
 
@@ -174,9 +179,13 @@ def _make(pyodide_dir: Path, module: Path, wheels: Sequence[str], target: Path,
     log("making the page's memory snapshot under Node (once per runtime and wheels)")
     target.mkdir(parents=True, exist_ok=True)
     command = [node, str(_MAKER), str(module), str(pyodide_dir), str(target / SNAPSHOT_NAME)]
-    done = subprocess.run(command, input=json.dumps({"wheels": list(wheels),
-                                                     "imports": list(IMPORTS)}),
-                          capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(command, input=json.dumps({"wheels": list(wheels),
+                                                         "imports": list(IMPORTS)}),
+                              capture_output=True, text=True, check=False,
+                              timeout=MAKE_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        raise SnapshotError(f"{' '.join(command)} did not finish in {MAKE_TIMEOUT:g} s") from exc
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
         raise SnapshotError(f"{' '.join(command)} failed (exit {done.returncode})\n{tail}")
@@ -189,7 +198,10 @@ def choose_encoding(accept_encoding: str) -> Encoding | None:
     """The stored encoding to answer with for this ``Accept-Encoding`` (RFC 9110 12.5.3:
     q-values, ``*``), the better one on a tie; None: the client takes neither."""
     weights: dict[str, float] = {}
-    for item in accept_encoding[:MAX_ACCEPT_ENCODING].split(","):
+    items = accept_encoding[:MAX_ACCEPT_ENCODING].split(",")
+    if len(accept_encoding) > MAX_ACCEPT_ENCODING:
+        items.pop()  # cut at the bound: "br;q=0" may have become "br"
+    for item in items:
         name, _, params = item.strip().partition(";")
         q = 1.0
         for param in params.split(";"):
@@ -214,7 +226,9 @@ def stored_file(directory: Path, encoding: Encoding) -> Path:
 
 
 def inflate(path: Path) -> Iterator[bytes]:
-    """The gzip file ``path`` inflated, in chunks of at most 64 KiB."""
+    """The gzip file ``path`` inflated, in chunks of at most 64 KiB; raises
+    :class:`SnapshotError` at its end when it was cut short (the response then breaks off
+    instead of ending as a shorter, unusable snapshot)."""
     decompressor = zlib.decompressobj(wbits=31)
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(_CHUNK), b""):
@@ -226,3 +240,5 @@ def inflate(path: Path) -> Iterator[bytes]:
     tail = decompressor.flush()
     if tail:
         yield tail
+    if not decompressor.eof:
+        raise SnapshotError(f"{path} is truncated")

@@ -19,6 +19,7 @@ import shutil
 import struct
 from pathlib import Path
 
+import httpx
 import pytest
 from corekit import config, run, running_core
 
@@ -159,3 +160,86 @@ def test_provision_makes_a_keyed_snapshot(tmp_path: Path, monkeypatch: pytest.Mo
     assert (directory / snap.MANIFEST_NAME).is_file()
     prov.provision(tmp_path / "out", repo=REPO, log=print, snapshot=False)
     assert not list(directory.glob("pedelec-snapshot*"))
+
+
+def test_if_none_match_weak_lists_and_star(tmp_path: Path) -> None:
+    """RFC 9110 13.1.2: If-None-Match compares weakly (a proxy that recompresses marks the
+    ETag weak) and ``*`` matches any current representation: all answer 304."""
+    fake_snapshot(tmp_path / "pyodide", "k1")
+
+    async def scenario() -> None:
+        async with running_core(config(pyodide_dir=tmp_path / "pyodide")) as core:
+            for tag in ('W/"k1-gzip"', '"other", W/"k1-gzip"', '"other","k1-gzip"', "*"):
+                response = await core.http.get(URL, headers={"accept-encoding": "gzip",
+                                                             "if-none-match": tag})
+                assert response.status_code == 304, tag
+            for tag in ('"k1-br"', 'W/"k1"', '"k1-gzip'):
+                response = await core.http.get(URL, headers={"accept-encoding": "gzip",
+                                                             "if-none-match": tag})
+                assert response.status_code == 200, tag
+
+    run(scenario())
+
+
+def test_a_cut_accept_encoding_never_turns_a_refusal_into_consent() -> None:
+    """Only MAX_ACCEPT_ENCODING characters are read: an item cut at that bound (here
+    ``br;q=0`` cut to ``br``) is dropped, not read as wanted."""
+    pad = "a" * (snap.MAX_ACCEPT_ENCODING - len("gzip, ") - len(", br"))
+    header = f"gzip, {pad}, br;q=0"
+    assert header[:snap.MAX_ACCEPT_ENCODING].endswith(", br")
+    assert snap.choose_encoding(header) == "gzip"
+
+
+def test_inflating_a_truncated_snapshot_fails(tmp_path: Path) -> None:
+    """A .gz cut short (a crash, a full disk) is not served as a shorter snapshot to a
+    client that takes no encoding: the stream fails, so the page falls back."""
+    stored = tmp_path / "s.gz"
+    stored.write_bytes(gzip.compress(b"snapshot " * 50_000)[:-100])
+    with pytest.raises(snap.SnapshotError, match="truncated"):
+        for _ in snap.inflate(stored):
+            pass
+
+    fake_snapshot(tmp_path / "pyodide", "k1")
+    shutil.copyfile(stored, snap.stored_file(tmp_path / "pyodide", "gzip"))
+
+    async def scenario() -> None:
+        async with running_core(config(pyodide_dir=tmp_path / "pyodide")) as core:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await core.http.get(URL, headers={"accept-encoding": "identity"})
+
+    run(scenario())
+
+
+def minimal_runtime(directory: Path) -> dict[str, object]:
+    """A runtime directory with a build id, and a lock holding only our package."""
+    directory.mkdir(parents=True)
+    (directory / "pyodide.mjs").write_text(f'const API={{BUILD_ID:"{"ab" * 32}"}};')
+    return {"packages": {snap.ROOT_PACKAGE: {"sha256": "1" * 64, "file_name": "p.whl"}}}
+
+
+def test_node_that_leaves_no_snapshot_is_a_snapshot_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node exiting 0 without writing the snapshot (or any file error while placing it)
+    is reported as SnapshotError (provisioning goes on without one), not an OSError that
+    stops provisioning."""
+    lock = minimal_runtime(tmp_path / "pyodide")
+    true = shutil.which("true")
+    monkeypatch.setattr(snap.shutil, "which", lambda name: true)
+    with pytest.raises(snap.SnapshotError, match="No such file"):
+        snap.ensure_snapshot(tmp_path / "pyodide", lock, web_dir=REPO / "web",
+                             cache=tmp_path / "cache", log=print)
+    assert not list((tmp_path / "pyodide").glob("pedelec-snapshot*"))
+
+
+def test_a_hung_node_is_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making the snapshot has a deadline: a Node that never ends does not hang
+    provisioning."""
+    lock = minimal_runtime(tmp_path / "pyodide")
+    hung = tmp_path / "node"
+    hung.write_text("#!/bin/sh\nexec sleep 60\n")
+    hung.chmod(0o755)
+    monkeypatch.setattr(snap.shutil, "which", lambda name: str(hung))
+    monkeypatch.setattr(snap, "MAKE_TIMEOUT", 0.5)
+    with pytest.raises(snap.SnapshotError, match="did not finish"):
+        snap.ensure_snapshot(tmp_path / "pyodide", lock, web_dir=REPO / "web",
+                             cache=tmp_path / "cache", log=print)
