@@ -63,6 +63,9 @@ MAKE_TIMEOUT = 300.0
 #: the identity answer (a client that takes neither encoding) is inflated in chunks
 _CHUNK = 1 << 16
 
+#: in a cache entry: the sizes of its files, written once they are all made
+_MADE_NAME = "made.json"
+
 _MAKER = Path(__file__).with_name("make_snapshot.mjs")
 _MAKER_VERSION_FILES = (_MAKER,)
 
@@ -133,22 +136,25 @@ def ensure_snapshot(pyodide_dir: Path, lock: Mapping[str, Any], *, web_dir: Path
         key = snapshot_key(build_id, packages, _maker_bytes(module))
         manifest = {"key": key, "buildId": build_id, "packages": packages,
                     "imports": list(IMPORTS)}
+        stored = cache / "snapshots" / key
+        made = _made_sizes(stored)
         try:
-            if json.loads(manifest_file.read_text("utf-8")) == manifest and all(
-                    stored_file(pyodide_dir, e).is_file() for e in ENCODINGS):
+            if (made is not None and _sizes(pyodide_dir) == made
+                    and json.loads(manifest_file.read_text("utf-8")) == manifest):
                 return manifest
         except (OSError, ValueError):
             pass
         remove_snapshot(pyodide_dir)
-        stored = cache / "snapshots" / key
-        if not all(stored_file(stored, e).is_file() for e in ENCODINGS):
+        if made is None:
             _make(pyodide_dir, module, [lock["packages"][n]["file_name"] for n in names],
                   stored, log)
+            made = _sizes(stored)
+            if made is None:
+                raise SnapshotError(f"{_MAKER.name} exited 0 but left no snapshot in {stored}")
+            _write(stored / _MADE_NAME, json.dumps(made))
         for encoding in ENCODINGS:
             _copy(stored_file(stored, encoding), stored_file(pyodide_dir, encoding))
-        tmp = manifest_file.with_name(f"{manifest_file.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", "utf-8")
-        tmp.replace(manifest_file)
+        _write(manifest_file, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     except SnapshotError:
         remove_snapshot(pyodide_dir)
         raise
@@ -163,6 +169,30 @@ def remove_snapshot(pyodide_dir: Path) -> None:
     (pyodide_dir / MANIFEST_NAME).unlink(missing_ok=True)
     for encoding in ENCODINGS:
         stored_file(pyodide_dir, encoding).unlink(missing_ok=True)
+
+
+def _sizes(directory: Path) -> dict[str, int] | None:
+    """The size of each stored encoding in ``directory``, or None when one is missing."""
+    try:
+        return {e: stored_file(directory, e).stat().st_size for e in ENCODINGS}
+    except OSError:
+        return None
+
+
+def _made_sizes(stored: Path) -> dict[str, int] | None:
+    """The sizes recorded when the cache entry ``stored`` was made, if its files still have
+    them (renamed but never flushed before a crash, a file can be left empty)."""
+    try:
+        made = json.loads((stored / _MADE_NAME).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return made if isinstance(made, dict) and made == _sizes(stored) else None
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, "utf-8")
+    tmp.replace(path)
 
 
 def _copy(src: Path, dst: Path) -> None:

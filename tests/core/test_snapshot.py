@@ -219,16 +219,21 @@ def minimal_runtime(directory: Path) -> dict[str, object]:
 
 def test_node_that_leaves_no_snapshot_is_a_snapshot_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Node exiting 0 without writing the snapshot (or any file error while placing it)
-    is reported as SnapshotError (provisioning goes on without one), not an OSError that
+    """Node exiting 0 without writing the snapshot is reported as SnapshotError (and so
+    is any file error while placing it) (provisioning goes on without one), not an OSError that
     stops provisioning."""
     lock = minimal_runtime(tmp_path / "pyodide")
     true = shutil.which("true")
     monkeypatch.setattr(snap.shutil, "which", lambda name: true)
-    with pytest.raises(snap.SnapshotError, match="No such file"):
+    with pytest.raises(snap.SnapshotError, match="left no snapshot"):
         snap.ensure_snapshot(tmp_path / "pyodide", lock, web_dir=REPO / "web",
                              cache=tmp_path / "cache", log=print)
     assert not list((tmp_path / "pyodide").glob("pedelec-snapshot*"))
+
+    (tmp_path / "not-a-dir").write_text("")  # a cache that cannot be written
+    with pytest.raises(snap.SnapshotError, match="cannot place"):
+        snap.ensure_snapshot(tmp_path / "pyodide", lock, web_dir=REPO / "web",
+                             cache=tmp_path / "not-a-dir", log=print)
 
 
 def test_a_hung_node_is_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -243,3 +248,29 @@ def test_a_hung_node_is_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(snap.SnapshotError, match="did not finish"):
         snap.ensure_snapshot(tmp_path / "pyodide", lock, web_dir=REPO / "web",
                              cache=tmp_path / "cache", log=print)
+
+
+def test_a_cut_short_snapshot_on_disk_is_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files cut short after a crash (renamed but never flushed: zero bytes) are not taken
+    as the snapshot: in the runtime directory they are copied again from the cache, and a
+    cache entry cut short is made again."""
+    lock = minimal_runtime(tmp_path / "pyodide")
+    maker = tmp_path / "node"  # what make_snapshot.mjs leaves: OUT_PREFIX.gz and .br
+    maker.write_text('#!/bin/sh\nprintf "gzip bytes" > "$4.gz"\nprintf "br bytes" > "$4.br"\n')
+    maker.chmod(0o755)
+    monkeypatch.setattr(snap.shutil, "which", lambda name: str(maker))
+    kwargs = {"web_dir": REPO / "web", "cache": tmp_path / "cache", "log": print}
+    key = snap.ensure_snapshot(tmp_path / "pyodide", lock, **kwargs)["key"]
+    served = snap.stored_file(tmp_path / "pyodide", "gzip")
+    assert served.read_bytes() == b"gzip bytes"
+
+    monkeypatch.setattr(snap.shutil, "which", lambda name: None)
+    served.write_bytes(b"")
+    snap.ensure_snapshot(tmp_path / "pyodide", lock, **kwargs)
+    assert served.read_bytes() == b"gzip bytes"
+
+    snap.stored_file(tmp_path / "cache" / "snapshots" / key, "br").write_bytes(b"")
+    served.unlink()
+    with pytest.raises(snap.SnapshotError, match="node"):  # made again, not copied
+        snap.ensure_snapshot(tmp_path / "pyodide", lock, **kwargs)
