@@ -98,3 +98,14 @@ test("a snapshot cut short (a half-written file) is detected before Pyodide rest
   expect(note?.type).toBe("warning");
   expect((await callTool(app, booted.sessionId, "bump", { delta: 1 })).result).toEqual({ value: 2 });
 });
+
+test("a page whose data-packages name a package in the snapshot is restored and works", async ({ page }) => {
+  test.skip(!SNAPSHOT, "needs the snapshot");
+  const lines = consoleOf(page);
+  const restored = await state(page, `${PAGE}?packages=jsonschema,attrs,micropip`);
+  expect(restored.snapshot).toBe(true);
+  expect(lines.filter((l) => l.type === "warning" || l.type === "error").map((l) => l.text)).toEqual([]);
+  const bad = await callTool(app, restored.sessionId, "bump", { delta: "x" });
+  expect(bad.result.error.code).toBe("INVALID_ARGS");
+  expect((await callTool(app, restored.sessionId, "bump", { delta: 1 })).result).toEqual({ value: 2 });
+});
