@@ -76,6 +76,8 @@ def agent_factory_for(spec: str) -> Callable[[], Agent]:
 #: the snapshot is revalidated on every load (304 by ETag when unchanged): its file
 #: changes in place whenever the runtime or a wheel does
 SNAPSHOT_CACHE_CONTROL = "no-cache"
+#: the longest If-None-Match read (one tag is ~40 characters)
+MAX_IF_NONE_MATCH = 4096
 
 
 def serve_snapshot(directory: Path, request: Request) -> Response:
@@ -96,7 +98,10 @@ def serve_snapshot(directory: Path, request: Request) -> Response:
     etag = f'"{key}-{encoding or "identity"}"'
     headers = {"cache-control": SNAPSHOT_CACHE_CONTROL, "etag": etag,
                "vary": "Accept-Encoding"}
-    if etag in (tag.strip() for tag in request.headers.get("if-none-match", "").split(",")):
+    if_none_match = request.headers.get("if-none-match", "")[:MAX_IF_NONE_MATCH]
+    # weak comparison (RFC 9110 13.1.2): a proxy that recompresses marks the tag weak
+    if if_none_match.strip() == "*" or etag in (
+            tag.strip().removeprefix("W/") for tag in if_none_match.split(",")):
         return Response(status_code=304, headers=headers)
     if encoding is None:
         return StreamingResponse(inflate(stored), media_type="application/octet-stream",

@@ -58,8 +58,13 @@ ENCODINGS: tuple[Encoding, ...] = ("br", "gzip")
 _SUFFIX: dict[Encoding, str] = {"br": ".br", "gzip": ".gz"}
 #: the longest Accept-Encoding header read (browsers send ~30 characters)
 MAX_ACCEPT_ENCODING = 512
+#: how long making the snapshot under Node may take (it takes ~10 s)
+MAKE_TIMEOUT = 300.0
 #: the identity answer (a client that takes neither encoding) is inflated in chunks
 _CHUNK = 1 << 16
+
+#: in a cache entry: the sizes of its files, written once they are all made
+_MADE_NAME = "made.json"
 
 _MAKER = Path(__file__).with_name("make_snapshot.mjs")
 _MAKER_VERSION_FILES = (_MAKER,)
@@ -131,25 +136,31 @@ def ensure_snapshot(pyodide_dir: Path, lock: Mapping[str, Any], *, web_dir: Path
         key = snapshot_key(build_id, packages, _maker_bytes(module))
         manifest = {"key": key, "buildId": build_id, "packages": packages,
                     "imports": list(IMPORTS)}
+        stored = cache / "snapshots" / key
+        made = _made_sizes(stored)
         try:
-            if json.loads(manifest_file.read_text("utf-8")) == manifest and all(
-                    stored_file(pyodide_dir, e).is_file() for e in ENCODINGS):
+            if (made is not None and _sizes(pyodide_dir) == made
+                    and json.loads(manifest_file.read_text("utf-8")) == manifest):
                 return manifest
         except (OSError, ValueError):
             pass
         remove_snapshot(pyodide_dir)
-        stored = cache / "snapshots" / key
-        if not all(stored_file(stored, e).is_file() for e in ENCODINGS):
+        if made is None:
             _make(pyodide_dir, module, [lock["packages"][n]["file_name"] for n in names],
                   stored, log)
+            made = _sizes(stored)
+            if made is None:
+                raise SnapshotError(f"{_MAKER.name} exited 0 but left no snapshot in {stored}")
+            _write(stored / _MADE_NAME, json.dumps(made))
         for encoding in ENCODINGS:
             _copy(stored_file(stored, encoding), stored_file(pyodide_dir, encoding))
+        _write(manifest_file, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     except SnapshotError:
         remove_snapshot(pyodide_dir)
         raise
-    tmp = manifest_file.with_name(f"{manifest_file.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", "utf-8")
-    tmp.replace(manifest_file)
+    except OSError as exc:  # a full disk, a Node that wrote nothing: no snapshot, no crash
+        remove_snapshot(pyodide_dir)
+        raise SnapshotError(f"cannot place the snapshot in {pyodide_dir}: {exc}") from exc
     return manifest
 
 
@@ -158,6 +169,30 @@ def remove_snapshot(pyodide_dir: Path) -> None:
     (pyodide_dir / MANIFEST_NAME).unlink(missing_ok=True)
     for encoding in ENCODINGS:
         stored_file(pyodide_dir, encoding).unlink(missing_ok=True)
+
+
+def _sizes(directory: Path) -> dict[str, int] | None:
+    """The size of each stored encoding in ``directory``, or None when one is missing."""
+    try:
+        return {e: stored_file(directory, e).stat().st_size for e in ENCODINGS}
+    except OSError:
+        return None
+
+
+def _made_sizes(stored: Path) -> dict[str, int] | None:
+    """The sizes recorded when the cache entry ``stored`` was made, if its files still have
+    them (renamed but never flushed before a crash, a file can be left empty)."""
+    try:
+        made = json.loads((stored / _MADE_NAME).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return made if isinstance(made, dict) and made == _sizes(stored) else None
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, "utf-8")
+    tmp.replace(path)
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -174,9 +209,13 @@ def _make(pyodide_dir: Path, module: Path, wheels: Sequence[str], target: Path,
     log("making the page's memory snapshot under Node (once per runtime and wheels)")
     target.mkdir(parents=True, exist_ok=True)
     command = [node, str(_MAKER), str(module), str(pyodide_dir), str(target / SNAPSHOT_NAME)]
-    done = subprocess.run(command, input=json.dumps({"wheels": list(wheels),
-                                                     "imports": list(IMPORTS)}),
-                          capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(command, input=json.dumps({"wheels": list(wheels),
+                                                         "imports": list(IMPORTS)}),
+                              capture_output=True, text=True, check=False,
+                              timeout=MAKE_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        raise SnapshotError(f"{' '.join(command)} did not finish in {MAKE_TIMEOUT:g} s") from exc
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
         raise SnapshotError(f"{' '.join(command)} failed (exit {done.returncode})\n{tail}")
@@ -189,7 +228,10 @@ def choose_encoding(accept_encoding: str) -> Encoding | None:
     """The stored encoding to answer with for this ``Accept-Encoding`` (RFC 9110 12.5.3:
     q-values, ``*``), the better one on a tie; None: the client takes neither."""
     weights: dict[str, float] = {}
-    for item in accept_encoding[:MAX_ACCEPT_ENCODING].split(","):
+    items = accept_encoding[:MAX_ACCEPT_ENCODING].split(",")
+    if len(accept_encoding) > MAX_ACCEPT_ENCODING:
+        items.pop()  # cut at the bound: "br;q=0" may have become "br"
+    for item in items:
         name, _, params = item.strip().partition(";")
         q = 1.0
         for param in params.split(";"):
@@ -214,7 +256,9 @@ def stored_file(directory: Path, encoding: Encoding) -> Path:
 
 
 def inflate(path: Path) -> Iterator[bytes]:
-    """The gzip file ``path`` inflated, in chunks of at most 64 KiB."""
+    """The gzip file ``path`` inflated, in chunks of at most 64 KiB; raises
+    :class:`SnapshotError` at its end when it was cut short (the response then breaks off
+    instead of ending as a shorter, unusable snapshot)."""
     decompressor = zlib.decompressobj(wbits=31)
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(_CHUNK), b""):
@@ -226,3 +270,5 @@ def inflate(path: Path) -> Iterator[bytes]:
     tail = decompressor.flush()
     if tail:
         yield tail
+    if not decompressor.eof:
+        raise SnapshotError(f"{path} is truncated")

@@ -19,6 +19,7 @@ import shutil
 import struct
 from pathlib import Path
 
+import httpx
 import pytest
 from corekit import config, run, running_core
 
@@ -159,3 +160,117 @@ def test_provision_makes_a_keyed_snapshot(tmp_path: Path, monkeypatch: pytest.Mo
     assert (directory / snap.MANIFEST_NAME).is_file()
     prov.provision(tmp_path / "out", repo=REPO, log=print, snapshot=False)
     assert not list(directory.glob("pedelec-snapshot*"))
+
+
+def test_if_none_match_weak_lists_and_star(tmp_path: Path) -> None:
+    """RFC 9110 13.1.2: If-None-Match compares weakly (a proxy that recompresses marks the
+    ETag weak) and ``*`` matches any current representation: all answer 304."""
+    fake_snapshot(tmp_path / "pyodide", "k1")
+
+    async def scenario() -> None:
+        async with running_core(config(pyodide_dir=tmp_path / "pyodide")) as core:
+            for tag in ('W/"k1-gzip"', '"other", W/"k1-gzip"', '"other","k1-gzip"', "*"):
+                response = await core.http.get(URL, headers={"accept-encoding": "gzip",
+                                                             "if-none-match": tag})
+                assert response.status_code == 304, tag
+            for tag in ('"k1-br"', 'W/"k1"', '"k1-gzip'):
+                response = await core.http.get(URL, headers={"accept-encoding": "gzip",
+                                                             "if-none-match": tag})
+                assert response.status_code == 200, tag
+
+    run(scenario())
+
+
+def test_a_cut_accept_encoding_never_turns_a_refusal_into_consent() -> None:
+    """Only MAX_ACCEPT_ENCODING characters are read: an item cut at that bound (here
+    ``br;q=0`` cut to ``br``) is dropped, not read as wanted."""
+    pad = "a" * (snap.MAX_ACCEPT_ENCODING - len("gzip, ") - len(", br"))
+    header = f"gzip, {pad}, br;q=0"
+    assert header[:snap.MAX_ACCEPT_ENCODING].endswith(", br")
+    assert snap.choose_encoding(header) == "gzip"
+
+
+def test_inflating_a_truncated_snapshot_fails(tmp_path: Path) -> None:
+    """A .gz cut short (a crash, a full disk) is not served as a shorter snapshot to a
+    client that takes no encoding: the stream fails, so the page falls back."""
+    stored = tmp_path / "s.gz"
+    stored.write_bytes(gzip.compress(b"snapshot " * 50_000)[:-100])
+    with pytest.raises(snap.SnapshotError, match="truncated"):
+        for _ in snap.inflate(stored):
+            pass
+
+    fake_snapshot(tmp_path / "pyodide", "k1")
+    shutil.copyfile(stored, snap.stored_file(tmp_path / "pyodide", "gzip"))
+
+    async def scenario() -> None:
+        async with running_core(config(pyodide_dir=tmp_path / "pyodide")) as core:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await core.http.get(URL, headers={"accept-encoding": "identity"})
+
+    run(scenario())
+
+
+def minimal_runtime(directory: Path) -> dict[str, object]:
+    """A runtime directory with a build id, and a lock holding only our package."""
+    directory.mkdir(parents=True)
+    (directory / "pyodide.mjs").write_text(f'const API={{BUILD_ID:"{"ab" * 32}"}};')
+    return {"packages": {snap.ROOT_PACKAGE: {"sha256": "1" * 64, "file_name": "p.whl"}}}
+
+
+def test_node_that_leaves_no_snapshot_is_a_snapshot_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node exiting 0 without writing the snapshot is reported as SnapshotError (and so
+    is any file error while placing it) (provisioning goes on without one), not an OSError that
+    stops provisioning."""
+    lock = minimal_runtime(tmp_path / "pyodide")
+    true = shutil.which("true")
+    monkeypatch.setattr(snap.shutil, "which", lambda name: true)
+    with pytest.raises(snap.SnapshotError, match="left no snapshot"):
+        snap.ensure_snapshot(tmp_path / "pyodide", lock, web_dir=REPO / "web",
+                             cache=tmp_path / "cache", log=print)
+    assert not list((tmp_path / "pyodide").glob("pedelec-snapshot*"))
+
+    (tmp_path / "not-a-dir").write_text("")  # a cache that cannot be written
+    with pytest.raises(snap.SnapshotError, match="cannot place"):
+        snap.ensure_snapshot(tmp_path / "pyodide", lock, web_dir=REPO / "web",
+                             cache=tmp_path / "not-a-dir", log=print)
+
+
+def test_a_hung_node_is_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making the snapshot has a deadline: a Node that never ends does not hang
+    provisioning."""
+    lock = minimal_runtime(tmp_path / "pyodide")
+    hung = tmp_path / "node"
+    hung.write_text("#!/bin/sh\nexec sleep 60\n")
+    hung.chmod(0o755)
+    monkeypatch.setattr(snap.shutil, "which", lambda name: str(hung))
+    monkeypatch.setattr(snap, "MAKE_TIMEOUT", 0.5)
+    with pytest.raises(snap.SnapshotError, match="did not finish"):
+        snap.ensure_snapshot(tmp_path / "pyodide", lock, web_dir=REPO / "web",
+                             cache=tmp_path / "cache", log=print)
+
+
+def test_a_cut_short_snapshot_on_disk_is_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files cut short after a crash (renamed but never flushed: zero bytes) are not taken
+    as the snapshot: in the runtime directory they are copied again from the cache, and a
+    cache entry cut short is made again."""
+    lock = minimal_runtime(tmp_path / "pyodide")
+    maker = tmp_path / "node"  # what make_snapshot.mjs leaves: OUT_PREFIX.gz and .br
+    maker.write_text('#!/bin/sh\nprintf "gzip bytes" > "$4.gz"\nprintf "br bytes" > "$4.br"\n')
+    maker.chmod(0o755)
+    monkeypatch.setattr(snap.shutil, "which", lambda name: str(maker))
+    kwargs = {"web_dir": REPO / "web", "cache": tmp_path / "cache", "log": print}
+    key = snap.ensure_snapshot(tmp_path / "pyodide", lock, **kwargs)["key"]
+    served = snap.stored_file(tmp_path / "pyodide", "gzip")
+    assert served.read_bytes() == b"gzip bytes"
+
+    monkeypatch.setattr(snap.shutil, "which", lambda name: None)
+    served.write_bytes(b"")
+    snap.ensure_snapshot(tmp_path / "pyodide", lock, **kwargs)
+    assert served.read_bytes() == b"gzip bytes"
+
+    snap.stored_file(tmp_path / "cache" / "snapshots" / key, "br").write_bytes(b"")
+    served.unlink()
+    with pytest.raises(snap.SnapshotError, match="node"):  # made again, not copied
+        snap.ensure_snapshot(tmp_path / "pyodide", lock, **kwargs)

@@ -84,3 +84,28 @@ test("without a snapshot on Core the page starts the usual way, with an info not
   expect(note?.type).toBe("info");
   expect(note?.text).toContain("HTTP 404");
 });
+
+test("a snapshot cut short (a half-written file) is detected before Pyodide restores it", async ({ page }) => {
+  test.skip(!SNAPSHOT, "needs the snapshot");
+  await page.route("**/pedelec-snapshot.bin", async (route) => {
+    const bytes = await (await route.fetch()).body(); // decoded, header intact
+    await route.fulfill({ body: bytes.subarray(0, bytes.length >> 1), contentType: "application/octet-stream" });
+  });
+  const lines = consoleOf(page);
+  const booted = await state(page, PAGE);
+  expect(booted.snapshot).toBe(false);
+  const note = lines.find((l) => l.text.startsWith(NOTE));
+  expect(note?.type).toBe("warning");
+  expect((await callTool(app, booted.sessionId, "bump", { delta: 1 })).result).toEqual({ value: 2 });
+});
+
+test("a page whose data-packages name a package in the snapshot is restored and works", async ({ page }) => {
+  test.skip(!SNAPSHOT, "needs the snapshot");
+  const lines = consoleOf(page);
+  const restored = await state(page, `${PAGE}?packages=jsonschema,attrs,micropip`);
+  expect(restored.snapshot).toBe(true);
+  expect(lines.filter((l) => l.type === "warning" || l.type === "error").map((l) => l.text)).toEqual([]);
+  const bad = await callTool(app, restored.sessionId, "bump", { delta: "x" });
+  expect(bad.result.error.code).toBe("INVALID_ARGS");
+  expect((await callTool(app, restored.sessionId, "bump", { delta: 1 })).result).toEqual({ value: 2 });
+});
