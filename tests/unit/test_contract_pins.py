@@ -114,7 +114,7 @@ async def test_a_disposed_fallback_is_inactive_and_no_handler_is_left() -> None:
     assert again["error"]["code"] == "TOOL_HANDLER_NOT_FOUND"
 
 
-def test_a_stale_disposer_leaves_the_current_registration() -> None:
+async def test_a_stale_disposer_leaves_the_current_registration() -> None:
     session = Session([define_tool(name="t", description="d", args_schema=OBJECT)])
     old_named = session.on_tool("t", lambda: "old")
     session.on_tool("t", lambda: "new")
@@ -123,8 +123,8 @@ def test_a_stale_disposer_leaves_the_current_registration() -> None:
     old_fallback = session.on_tool(lambda: "old fallback")
     session.on_tool(lambda: "new fallback")
     old_fallback()
-    assert asyncio.run(session.run_request("t", {})).result == "new"
-    assert asyncio.run(session.run_request("other", {})).result == "new fallback"
+    assert (await session.run_request("t", {})).result == "new"
+    assert (await session.run_request("other", {})).result == "new fallback"
 
 
 # --- error shapes ---------------------------------------------------------------------
