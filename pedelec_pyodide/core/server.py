@@ -92,10 +92,15 @@ def serve_snapshot(directory: Path, request: Request) -> Response:
     except (OSError, ValueError, KeyError, TypeError):
         return missing
     encoding = choose_encoding(request.headers.get("accept-encoding", ""))
-    stored = stored_file(directory, encoding or "gzip")
+    if encoding is None:
+        return PlainTextResponse("the snapshot is stored as br and gzip, and this request "
+                                 "refuses both and identity\n", 406,
+                                 headers={"cache-control": SNAPSHOT_CACHE_CONTROL,
+                                          "vary": "Accept-Encoding"})
+    stored = stored_file(directory, "gzip" if encoding == "identity" else encoding)
     if not isinstance(key, str) or not stored.is_file():
         return missing
-    etag = f'"{key}-{encoding or "identity"}"'
+    etag = f'"{key}-{encoding}"'
     headers = {"cache-control": SNAPSHOT_CACHE_CONTROL, "etag": etag,
                "vary": "Accept-Encoding"}
     if_none_match = request.headers.get("if-none-match", "")[:MAX_IF_NONE_MATCH]
@@ -103,7 +108,7 @@ def serve_snapshot(directory: Path, request: Request) -> Response:
     if if_none_match.strip() == "*" or etag in (
             tag.strip().removeprefix("W/") for tag in if_none_match.split(",")):
         return Response(status_code=304, headers=headers)
-    if encoding is None:
+    if encoding == "identity":
         return StreamingResponse(inflate(stored), media_type="application/octet-stream",
                                  headers=headers)
     headers["content-encoding"] = encoding

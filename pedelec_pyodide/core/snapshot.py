@@ -189,14 +189,20 @@ def _made_sizes(stored: Path) -> dict[str, int] | None:
     return made if isinstance(made, dict) and made == _sizes(stored) else None
 
 
+def _temporary(path: Path) -> Path:
+    """Where ``path`` is written before it is renamed into place: a dot-name, which the
+    runtime directory never serves (one left by a crash included)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp = _temporary(path)
     tmp.write_text(text, "utf-8")
     tmp.replace(path)
 
 
 def _copy(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(f"{dst.name}.{os.getpid()}.tmp")
+    tmp = _temporary(dst)
     shutil.copyfile(src, tmp)
     tmp.replace(dst)
 
@@ -224,9 +230,8 @@ def _make(pyodide_dir: Path, module: Path, wheels: Sequence[str], target: Path,
 # ----------------------------------------------------------------------------- serving
 
 
-def choose_encoding(accept_encoding: str) -> Encoding | None:
-    """The stored encoding to answer with for this ``Accept-Encoding`` (RFC 9110 12.5.3:
-    q-values, ``*``), the better one on a tie; None: the client takes neither."""
+def _weights(accept_encoding: str) -> dict[str, float]:
+    """Each coding's q-value in an ``Accept-Encoding`` header (RFC 9110 12.5.3), lower-cased."""
     weights: dict[str, float] = {}
     items = accept_encoding[:MAX_ACCEPT_ENCODING].split(",")
     if len(accept_encoding) > MAX_ACCEPT_ENCODING:
@@ -242,12 +247,24 @@ def choose_encoding(accept_encoding: str) -> Encoding | None:
                 except ValueError:
                     q = 0.0
         weights[name.strip().lower()] = q
+    return weights
+
+
+def choose_encoding(accept_encoding: str) -> Encoding | Literal["identity"] | None:
+    """The encoding to answer with for this ``Accept-Encoding`` (RFC 9110 12.5.3: q-values,
+    ``*``): a stored one, the better one on a tie; ``"identity"`` when the client takes
+    neither; None when it refuses identity too (``identity;q=0``, or ``*;q=0`` without
+    naming identity): nothing it takes is on offer (406)."""
+    weights = _weights(accept_encoding)
     best: Encoding | None = None
     for encoding in ENCODINGS:
         q = weights.get(encoding, weights.get("*", 0.0))
         if q > 0 and (best is None or q > weights.get(best, weights.get("*", 0.0))):
             best = encoding
-    return best
+    if best is not None:
+        return best
+    # identity is acceptable unless refused by name, or by "*;q=0" without naming it
+    return "identity" if weights.get("identity", weights.get("*", 1.0)) > 0 else None
 
 
 def stored_file(directory: Path, encoding: Encoding) -> Path:

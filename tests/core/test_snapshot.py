@@ -1,6 +1,6 @@
 """The page's memory snapshot (issue 12): made by provisioning, keyed, served compressed.
 
-- :func:`choose_encoding` reads ``Accept-Encoding`` (q-values, ``*``);
+- :func:`choose_encoding` reads ``Accept-Encoding`` (q-values, ``*``, a refused identity);
 - a real Core serves ``/pedelec/pyodide/pedelec-snapshot.bin`` with the right
   ``Content-Encoding``, ``Vary``, ``ETag`` (by key and encoding), ``Cache-Control``, 304 on
   a matching ``If-None-Match``, the inflated bytes to a client that takes no encoding,
@@ -37,10 +37,15 @@ URL = f"/pedelec/pyodide/{snap.SNAPSHOT_NAME}"
     ("br;q=0, gzip;q=0.1", "gzip"),
     ("*", "br"),
     ("*;q=0.3, gzip;q=0.4", "gzip"),
-    ("identity", None),
-    ("", None),
-    ("gzip;q=0, br;q=0", None),
-    ("gzip;q=nonsense", None),
+    ("identity", "identity"),
+    ("", "identity"),
+    ("gzip;q=0, br;q=0", "identity"),
+    ("gzip;q=nonsense", "identity"),
+    ("identity;q=0", None),
+    ("gzip;q=0, identity;q=0", None),
+    ("*;q=0", None),
+    ("*;q=0, identity", "identity"),
+    ("*;q=0, gzip", "gzip"),
 ])
 def test_choose_encoding(header: str, expected: str | None) -> None:
     assert snap.choose_encoding(header) == expected
@@ -92,6 +97,11 @@ def test_core_serves_the_snapshot_compressed(tmp_path: Path) -> None:
             assert status == 200
             assert "content-encoding" not in headers
             assert body == raw
+
+            status, headers, body = await get("identity;q=0")
+            assert status == 406
+            assert b"br and gzip" in body
+            assert headers["vary"] == "Accept-Encoding"
 
             (tmp_path / "pyodide" / snap.MANIFEST_NAME).unlink()
             status, headers, _ = await get("gzip")
@@ -274,3 +284,29 @@ def test_a_cut_short_snapshot_on_disk_is_replaced(
     served.unlink()
     with pytest.raises(snap.SnapshotError, match="node"):  # made again, not copied
         snap.ensure_snapshot(tmp_path / "pyodide", lock, **kwargs)
+
+
+def test_files_left_by_a_crash_while_placing_the_snapshot_are_not_served(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each file is written under a temporary name and renamed into place; a crash between
+    the two leaves the temporary file in the runtime directory, which Core serves: its
+    name is a dot-name, which is never served."""
+    directory = tmp_path / "pyodide"
+    fake_snapshot(directory, "k1")
+    monkeypatch.setattr(Path, "replace", lambda self, target: (_ for _ in ()).throw(
+        OSError("the process died here")))
+    with pytest.raises(OSError, match="died"):
+        snap._copy(snap.stored_file(directory, "gzip"), directory / "copied.gz")
+    monkeypatch.undo()
+    left = [path.name for path in directory.iterdir() if path.name.endswith(".tmp")]
+    assert left  # the crash left it there
+
+    async def scenario() -> None:
+        async with running_core(config(pyodide_dir=directory)) as core:
+            for name in left:
+                response = await core.http.get(f"/pedelec/pyodide/{name}")
+                assert response.status_code == 404, name
+            assert (await core.http.get(f"/pedelec/pyodide/{snap.MANIFEST_NAME}")
+                    ).status_code == 200  # the directory itself is served
+
+    run(scenario())
