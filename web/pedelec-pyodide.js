@@ -46,6 +46,8 @@ let started = null;
  * answered otherwise, do nothing and return false). A request answered while it is asked
  * (cancelled, Core's deadline, the session closed) is withdrawn: `withdrawn` becomes true
  * and the session fires `approvalwithdrawn` with the same detail: take the question down.
+ * A listener that throws, or returns a promise that rejects, before a verdict denies the
+ * request (TOOL_DENIED, reason "the approval listener failed: ...").
  */
 export class ApprovalEvent extends CustomEvent {
   constructor(detail, decide) {
@@ -95,12 +97,28 @@ export class PedelecSession extends EventTarget {
   // An approval listener, wrapped to mark the event heard. Only the EventTarget knows which
   // listeners remain (`{once: true}`, an aborted `{signal}` remove them without a
   // removeEventListener call), so whether anyone was asked is learnt by dispatching.
+  // A listener that throws (or whose promise rejects) before a verdict denies: it will
+  // never show its question, and the request must not wait for the user-wait limit.
   _hearer(listener) {
     let wrapper = this._hearers.get(listener);
     if (!wrapper) {
       wrapper = function (event) {
         event._heard = true;
-        return typeof listener === "function" ? listener.call(this, event) : listener.handleEvent(event);
+        const failed = (error) => event.deny(`the approval listener failed: ${String(error).slice(0, 200)}`);
+        let outcome;
+        try {
+          outcome = typeof listener === "function" ? listener.call(this, event) : listener.handleEvent(event);
+        } catch (error) {
+          failed(error);
+          throw error; // still reported, as any listener's error is
+        }
+        if (outcome && typeof outcome.then === "function") {
+          outcome.then(undefined, (error) => {
+            failed(error);
+            if (typeof reportError === "function") reportError(error);
+          });
+        }
+        return outcome;
       };
       this._hearers.set(listener, wrapper);
     }

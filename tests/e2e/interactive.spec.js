@@ -85,6 +85,20 @@ test("once its only approval listener is gone ({once: true}), a request is denie
   expect(await runs(page, "remove_note")).toBe(1);
 });
 
+test("an approval listener that throws, or whose promise rejects, denies at once", async ({ page }) => {
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(error.message));
+  const { sessionId } = await openPage(page, `${URL}?throwing`);
+  for (const [note, message] of [["sync", "TypeError: card is undefined"], ["async", "Error: no card template"]]) {
+    const { result } = await callTool(app, sessionId, "remove_note", { note }, { timeoutMs: 15000 });
+    expect(result.error).toMatchObject({ code: "TOOL_DENIED", retryable: false,
+      details: { reason: `the approval listener failed: ${message}` } });
+  }
+  expect(await runs(page, "remove_note")).toBe(0);
+  await expect.poll(() => errors.length).toBeGreaterThanOrEqual(2); // still reported
+  expect(await page.evaluate(() => window.pedelec.session.pending)).toEqual([]);
+});
+
 test("progress arrives as toolprogress events, the last one before the result", async ({ page }) => {
   const { sessionId } = await openPage(page, URL);
   const response = await callTool(app, sessionId, "count_up", { steps: 12 });
