@@ -19,6 +19,7 @@ from test_interactive import approval_tool, spin, tool, wire
 from test_wire import connected, request
 
 from pedelec_pyodide import (
+    ApprovalUnavailable,
     MemoryLedger,
     PendingRequest,
     Session,
@@ -36,7 +37,7 @@ LEDGER_LOST = ("the delivery ledger could not record tool request {}; were the p
 def logged(caplog: pytest.LogCaptureFixture, level: int = logging.WARNING
            ) -> list[tuple[str, bool]]:
     """The package's log lines at ``level`` and above: (text, with a traceback)."""
-    return [(r.getMessage(), r.exc_info is not None) for r in caplog.records
+    return [(r.getMessage(), bool(r.exc_info)) for r in caplog.records
             if r.name == "pedelec_pyodide" and r.levelno >= level]
 
 
@@ -54,6 +55,26 @@ async def test_no_handler_and_no_approver_say_so_and_are_not_retryable() -> None
         "message": "'delete' needs the user's approval and no approver is registered "
                    "(session.on_approval, or the page's approval event): it was not run",
         "details": {"reason": "no approver"}, "retryable": False}}
+
+    def unavailable(request: Any) -> bool:
+        raise ApprovalUnavailable("no dialog mounted")
+
+    session.on_approval(unavailable)
+    assert (await session.dispatch("delete", {"id": 1}))["error"]["message"].startswith(
+        "'delete' needs the user's approval and no approver is registered")
+
+
+async def test_an_approved_request_is_running_while_its_handler_runs() -> None:
+    statuses: list[str] = []
+
+    async def delete(args: Any, ctx: ToolContext) -> str:
+        statuses.append(ctx.session.pending[0].status)
+        return "deleted"
+
+    session = Session([tool("delete", delete, needs_approval=True)])
+    session.on_approval(lambda request: True)
+    assert await session.dispatch("delete", {}) == "deleted"
+    assert statuses == ["running"]
 
 
 async def test_a_closed_session_refuses_a_dispatch_saying_so() -> None:

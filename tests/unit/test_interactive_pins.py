@@ -72,7 +72,11 @@ async def test_approving_again_while_the_handler_runs_does_not_let_a_reload_run_
     reloaded.receive(request("q1", "delete", {"id": 6}))  # Core re-sends it on resume
     await spin()
     assert runs == [6]  # never run twice: its outcome is unknown
-    assert core.of_type("tool.result")[0]["result"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+    assert core.of_type("tool.result")[0]["result"]["error"] == {
+        "code": "TOOL_OUTCOME_UNKNOWN",
+        "message": "'delete' was interrupted (page reload or crash) after it started; it may "
+                   "or may not have taken effect, and it is not run twice",
+        "retryable": False}
 
 
 # --- waiting for the user ------------------------------------------------------------------
