@@ -13,6 +13,7 @@ import json
 import logging
 import signal
 import sqlite3
+import subprocess
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from corekit import (
     until,
 )
 from storekit import load_file
+from core_process import RETRY
 from test_core_resume import core_process, free_port
 from test_core_turns import GatedTools
 
@@ -541,6 +543,13 @@ def test_core_killed_mid_call_then_a_retry_with_the_key_gets_the_one_result(
     run(main(), timeout=90)
 
 
+async def retry_claimed(process: subprocess.Popen[str]) -> None:
+    """Until Core (core_process.py) says it took a retry as one of a key it knows."""
+    assert process.stdout is not None
+    line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), WAIT)
+    assert line.startswith(RETRY), f"Core never took the retry: {line!r}"
+
+
 def test_core_killed_mid_turn_then_a_retry_with_the_key_gets_that_turn(
         tmp_path: Path) -> None:
     """The same for a turn (core_process.py's plan: a and b, then c): the retry waits
@@ -566,11 +575,11 @@ def test_core_killed_mid_turn_then_a_retry_with_the_key_gets_that_turn(
                 process.send_signal(signal.SIGKILL)
                 with pytest.raises(httpx.HTTPError):
                     await asyncio.wait_for(first, WAIT)
-            async with core_process(db, port):
+            async with core_process(db, port) as process:
                 await page.connect(url)
                 retry = asyncio.create_task(post(http, turns_path(sid), {"text": "go"}, "t-1"))
-                await asyncio.sleep(0.05)
-                assert not retry.done()
+                await retry_claimed(process)
+                assert not retry.done()  # b is still gated: the retry waits for the turn
                 gated.gates["b"].set()
                 answer = (await asyncio.wait_for(retry, WAIT)).json()
                 assert answer["status"] == "completed"
