@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from core_process import RETRY
 from corekit import (
     TOKEN,
     WAIT,
@@ -35,7 +36,6 @@ from corekit import (
     until,
 )
 from storekit import load_file
-from core_process import RETRY
 from test_core_resume import core_process, free_port
 from test_core_turns import GatedTools
 

@@ -1,0 +1,186 @@
+"""What a Session tells its user when a turn fails, a call is wrong or Core misbehaves:
+the TurnError fields, the exceptions' words, the log lines. Each test fails on a runtime
+that gets one of them wrong (mutation testing of session.py:
+docs/how-to/mutation-testing.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import pytest
+from test_wire import FakeCore, connected
+
+from pedelec_pyodide import (
+    NotConnectedError,
+    Session,
+    SessionClosedError,
+    TurnError,
+)
+from pedelec_pyodide.protocol import Welcome
+
+LOGGER = "pedelec_pyodide"
+
+
+async def _turn_error(end: dict[str, Any]) -> TurnError:
+    """Start a turn; Core ends it with ``end`` (plus its turnId); the TurnError raised."""
+    session = Session()
+    core = connected(session)
+    task = asyncio.ensure_future(session.send_text("hi"))
+    await asyncio.sleep(0)
+    turn_id = core.of_type("turn.start")[0]["turnId"]
+    session.receive(json.dumps({"type": "turn.end", "turnId": turn_id, **end}))
+    with pytest.raises(TurnError) as raised:
+        await task
+    return raised.value
+
+
+# --- TurnError ------------------------------------------------------------------------
+
+async def test_a_failed_turn_end_with_an_error_gives_its_code_message_and_text() -> None:
+    error = await _turn_error({"status": "failed", "text": "partial reply",
+                               "error": {"code": "AGENT_ERROR", "message": "model down"}})
+    assert (error.status, error.code, error.message, error.text) == (
+        "failed", "AGENT_ERROR", "model down", "partial reply")
+    assert str(error) == "turn failed: AGENT_ERROR: model down"
+
+
+@pytest.mark.parametrize("status", ["failed", "cancelled"])
+async def test_a_turn_end_without_an_error_object_is_named_by_its_status(status: str) -> None:
+    error = await _turn_error({"status": status, "text": "so far"})
+    assert (error.status, error.code, error.message, error.text) == (
+        status, status.upper(), "", "so far")
+
+
+async def test_an_error_object_without_a_message_gives_an_empty_message() -> None:
+    error = await _turn_error({"status": "failed", "text": "",
+                               "error": {"code": "AGENT_ERROR"}})
+    assert (error.code, error.message) == ("AGENT_ERROR", "")
+
+
+async def test_turn_lost_has_no_text_and_says_why() -> None:
+    session = Session()
+    connected(session)
+    task = asyncio.ensure_future(session.send_text("hi"))
+    await asyncio.sleep(0)
+    session.connection_lost()
+    session.connection_made(FakeCore())
+    session.receive(json.dumps({"type": "welcome", "sessionId": "s2", "resumeToken": "t2",
+                                "resumed": False, "state": "idle"}))
+    with pytest.raises(TurnError) as raised:
+        await task
+    assert raised.value.code == "TURN_LOST" and raised.value.text == ""
+    assert "could not be resumed" in raised.value.message
+
+
+# --- the words of the exceptions --------------------------------------------------------
+
+async def test_send_text_without_a_connection_says_what_it_needs() -> None:
+    with pytest.raises(NotConnectedError,
+                       match=r"^send_text needs a connection to Core \(see connect\(\)\)$"):
+        await Session().send_text("hi")
+
+
+async def test_send_text_refuses_a_lone_surrogate_and_sends_nothing() -> None:
+    session = Session()
+    core = connected(session)
+    with pytest.raises(ValueError, match=r"^send_text: the text holds .*surrogate"):
+        await session.send_text("a\ud800b")
+    assert core.of_type("turn.start") == []
+
+
+async def test_a_closed_session_refuses_calls_and_fails_its_open_turns() -> None:
+    session = Session()
+    connected(session)
+    task = asyncio.ensure_future(session.send_text("hi"))
+    await asyncio.sleep(0)
+    session.close()
+    with pytest.raises(SessionClosedError, match=r"^the session was closed$"):
+        await task
+    with pytest.raises(SessionClosedError, match=r"^the session is closed$"):
+        await session.send_text("again")
+
+
+def test_a_session_of_something_not_a_tool_names_its_type() -> None:
+    with pytest.raises(TypeError, match=r"^expected a Tool \(from define_tool\), got int$"):
+        Session([1])  # type: ignore[list-item]
+
+
+def test_on_tool_with_a_function_and_a_second_argument_says_how_to_call_it() -> None:
+    session = Session()
+    with pytest.raises(TypeError, match=r"^on_tool\(handler\) takes one function; "
+                                        r"on_tool\(name, handler\) two$"):
+        session.on_tool(lambda *a: None, lambda *a: None)  # type: ignore[call-overload]
+
+
+def test_on_approval_with_something_not_a_function_names_its_type() -> None:
+    with pytest.raises(TypeError, match=r"^on_approval\(handler\): expected a function, "
+                                        r"got str$"):
+        Session().on_approval("yes")  # type: ignore[arg-type]
+
+
+# --- what the page logs -----------------------------------------------------------------
+
+def test_a_bad_frame_from_core_is_logged_with_the_reason(caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
+    session = Session()
+    core = connected(session)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        session.receive("{not json")
+    [record] = [r for r in caplog.records if r.name == LOGGER]
+    code = core.of_type("error")[0]["code"]
+    assert record.getMessage().startswith("bad frame from Core: ")
+    assert code in record.getMessage()
+
+
+def test_an_error_from_core_is_logged_with_its_code_and_message(
+        caplog: pytest.LogCaptureFixture) -> None:
+    session = Session()
+    connected(session)
+    seen: list[Any] = []
+    session.subscribe(seen.append)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        session.receive(json.dumps({"type": "error", "code": "FRAME_TOO_LARGE",
+                                    "message": "over the limit"}))
+    [record] = [r for r in caplog.records if r.name == LOGGER]
+    assert record.getMessage() == "Core reported FRAME_TOO_LARGE: over the limit"
+    assert [(e.code, e.message) for e in seen if type(e).__name__ == "Error"] == [
+        ("FRAME_TOO_LARGE", "over the limit")]
+
+
+def test_a_failing_transport_is_logged_with_its_exception(caplog: pytest.LogCaptureFixture
+                                                          ) -> None:
+    class Broken(FakeCore):
+        def send(self, frame: str) -> None:
+            raise OSError("socket gone")
+
+    session = Session()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        session.connection_made(Broken())  # the hello fails to go out; nothing raises
+    [record] = [r for r in caplog.records if r.name == LOGGER]
+    assert record.getMessage() == "sending a frame to Core failed"
+    assert record.exc_info is not None and "socket gone" in str(record.exc_info[1])
+
+
+def test_a_failing_listener_is_logged_with_the_event_and_the_others_still_get_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    session = Session()
+    seen: list[Any] = []
+
+    def broken(event: Any) -> None:
+        raise RuntimeError("listener bug")
+
+    session.subscribe(broken)
+    session.subscribe(seen.append)
+    with caplog.at_level(logging.ERROR, logger=LOGGER):
+        connected(session)
+    welcomes = [e for e in seen if isinstance(e, Welcome)]
+    assert [w.session_id for w in welcomes] == ["s1"]
+    failed = [r for r in caplog.records if r.name == LOGGER
+              and r.getMessage().startswith("session listener failed on ")]
+    assert any("Welcome" in r.getMessage() for r in failed)
+    assert all(r.exc_info is not None and "listener bug" in str(r.exc_info[1])
+               for r in failed)
+
