@@ -8,16 +8,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any
 
 import pytest
-from test_wire import FakeCore, connected
+from manual_clock import ManualClock
+from test_wire import WELCOME, FakeCore, connected, request
 
 from pedelec_pyodide import (
     NotConnectedError,
     Session,
     SessionClosedError,
+    SessionState,
+    ToolCall,
+    ToolContext,
+    ToolProgress,
     TurnError,
+    define_tool,
 )
 from pedelec_pyodide.protocol import Welcome
 
@@ -184,3 +191,193 @@ def test_a_failing_listener_is_logged_with_the_event_and_the_others_still_get_it
     assert all(r.exc_info is not None and "listener bug" in str(r.exc_info[1])
                for r in failed)
 
+
+
+# --- progress and waiting on the wire and to listeners ----------------------------------
+
+async def test_progress_and_waiting_frames_name_their_request_and_listeners_get_it_all(
+        ) -> None:
+    seen: list[ToolProgress] = []
+
+    async def work(args: Any, ctx: ToolContext) -> str:
+        ctx.progress(1, 10, "one")
+        async with ctx.waiting_for_user("confirm"):
+            pass
+        return "done"
+
+    session = Session([define_tool(name="t", description="d", args_schema={"type": "object"},
+                                   handler=work)], scheduler=ManualClock())
+    session.subscribe(lambda e: seen.append(e) if isinstance(e, ToolProgress) else None)
+    core = connected(session)
+    session.receive(request("q1", turn_id="turn-1"))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert [(f["toolRequestId"], f["progress"], f.get("total"), f.get("message"))
+            for f in core.of_type("tool.progress")] == [("q1", 1, 10, "one")]
+    assert [(f["toolRequestId"], f["waiting"], f.get("reason"))
+            for f in core.of_type("tool.waiting")] == [("q1", True, "confirm"),
+                                                       ("q1", False, None)]
+    assert [(e.tool_request_id, e.turn_id, e.progress, e.total, e.message)
+            for e in seen] == [("q1", "turn-1", 1, 10, "one")]
+    assert core.of_type("tool.result")[0]["result"] == "done"
+
+
+# --- state events: one per change -------------------------------------------------------
+
+def test_a_state_event_comes_once_per_change() -> None:
+    session = Session()
+    states: list[SessionState] = []
+    session.subscribe(lambda e: states.append(e) if isinstance(e, SessionState) else None)
+    connected(session)
+    session.receive(WELCOME)  # the same state again: no event
+    assert states == [SessionState.CONNECTING, SessionState.IDLE]
+
+
+async def test_a_listener_subscribed_mid_turn_gets_no_event_until_the_state_changes() -> None:
+    session = Session()
+    core = connected(session)
+    task = asyncio.ensure_future(session.send_text("hi"))
+    await asyncio.sleep(0)
+    states: list[SessionState] = []
+    session.subscribe(lambda e: states.append(e) if isinstance(e, SessionState) else None)
+    session.receive(json.dumps({"type": "welcome", "sessionId": "s1", "resumeToken": "tok",
+                                "resumed": True, "state": "running"}))
+    assert states == []  # still running: the new listener reads session.state itself
+    turn_id = core.of_type("turn.start")[0]["turnId"]
+    session.receive(json.dumps({"type": "turn.end", "turnId": turn_id,
+                                "status": "completed", "text": "ok"}))
+    assert await task == "ok"
+    assert states == [SessionState.IDLE]
+
+
+# --- connection and resume --------------------------------------------------------------
+
+def test_closed_and_connected_are_false_whenever_not_so() -> None:
+    session = Session()
+    assert session.closed is False and session.connected is False
+    connected(session)
+    session.connection_lost()
+    assert session.connected is False
+    connected(session)
+    session.close()
+    assert session.connected is False and session.closed is True
+
+
+async def test_a_resumed_welcome_re_sends_waiting_and_progress_of_core_s_requests() -> None:
+    """A local dispatch in flight first (Core does not know it), then Core's request,
+    which waits for the user after a progress report: after the resume both frames are
+    sent again for it, naming it."""
+    release = asyncio.Event()
+
+    async def work(args: Any, ctx: ToolContext) -> str:
+        ctx.progress(2, 5, "half")
+        async with ctx.waiting_for_user("confirm"):
+            await release.wait()
+        return "done"
+
+    session = Session([define_tool(name="t", description="d", args_schema={"type": "object"},
+                                   handler=work)], scheduler=ManualClock())
+    connected(session)
+    local = asyncio.ensure_future(session.dispatch("t", {}))
+    await asyncio.sleep(0)
+    session.receive(request("q1"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    session.connection_lost()
+    core = FakeCore()
+    session.connection_made(core)
+    session.receive(json.dumps({"type": "welcome", "sessionId": "s1", "resumeToken": "tok",
+                                "resumed": True, "state": "waiting_tool_result"}))
+    assert [(f["toolRequestId"], f["waiting"]) for f in core.of_type("tool.waiting")] == [
+        ("q1", True)]
+    assert [(f["toolRequestId"], f["progress"], f.get("total"), f.get("message"))
+            for f in core.of_type("tool.progress")] == [("q1", 2, 5, "half")]
+    release.set()
+    assert await local == "done"
+
+
+# --- cancel, duplicates, joining a request in flight ------------------------------------
+
+def _waiting_tool(release: asyncio.Event, runs: list[str]) -> Any:
+    async def work(args: Any, ctx: ToolContext) -> str:
+        runs.append(ctx.tool_request_id)
+        await release.wait()
+        return "done"
+
+    return define_tool(name="t", description="d", args_schema={"type": "object"},
+                       handler=work)
+
+
+async def test_cancel_s_default_reason_is_in_the_tool_cancelled_result() -> None:
+    clock = ManualClock()
+    release = asyncio.Event()
+    session = Session([_waiting_tool(release, [])], scheduler=clock, cancel_grace=1.0)
+    call = asyncio.ensure_future(session.dispatch("t", {}, tool_request_id="r1"))
+    await asyncio.sleep(0)
+    assert session.cancel("r1")
+    clock.advance(1.0)
+    release.set()
+    result = await call
+    assert result["error"]["code"] == "TOOL_CANCELLED"
+    assert result["error"]["details"]["reason"] == "cancelled by the user"
+
+
+async def test_a_request_core_re_sends_while_it_runs_runs_once() -> None:
+    release = asyncio.Event()
+    runs: list[str] = []
+    session = Session([_waiting_tool(release, runs)])
+    core = connected(session)
+    session.receive(request("q1"))
+    await asyncio.sleep(0)
+    session.receive(request("q1"))
+    await asyncio.sleep(0)
+    release.set()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert runs == ["q1"]
+    assert [f["result"] for f in core.of_type("tool.result")] == ["done"]
+    session.close()
+    session.receive(request("q2"))  # a closed session runs nothing
+    assert runs == ["q1"]
+
+
+async def test_run_request_with_the_id_of_a_request_in_flight_waits_for_its_result() -> None:
+    release = asyncio.Event()
+    runs: list[str] = []
+    session = Session([_waiting_tool(release, runs)])
+    connected(session)
+    session.receive(request("q1"))
+    await asyncio.sleep(0)
+    joined = asyncio.ensure_future(session.run_request("t", {}, tool_request_id="q1"))
+    await asyncio.sleep(0)
+    assert not joined.done()
+    release.set()
+    call = await joined
+    assert (call.tool_request_id, call.result) == ("q1", "done")
+    assert runs == ["q1"]
+
+
+async def test_the_duration_of_core_s_request_seen_by_a_listener_is_its_own() -> None:
+    calls: list[ToolCall] = []
+    session = Session([define_tool(name="t", description="d", args_schema={"type": "object"},
+                                   handler=lambda args: "ok")])
+    session.subscribe(lambda e: calls.append(e) if isinstance(e, ToolCall) else None)
+    connected(session)
+    started = time.perf_counter()
+    session.receive(request("q1"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    [call] = calls
+    assert 0 <= call.duration_ms <= elapsed_ms
+
+
+async def test_a_disposed_approver_leaves_the_session_without_one() -> None:
+    session = Session([define_tool(name="t", description="d", args_schema={"type": "object"},
+                                   handler=lambda args: "ran", needs_approval=True)])
+    unasked = await session.dispatch("t", {}, tool_request_id="r1")
+    assert unasked["error"]["code"] == "TOOL_DENIED"
+    dispose = session.on_approval(lambda request: True)
+    assert await session.dispatch("t", {}, tool_request_id="r2") == "ran"
+    dispose()
+    assert await session.dispatch("t", {}, tool_request_id="r3") == unasked
