@@ -13,7 +13,6 @@ import json
 import logging
 import signal
 import sqlite3
-import subprocess
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from core_process import RETRY
+from core_process import RETRY, until_logged
 from corekit import (
     TOKEN,
     WAIT,
@@ -543,13 +542,6 @@ def test_core_killed_mid_call_then_a_retry_with_the_key_gets_the_one_result(
     run(main(), timeout=90)
 
 
-async def retry_claimed(process: subprocess.Popen[str]) -> None:
-    """Until Core (core_process.py) says it took a retry as one of a key it knows."""
-    assert process.stdout is not None
-    line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), WAIT)
-    assert line.startswith(RETRY), f"Core never took the retry: {line!r}"
-
-
 def test_core_killed_mid_turn_then_a_retry_with_the_key_gets_that_turn(
         tmp_path: Path) -> None:
     """The same for a turn (core_process.py's plan: a and b, then c): the retry waits
@@ -578,7 +570,7 @@ def test_core_killed_mid_turn_then_a_retry_with_the_key_gets_that_turn(
             async with core_process(db, port) as process:
                 await page.connect(url)
                 retry = asyncio.create_task(post(http, turns_path(sid), {"text": "go"}, "t-1"))
-                await retry_claimed(process)
+                await until_logged(process, RETRY)
                 assert not retry.done()  # b is still gated: the retry waits for the turn
                 gated.gates["b"].set()
                 answer = (await asyncio.wait_for(retry, WAIT)).json()

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from core_process import TURN_START, until_logged
 from corekit import TOKEN, WAIT, Page, RawClient, config, run, running_core, tool_meta
 from storekit import load_file, read_only
 from test_core_resume import core_process, free_port
@@ -388,8 +389,8 @@ def test_sigterm_stops_core_within_5_seconds(tmp_path: Path, state: str) -> None
                     if state == "busy":
                         kinds = [(await page.recv())["type"] for _ in range(3)]
                         assert kinds.count("tool.request") == 3, kinds
-                    else:
-                        await asyncio.sleep(0.5)  # the flushes are waiting on the lock
+                    else:  # its flushes wait on the lock from now on
+                        await until_logged(process, TURN_START)
                 started = time.monotonic()
                 process.send_signal(signal.SIGTERM)
                 await asyncio.to_thread(process.wait, 3 * WAIT)
