@@ -31,6 +31,17 @@ from pedelec_pyodide.protocol import Welcome
 LOGGER = "pedelec_pyodide"
 
 
+async def finished(task: asyncio.Future[Any]) -> Any:
+    """The outcome of ``task``, which must be done once the loop has run its ready work
+    (no time passes): a runtime that leaves it waiting fails here instead of hanging."""
+    for _ in range(20):
+        if task.done():
+            break
+        await asyncio.sleep(0)
+    assert task.done(), "still waiting"
+    return task.result()
+
+
 async def _turn_error(end: dict[str, Any]) -> TurnError:
     """Start a turn; Core ends it with ``end`` (plus its turnId); the TurnError raised."""
     session = Session()
@@ -40,7 +51,7 @@ async def _turn_error(end: dict[str, Any]) -> TurnError:
     turn_id = core.of_type("turn.start")[0]["turnId"]
     session.receive(json.dumps({"type": "turn.end", "turnId": turn_id, **end}))
     with pytest.raises(TurnError) as raised:
-        await task
+        await finished(task)
     return raised.value
 
 
@@ -77,7 +88,7 @@ async def test_turn_lost_has_no_text_and_says_why() -> None:
     session.receive(json.dumps({"type": "welcome", "sessionId": "s2", "resumeToken": "t2",
                                 "resumed": False, "state": "idle"}))
     with pytest.raises(TurnError) as raised:
-        await task
+        await finished(task)
     assert raised.value.code == "TURN_LOST" and raised.value.text == ""
     assert "could not be resumed" in raised.value.message
 
@@ -105,7 +116,7 @@ async def test_a_closed_session_refuses_calls_and_fails_its_open_turns() -> None
     await asyncio.sleep(0)
     session.close()
     with pytest.raises(SessionClosedError, match=r"^the session was closed$"):
-        await task
+        await finished(task)
     with pytest.raises(SessionClosedError, match=r"^the session is closed$"):
         await session.send_text("again")
 
@@ -246,7 +257,7 @@ async def test_a_listener_subscribed_mid_turn_gets_no_event_until_the_state_chan
     turn_id = core.of_type("turn.start")[0]["turnId"]
     session.receive(json.dumps({"type": "turn.end", "turnId": turn_id,
                                 "status": "completed", "text": "ok"}))
-    assert await task == "ok"
+    assert await finished(task) == "ok"
     assert states == [SessionState.IDLE]
 
 
@@ -293,7 +304,7 @@ async def test_a_resumed_welcome_re_sends_waiting_and_progress_of_core_s_request
     assert [(f["toolRequestId"], f["progress"], f.get("total"), f.get("message"))
             for f in core.of_type("tool.progress")] == [("q1", 2, 5, "half")]
     release.set()
-    assert await local == "done"
+    assert await finished(local) == "done"
 
 
 # --- cancel, duplicates, joining a request in flight ------------------------------------
@@ -317,7 +328,7 @@ async def test_cancel_s_default_reason_is_in_the_tool_cancelled_result() -> None
     assert session.cancel("r1")
     clock.advance(1.0)
     release.set()
-    result = await call
+    result = await finished(call)
     assert result["error"]["code"] == "TOOL_CANCELLED"
     assert result["error"]["details"]["reason"] == "cancelled by the user"
 
@@ -352,7 +363,7 @@ async def test_run_request_with_the_id_of_a_request_in_flight_waits_for_its_resu
     await asyncio.sleep(0)
     assert not joined.done()
     release.set()
-    call = await joined
+    call = await finished(joined)
     assert (call.tool_request_id, call.result) == ("q1", "done")
     assert runs == ["q1"]
 
