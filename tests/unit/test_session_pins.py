@@ -90,7 +90,8 @@ async def test_turn_lost_has_no_text_and_says_why() -> None:
     with pytest.raises(TurnError) as raised:
         await finished(task)
     assert raised.value.code == "TURN_LOST" and raised.value.text == ""
-    assert "could not be resumed" in raised.value.message
+    assert raised.value.message == ("the session could not be resumed, so this turn's end "
+                                    "is unknown")
 
 
 # --- the words of the exceptions --------------------------------------------------------
@@ -392,3 +393,42 @@ async def test_a_disposed_approver_leaves_the_session_without_one() -> None:
     assert await session.dispatch("t", {}, tool_request_id="r2") == "ran"
     dispose()
     assert await session.dispatch("t", {}, tool_request_id="r3") == unasked
+
+
+async def test_a_resume_re_sends_the_open_turn_past_one_that_just_ended() -> None:
+    """Two turns; the first ends and the connection drops before the loop runs again:
+    the resumed welcome re-sends only the open one's start."""
+    session = Session()
+    core = connected(session)
+    first = asyncio.ensure_future(session.send_text("one"))
+    second = asyncio.ensure_future(session.send_text("two"))
+    await asyncio.sleep(0)
+    one, two = (frame["turnId"] for frame in core.of_type("turn.start"))
+    session.receive(json.dumps({"type": "turn.end", "turnId": one, "status": "completed",
+                                "text": "first"}))
+    session.connection_lost()
+    again = FakeCore()
+    session.connection_made(again)
+    session.receive(json.dumps({"type": "welcome", "sessionId": "s1", "resumeToken": "tok",
+                                "resumed": True, "state": "running"}))
+    assert [(f["turnId"], f["text"]) for f in again.of_type("turn.start")] == [(two, "two")]
+    session.receive(json.dumps({"type": "turn.end", "turnId": two, "status": "completed",
+                                "text": "second"}))
+    assert (await finished(first), await finished(second)) == ("first", "second")
+
+
+async def test_local_dispatch_and_run_request_send_core_nothing() -> None:
+    session = Session([define_tool(name="t", description="d", args_schema={"type": "object"},
+                                   handler=lambda args: "ok")])
+    core = connected(session)
+    sent = len(core.sent)
+    assert await session.dispatch("t", {}, tool_request_id="r1") == "ok"
+    assert (await session.run_request("t", {}, tool_request_id="r2")).result == "ok"
+    assert core.sent[sent:] == []
+
+
+def test_a_cancel_grace_of_zero_is_allowed_and_nan_is_not() -> None:
+    Session(cancel_grace=0)
+    with pytest.raises(ValueError, match=r"^cancel_grace must be a number of seconds >= 0, "
+                                         r"got nan$"):
+        Session(cancel_grace=float("nan"))
