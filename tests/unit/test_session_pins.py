@@ -264,12 +264,21 @@ async def test_a_listener_subscribed_mid_turn_gets_no_event_until_the_state_chan
 
 # --- connection and resume --------------------------------------------------------------
 
-def test_closed_and_connected_are_false_whenever_not_so() -> None:
-    session = Session()
+async def test_closed_and_connected_are_false_whenever_not_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    release = asyncio.Event()
+    session = Session([_waiting_tool(release, [])])
     assert session.closed is False and session.connected is False
-    connected(session)
+    core = connected(session)
+    session.receive(request("q1"))
+    await asyncio.sleep(0)
     session.connection_lost()
     assert session.connected is False
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        release.set()  # its result is kept for the resume: nothing is sent meanwhile
+        for _ in range(5):
+            await asyncio.sleep(0)
+    assert caplog.records == [] and core.of_type("tool.result") == []
     connected(session)
     session.close()
     assert session.connected is False and session.closed is True
@@ -371,17 +380,23 @@ async def test_run_request_with_the_id_of_a_request_in_flight_waits_for_its_resu
 
 async def test_the_duration_of_core_s_request_seen_by_a_listener_is_its_own() -> None:
     calls: list[ToolCall] = []
+
+    async def work(args: Any) -> str:
+        await asyncio.sleep(0.001)  # so that it takes a time above any clock's resolution
+        return "ok"
+
     session = Session([define_tool(name="t", description="d", args_schema={"type": "object"},
-                                   handler=lambda args: "ok")])
+                                   handler=work)])
     session.subscribe(lambda e: calls.append(e) if isinstance(e, ToolCall) else None)
     connected(session)
     started = time.perf_counter()
     session.receive(request("q1"))
-    for _ in range(5):
-        await asyncio.sleep(0)
+    while not calls:
+        assert time.perf_counter() - started < 10, "the request never finished"
+        await asyncio.sleep(0.001)
     elapsed_ms = (time.perf_counter() - started) * 1000
     [call] = calls
-    assert 0 <= call.duration_ms <= elapsed_ms
+    assert 0 < call.duration_ms <= elapsed_ms
 
 
 async def test_a_disposed_approver_leaves_the_session_without_one() -> None:
