@@ -1,21 +1,53 @@
 """Core in a process of its own, for the crash tests: ``python core_process.py DB PORT``.
 
 Runs the same ``pedelec_pyodide.core.server.run`` as the CLI, with the test's PlanAgent
-(two parallel calls, then one), and prints the URL once it listens.
+(two parallel calls, then one), and prints the URL once it listens; then the log lines
+of the events a test waits for (``until_logged``) instead of guessing a time: a retry Core
+takes as one of a key it knows (``control.retry``), a turn it starts (``turn.start``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import subprocess
 import sys
 
-from corekit import TOKEN, PlanAgent
+from corekit import TOKEN, WAIT, PlanAgent
 
 from pedelec_pyodide.core.config import CoreConfig
 from pedelec_pyodide.core.server import run
 
 PLAN = [[("a", {"n": 1}), ("b", {"n": 2})], [("c", {"n": 3})]]
+RETRY = "event=control.retry "
+TURN_START = "event=turn.start "
+
+
+class Printed(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith((RETRY, TURN_START)):
+            print(record.getMessage(), flush=True)
+
+
+async def until_logged(process: subprocess.Popen[str], event: str) -> None:
+    """Until the Core of this file, run by ``test_core_resume.core_process``, prints a
+    line of ``event`` (the lines before it are skipped)."""
+    assert process.stdout is not None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while True:
+        left = deadline - loop.time()
+        assert left > 0, f"Core never logged {event.strip()}"
+        line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), left)
+        assert line, f"Core ended before it logged {event.strip()}"
+        if line.startswith(event):
+            return
+
 
 if __name__ == "__main__":
     cfg = CoreConfig(port=int(sys.argv[2]), admin_token=TOKEN, web_dir=None,
                      store=sys.argv[1], agent_factory=lambda: PlanAgent(PLAN))
+    core_logger = logging.getLogger("pedelec.core")
+    core_logger.addHandler(Printed())
+    core_logger.setLevel(logging.INFO)
     run(cfg, lambda url: print(url, flush=True))

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+from core_process import RETRY, until_logged
 from corekit import (
     TOKEN,
     WAIT,
@@ -566,11 +567,11 @@ def test_core_killed_mid_turn_then_a_retry_with_the_key_gets_that_turn(
                 process.send_signal(signal.SIGKILL)
                 with pytest.raises(httpx.HTTPError):
                     await asyncio.wait_for(first, WAIT)
-            async with core_process(db, port):
+            async with core_process(db, port) as process:
                 await page.connect(url)
                 retry = asyncio.create_task(post(http, turns_path(sid), {"text": "go"}, "t-1"))
-                await asyncio.sleep(0.05)
-                assert not retry.done()
+                await until_logged(process, RETRY)
+                assert not retry.done()  # b is still gated: the retry waits for the turn
                 gated.gates["b"].set()
                 answer = (await asyncio.wait_for(retry, WAIT)).json()
                 assert answer["status"] == "completed"

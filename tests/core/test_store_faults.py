@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from core_process import TURN_START, until_logged
 from corekit import TOKEN, WAIT, Page, RawClient, config, run, running_core, tool_meta
 from storekit import load_file, read_only
 from test_core_resume import core_process, free_port
@@ -69,15 +70,12 @@ def test_a_write_sqlite_refuses_fails_alone_and_the_rest_of_its_batch_commits(
         # the writer's own connection (not started yet): room for small rows only
         pages = store._db.execute("PRAGMA page_count").fetchone()[0]
         store._db.execute(f"PRAGMA max_page_count = {pages + 20}")
-        holder = sqlite3.connect(path, isolation_level=None)
-        holder.execute("BEGIN IMMEDIATE")  # the writer waits: what follows queues up
+        # queued with no await between them: the writer (a task, started by the first
+        # save, run at the first await) takes all four as one batch, whatever the timing
         store.save_session(SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0))
         store.save_request(request("small-1", {"n": 1}))
         store.save_request(request("large", {"blob": "x" * 1_000_000}))
         store.save_request(request("small-2", {"n": 2}))
-        await asyncio.sleep(0.3)
-        holder.execute("ROLLBACK")
-        holder.close()
         await store.flush("s1", "small-1", "small-2")
         with pytest.raises(StoreError, match="full"):
             await store.flush("large")
@@ -391,8 +389,8 @@ def test_sigterm_stops_core_within_5_seconds(tmp_path: Path, state: str) -> None
                     if state == "busy":
                         kinds = [(await page.recv())["type"] for _ in range(3)]
                         assert kinds.count("tool.request") == 3, kinds
-                    else:
-                        await asyncio.sleep(0.5)  # the flushes are waiting on the lock
+                    else:  # its flushes wait on the lock from now on
+                        await until_logged(process, TURN_START)
                 started = time.monotonic()
                 process.send_signal(signal.SIGTERM)
                 await asyncio.to_thread(process.wait, 3 * WAIT)
