@@ -545,9 +545,6 @@ class PageSession:
         self._emit = emit
         self._unsubscribe = self.session.subscribe(self._forward)
         self._is_ready = False
-        # ``toolstatus`` (two per call) reaches JS only while the page listens for it:
-        # building and sending it costs more than the rest of a short call's events.
-        self.status_listened = False
         self._ready_waiters: list[asyncio.Future[None]] = []
         # tool request id -> the request and the JS decision awaited: (approved, reason,
         # no approver)
@@ -615,13 +612,7 @@ class PageSession:
              "status": item.status, "progress": item.progress}
             for item in self.session.pending], ensure_ascii=False)
 
-    def listen_status(self, listened: bool) -> None:
-        """Whether the page's JS has a ``toolstatus`` listener (the loader tells)."""
-        self.status_listened = bool(listened)
-
     def _forward(self, event: Any) -> None:
-        if isinstance(event, ToolStatus) and not self.status_listened:
-            return
         found = _event_for(self.session, event)
         if found is not None:
             kind, detail = found

@@ -79,30 +79,17 @@ export class PedelecSession extends EventTarget {
     this.state = "connecting";
     this._sendText = null;
     this._close = null;
-    this._page = null; // {pending, cancel, decide, listenStatus}: Python methods, taken once (no proxy per call)
-    // Python sends `toolstatus` only while there may be a listener: one added with
-    // {once: true} or a {signal} stays counted after the EventTarget drops it (events then
-    // still sent: slower, never lost)
-    this._statusListeners = new Set();
+    this._page = null; // {pending, cancel, decide}: Python methods, taken once (no proxy per call)
     this._asked = new Map(); // toolRequestId -> its ApprovalEvent, until withdrawn or decided
     this._hearers = new WeakMap(); // approval listener -> its wrapper (_hearer)
   }
 
   addEventListener(type, listener, options) {
-    if (type === "toolstatus" && listener) {
-      this._statusListeners.add(listener);
-      this._listenStatus();
-    }
     super.addEventListener(type, type === "approval" && listener ? this._hearer(listener) : listener,
       options);
   }
 
-  _listenStatus() {
-    if (this._page) this._page.listenStatus(this._statusListeners.size > 0);
-  }
-
   removeEventListener(type, listener, options) {
-    if (type === "toolstatus" && this._statusListeners.delete(listener)) this._listenStatus();
     super.removeEventListener(type, (type === "approval" && listener && this._hearers.get(listener))
       || listener, options);
   }
@@ -651,8 +638,7 @@ async function boot(options) {
   mark("connected");
   session._sendText = page.send_text;
   session._close = page.close;
-  session._page = { pending: page.pending, cancel: page.cancel, decide: page.decide, listenStatus: page.listen_status };
-  session._listenStatus();
+  session._page = { pending: page.pending, cancel: page.cancel, decide: page.decide };
   const pedelec = {
     pyodide,
     session,

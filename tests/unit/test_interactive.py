@@ -705,7 +705,6 @@ async def test_closing_the_page_withdraws_the_approval_its_js_is_asked(
     page, runs = page_session, []
     page.session.add_tool(approval_tool(runs))
     page.ready()
-    page.listen_status(True)
     page.session.receive(request("q1", "delete", {"id": 1}))  # no connection: answer dropped
     await spin()
     assert [kind for kind, _ in page.emitted][-1] == "approval"
@@ -721,22 +720,3 @@ async def test_closing_the_page_withdraws_the_approval_its_js_is_asked(
     assert page.decide("q1", '{"approved": true}') is False
     await spin()
     assert runs == [] and json.loads(page.pending()) == []
-
-
-async def test_the_page_hears_toolstatus_only_while_its_js_listens(page_session: Any) -> None:
-    page, runs = page_session, []
-    page.session.add_tool(approval_tool(runs, needs_approval=False))
-    connected(page.session)
-    statuses = lambda: [d["status"] for kind, d in page.emitted  # noqa: E731
-                        if kind == "toolstatus"]
-    page.session.receive(request("q1", "delete", {"id": 1}))
-    await spin()
-    assert statuses() == [] and [k for k, _ in page.emitted].count("toolcall") == 1
-    page.listen_status(True)
-    page.session.receive(request("q2", "delete", {"id": 2}))
-    await spin()
-    assert statuses() == ["running", "done"] and runs == [1, 2]
-    page.listen_status(False)
-    page.session.receive(request("q3", "delete", {"id": 3}))
-    await spin()
-    assert statuses() == ["running", "done"]
