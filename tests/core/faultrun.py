@@ -38,6 +38,8 @@ COUNTER = {"name": "update_counter", "description": "adds delta to the counter",
 TOOLS = [COUNTER, *(tool_meta(name) for name in "abc")]
 # a caller gives up on one call after this long (every retry included): then it is lost
 CALL_DEADLINE = 60.0
+# one attempt waits this long before it is retried (a result that never comes back)
+ATTEMPT_TIMEOUT = 15.0
 RETRY_PAUSE = 0.2
 # an HTTP status worth retrying with the same Idempotency-Key: HAProxy with no live
 # server, or a node without its store
@@ -93,8 +95,7 @@ class FaultPage:
             self.reconnects += 1
             try:
                 return await self._hello()
-            except (OSError, websockets.WebSocketException, asyncio.TimeoutError,
-                    ConnectionError):
+            except (OSError, TimeoutError, websockets.WebSocketException):
                 await asyncio.sleep(min(0.1 * (attempt + 1), 1.0))
         raise AssertionError(f"page {self.session_id} could not reconnect")
 
@@ -128,6 +129,7 @@ class Figures:
     answered: int = 0  # calls that got a final answer
     succeeded: int = 0  # ... whose answer is the handler's result
     retried: int = 0  # retries with the same key
+    hung: int = 0  # attempts with no answer in ATTEMPT_TIMEOUT (then retried)
     turns: int = 0
     turns_answered: int = 0
     latencies: list[float] = field(default_factory=list)  # seconds, per answered call
@@ -144,7 +146,7 @@ class Figures:
 
     def summary(self) -> str:
         return (f"calls {self.calls} answered {self.answered} succeeded {self.succeeded} "
-                f"retried {self.retried} turns {self.turns}/{self.turns_answered} "
+                f"retried {self.retried} hung {self.hung} turns {self.turns}/{self.turns_answered} "
                 f"kills {self.kills} lost {len(self.lost)} twice {len(self.twice)} "
                 f"wrong state {len(self.wrong_state)} "
                 f"p50 {1000 * self.percentile(0.5):.0f} ms "
@@ -165,19 +167,23 @@ def _retryable(status: int, answer: Any) -> bool:
 
 
 async def _post(http: httpx.AsyncClient, path: str, body: dict[str, Any], key: str,
-                figures: Figures) -> tuple[int, Any] | None:
-    """POST with ``key`` until a final answer or :data:`CALL_DEADLINE` (then ``None``)."""
+                figures: Figures) -> tuple[int, Any] | str:
+    """POST with ``key`` until a final answer or :data:`CALL_DEADLINE` (then the last
+    retryable answer, for the report)."""
     deadline = time.monotonic() + CALL_DEADLINE
+    last = "no answer"
     for attempt in itertools.count():
         if attempt:
             figures.retried += 1
             await asyncio.sleep(RETRY_PAUSE)
         if time.monotonic() > deadline:
-            return None
+            return last
         try:
             response = await http.post(path, json=body, headers={"Idempotency-Key": key},
-                                       timeout=max(1.0, deadline - time.monotonic()))
-        except httpx.HTTPError:
+                                       timeout=ATTEMPT_TIMEOUT)
+        except httpx.HTTPError as exc:
+            figures.hung += isinstance(exc, httpx.ReadTimeout)
+            last = f"{type(exc).__name__}: {exc}"
             continue
         try:
             answer = response.json()
@@ -185,6 +191,7 @@ async def _post(http: httpx.AsyncClient, path: str, body: dict[str, Any], key: s
             answer = response.text
         if not _retryable(response.status_code, answer):
             return response.status_code, answer
+        last = f"{response.status_code} {str(answer)[:300]}"
     raise AssertionError("unreachable")
 
 
@@ -199,8 +206,8 @@ async def _caller(http: httpx.AsyncClient, page: FaultPage, stop: float, sent: d
         answer = await _post(http, f"/pedelec/v1/sessions/{page.session_id}/tool-calls",
                              {"tool": "update_counter", "args": {"delta": delta, "call": call}},
                              call, figures)
-        if answer is None:
-            figures.lost.append(f"{page.session_id} call {call}")
+        if isinstance(answer, str):
+            figures.lost.append(f"{page.session_id} call {call}: {answer}")
             continue
         figures.answered += 1
         figures.latencies.append(time.monotonic() - started)
@@ -222,8 +229,8 @@ async def _turner(http: httpx.AsyncClient, page: FaultPage, stop: float, keys: l
         keys.append(key)
         answer = await _post(http, f"/pedelec/v1/sessions/{page.session_id}/turns",
                              {"text": "go"}, key, figures)
-        if answer is None:
-            figures.lost.append(f"{page.session_id} turn {key}")
+        if isinstance(answer, str):
+            figures.lost.append(f"{page.session_id} turn {key}: {answer}")
         else:
             figures.turns_answered += 1
         await asyncio.sleep(0.5)
