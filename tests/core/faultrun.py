@@ -44,6 +44,8 @@ RETRY_PAUSE = 0.2
 # an HTTP status worth retrying with the same Idempotency-Key: HAProxy with no live
 # server, or a node without its store
 RETRY_STATUS = frozenset({502, 503, 504})
+# latency "during a kill": calls that started this long after a node was killed
+KILL_WINDOW = 2.0
 
 
 class FaultPage:
@@ -132,7 +134,9 @@ class Figures:
     hung: int = 0  # attempts with no answer in ATTEMPT_TIMEOUT (then retried)
     turns: int = 0
     turns_answered: int = 0
-    latencies: list[float] = field(default_factory=list)  # seconds, per answered call
+    # (start, seconds) per answered call; calls starting up to KILL_WINDOW after a kill
+    latencies: list[tuple[float, float]] = field(default_factory=list)
+    kill_times: list[float] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     twice: list[str] = field(default_factory=list)
     wrong_state: list[str] = field(default_factory=list)
@@ -140,8 +144,10 @@ class Figures:
     kills: int = 0
     load: str = ""
 
-    def percentile(self, share: float) -> float:
-        ordered = sorted(self.latencies)
+    def percentile(self, share: float, after_kill: bool = False) -> float:
+        ordered = sorted(seconds for start, seconds in self.latencies
+                         if not after_kill or any(0 <= start - kill <= KILL_WINDOW
+                                                  for kill in self.kill_times))
         return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
 
     def summary(self) -> str:
@@ -150,7 +156,9 @@ class Figures:
                 f"kills {self.kills} lost {len(self.lost)} twice {len(self.twice)} "
                 f"wrong state {len(self.wrong_state)} "
                 f"p50 {1000 * self.percentile(0.5):.0f} ms "
-                f"p99 {1000 * self.percentile(0.99):.0f} ms "
+                f"p99 {1000 * self.percentile(0.99):.0f} ms, in the {KILL_WINDOW:.0f} s "
+                f"after a kill p50 {1000 * self.percentile(0.5, True):.0f} ms "
+                f"p99 {1000 * self.percentile(0.99, True):.0f} ms "
                 f"degraded seen {self.degraded_seen} load {self.load}")
 
 
@@ -210,7 +218,7 @@ async def _caller(http: httpx.AsyncClient, page: FaultPage, stop: float, sent: d
             figures.lost.append(f"{page.session_id} call {call}: {answer}")
             continue
         figures.answered += 1
-        figures.latencies.append(time.monotonic() - started)
+        figures.latencies.append((started, time.monotonic() - started))
         status, body = answer
         result = body.get("result") if isinstance(body, dict) else None
         if status == 200 and isinstance(result, dict) and "value" in result:
@@ -241,6 +249,7 @@ async def _killer(made: Cluster, stop: float, every: float, figures: Figures) ->
         await asyncio.sleep(every)
         if time.monotonic() >= stop:
             return
+        figures.kill_times.append(time.monotonic())
         await node.kill()
         figures.kills += 1
         await node.start()
