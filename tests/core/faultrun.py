@@ -316,4 +316,6 @@ async def fault_run(server: RedisServer, workdir: Path, *, pages: int, seconds: 
         finally:
             for page in opened:
                 await page.close()
+    stopped = [node.process is None or node.process.poll() is not None for node in made.nodes]
+    assert all(stopped), f"a Core node still runs after the run: {stopped}"
     return figures
