@@ -110,7 +110,7 @@ class CallerMemory:
                 break
             del results[request.id]
             self._store.delete_request(request.session_id, request.id)
-            self._forget_key(request.id)
+            self.forget_key(request.id)
         turns = self.turns
         while turns:
             turn = next(iter(turns.values()))
@@ -118,9 +118,11 @@ class CallerMemory:
                     len(turns) <= self._limit and turn.created_at > horizon):
                 break
             del turns[turn.id]
-            self._forget_key(turn.id)
+            self.forget_key(turn.id)
 
-    def _forget_key(self, target_id: str) -> None:
+    def forget_key(self, target_id: str) -> None:
+        """Drop the key that started ``target_id`` (if one did): a retry with it starts
+        afresh."""
         hashed = self._key_of.pop(target_id, None)
         if hashed is not None:
             record = self.keys.pop(hashed)

@@ -581,6 +581,8 @@ class CoreSession:
                     self._resolve(pending, tool_error(
                         STORE_FAILED, f"Core could not store this request, so it was not "
                         f"sent to the page: {exc}", retryable=True), "none", "store_failed")
+                    # it never ran: a retry with its key must run it, not get this again
+                    self.callers.forget_key(pending.id)
 
     async def call_tool(
         self, tool: str, args: Any, *, timeout_ms: int | None = None,

@@ -1,0 +1,39 @@
+"""Issue 13's fault run (tests/core/faultrun.py): 3 nodes on one redis-server behind
+HAProxy, simulated pages, tool calls and turns through HAProxy while one node is SIGKILLed
+and started again every few seconds; the second test also restarts Redis once.
+
+CI runs a short version (12 s, 6 pages, a kill every 4 s; ~35 s for both);
+``PEDELEC_LONG=1`` runs the issue's (2 minutes, 20 pages, a kill every 10 s). ``-s``
+prints the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from faultrun import CALL_DEADLINE, fault_run
+from storekit import RedisServer
+
+LONG = os.environ.get("PEDELEC_LONG") == "1"
+SECONDS, PAGES, KILL_EVERY = (120.0, 20, 10.0) if LONG else (12.0, 6, 4.0)
+
+
+@pytest.mark.parametrize("restart_redis", [False, True], ids=["nodes", "nodes+redis"])
+def test_nothing_lost_nothing_twice_while_nodes_die(
+        redis_server: RedisServer, tmp_path: Path, restart_redis: bool) -> None:
+    figures = asyncio.run(asyncio.wait_for(
+        fault_run(redis_server, tmp_path, pages=PAGES, seconds=SECONDS,
+                  kill_every=KILL_EVERY, restart_redis=restart_redis),
+        SECONDS + 4 * CALL_DEADLINE + 60))
+    print(f"\nfault run ({'long' if LONG else 'short'}, redis restart {restart_redis}): "
+          f"{figures.summary()}")
+    assert figures.kills >= 2, figures.summary()
+    assert figures.succeeded > 0, figures.summary()
+    assert figures.lost == [], figures.lost[:10]
+    assert figures.twice == [], figures.twice[:10]
+    assert figures.wrong_state == [], figures.wrong_state[:10]
+    if restart_redis:
+        assert figures.degraded_seen, "health never said degraded while Redis was away"
