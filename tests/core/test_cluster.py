@@ -228,3 +228,42 @@ def test_a_call_for_another_nodes_session_with_redis_away_is_a_503(
             await page.close()
 
     run(main())
+
+
+def test_a_call_routed_by_a_stale_remembered_holder_is_routed_again_and_runs_once(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """B forwards a call to A, where the page is, and remembers A; the page resumes on C
+    (A lets go). B's next call goes to A, is told the session is not there, and is routed
+    again through the lease to C: answered, and each request ran once."""
+    monkeypatch.setattr(sessions, "LEASE_SECONDS", 60.0)
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b, \
+                running_core(config(**cfg)) as c:
+            first = await RawClient.open(a.ws_url)
+            welcome = await first.hello([tool_meta("a")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_requests(first, ran))
+            await until(lambda: sid in a.registry.sessions)
+            response = await b.tool_call(sid, "a", {"n": 1})
+            assert response.json()["result"] == {"ok": True, "data": {"n": 1}}, response.text
+            handlers.cancel()
+
+            second = await RawClient.open(c.ws_url)
+            assert (await second.hello([tool_meta("a")], sessionId=sid,
+                                       resumeToken=token))["resumed"]
+            await until(lambda: sid not in a.registry.sessions)
+            handlers = asyncio.ensure_future(answer_requests(second, ran))
+            try:
+                response = await asyncio.wait_for(b.tool_call(sid, "a", {"n": 2}), WAIT)
+                assert response.json()["result"] == {"ok": True, "data": {"n": 2}}, (
+                    response.text)
+                assert len(ran) == len(set(ran)) == 2
+            finally:
+                handlers.cancel()
+                await first.close()
+                await second.close()
+
+    run(main())
