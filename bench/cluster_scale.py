@@ -83,14 +83,14 @@ async def main(rounds: int, pages: int, calls: int, concurrency: int) -> None:
         finally:
             redis.stop()
     print(f"{pages} pages, {calls} calls, {concurrency} callers at once, through HAProxy")
-    print(f"{'nodes':6} {'calls/s per round':>28} {'x 1 node':>18} {'p50 ms':>16}")
+    print(f"{'nodes':6} {'calls/s per round':>24} {'x 1 node':>24} {'p50 ms':>24}")
     for count in NODE_COUNTS:
         rates = [rate for rate, _ in results[count]]
         ratios = [rate / base for (rate, _), (base, _) in zip(results[count], results[1],
                                                                strict=True)]
-        print(f"{count:<6} {' / '.join(f'{r:.0f}' for r in rates):>28} "
-              f"{' / '.join(f'{r:.2f}' for r in ratios):>18} "
-              f"{' / '.join(f'{p:.1f}' for _, p in results[count]):>16}")
+        print(f"{count:<6} {' / '.join(f'{r:.0f}' for r in rates):>24} "
+              f"{' / '.join(f'{r:.2f}' for r in ratios):>24} "
+              f"{' / '.join(f'{p:.1f}' for _, p in results[count]):>24}")
 
 
 if __name__ == "__main__":
