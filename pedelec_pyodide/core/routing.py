@@ -8,6 +8,12 @@ checked there again) and publishes the response to the caller's node. A call wit
 ``Idempotency-Key`` is given one (``pedelec-route-...``), so when its holder dies and the
 page resumes on another node, the call is forwarded again there and waits for the same
 request (stored with its key) instead of sending a new one: nothing runs twice.
+
+Each node remembers which node answered for a session (a bounded cache), so a call
+crossing nodes costs no lease lookup in Redis. A remembered holder that let go answers
+that the session moved (or is not there) and a dead one stops holding the lease: either
+way the entry is dropped and the call routed again through the lease, with its key, so a
+stale entry costs a retry, never a lost or doubled call.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import json
 import re
 import secrets
 import time
+from collections import OrderedDict
 from typing import Any
 
 from starlette.applications import Starlette
@@ -40,6 +47,8 @@ ROUTE_TIMEOUT = "ROUTE_TIMEOUT"
 _FORWARDED = (b"authorization", b"idempotency-key", b"content-type")
 _KEY_HEADER = b"idempotency-key"
 _ROUTE_KEY_PREFIX = "pedelec-route-"
+#: most sessions whose holder a node remembers (the least recently used go first)
+HOLDER_CACHE_LIMIT = 10_000
 
 
 class ClusterRouter:
@@ -48,6 +57,14 @@ class ClusterRouter:
     def __init__(self, app: ASGIApp, registry: Registry) -> None:
         self.app = app
         self.registry = registry
+        # session id -> the other node that last answered for it
+        self._holders: OrderedDict[str, str] = OrderedDict()
+
+    def _remember(self, session_id: str, holder: str) -> None:
+        self._holders[session_id] = holder
+        self._holders.move_to_end(session_id)
+        if len(self._holders) > HOLDER_CACHE_LIMIT:
+            self._holders.popitem(last=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         registry = self.registry
@@ -89,7 +106,9 @@ class ClusterRouter:
         deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
         while time.monotonic() < deadline:
             try:
-                holder = await registry.store.holder(session_id)
+                holder = self._holders.get(session_id)
+                if holder is None:
+                    holder = await registry.store.holder(session_id)
                 if holder is None or holder == registry.node:
                     if not await registry.adopt(session_id):
                         await asyncio.sleep(ADOPT_RETRY_SECONDS)
@@ -106,7 +125,9 @@ class ClusterRouter:
             if reply is not None:
                 status, answer = int(reply["status"]), str(reply["body"])
                 if not _moved(status, answer, here=False):
+                    self._remember(session_id, holder)
                     return status, answer
+            self._holders.pop(session_id, None)  # route it again through the lease
         return 504, json.dumps({"error": {"code": ROUTE_TIMEOUT, "message": (
             f"no node answered for this session within {ROUTE_LIMIT_SECONDS:g} s")}})
 

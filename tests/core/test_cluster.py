@@ -228,3 +228,79 @@ def test_a_call_for_another_nodes_session_with_redis_away_is_a_503(
             await page.close()
 
     run(main())
+
+
+def test_a_call_routed_by_a_stale_remembered_holder_is_routed_again_and_runs_once(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """B forwards a call to A, where the page is, and remembers A; the page resumes on C
+    (A lets go). B's next call goes to A, is told the session is not there, and is routed
+    again through the lease to C: answered, and each request ran once."""
+    monkeypatch.setattr(sessions, "LEASE_SECONDS", 60.0)
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b, \
+                running_core(config(**cfg)) as c:
+            first = await RawClient.open(a.ws_url)
+            welcome = await first.hello([tool_meta("a")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_requests(first, ran))
+            await until(lambda: sid in a.registry.sessions)
+            response = await b.tool_call(sid, "a", {"n": 1})
+            assert response.json()["result"] == {"ok": True, "data": {"n": 1}}, response.text
+            handlers.cancel()
+
+            second = await RawClient.open(c.ws_url)
+            assert (await second.hello([tool_meta("a")], sessionId=sid,
+                                       resumeToken=token))["resumed"]
+            await until(lambda: sid not in a.registry.sessions)
+            handlers = asyncio.ensure_future(answer_requests(second, ran))
+            try:
+                response = await asyncio.wait_for(b.tool_call(sid, "a", {"n": 2}), WAIT)
+                assert response.json()["result"] == {"ok": True, "data": {"n": 2}}, (
+                    response.text)
+                assert len(ran) == len(set(ran)) == 2
+            finally:
+                handlers.cancel()
+                await first.close()
+                await second.close()
+
+    run(main())
+
+
+def test_a_call_routed_to_a_remembered_holder_that_was_killed_reaches_the_page_once(
+        redis_server: RedisServer) -> None:
+    """B forwards a call to A (a process of its own), where the page is, and remembers
+    A; A is SIGKILLed and the page resumes on C. B's next call, sent to the dead A, is
+    routed again once A's lease is C's: answered, and each request ran once."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with core_process(redis_server.url, free_port()) as a, \
+                running_core(config(**cfg)) as b, running_core(config(**cfg)) as c:
+            first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
+            welcome = await first.hello([tool_meta("a")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_requests(first, ran))
+            response = await b.tool_call(sid, "a", {"n": 1})
+            assert response.json()["result"] == {"ok": True, "data": {"n": 1}}, response.text
+            handlers.cancel()
+            a.kill()
+            await asyncio.to_thread(a.wait, WAIT)
+
+            second = await RawClient.open(c.ws_url)
+            assert (await second.hello([tool_meta("a")], sessionId=sid,
+                                       resumeToken=token))["resumed"]
+            handlers = asyncio.ensure_future(answer_requests(second, ran))
+            try:
+                response = await asyncio.wait_for(b.tool_call(sid, "a", {"n": 2}), WAIT)
+                assert response.json()["result"] == {"ok": True, "data": {"n": 2}}, (
+                    response.text)
+                assert len(ran) == len(set(ran)) == 2
+            finally:
+                handlers.cancel()
+                await second.close()
+
+    run(main())
