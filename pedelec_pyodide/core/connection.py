@@ -170,6 +170,8 @@ class PageConnection:
             log_event("bridge.disconnected", session=self.session.id)
 
     def parse(self, data: str | bytes) -> Parsed:
+        """``data`` checked and decoded; reads only the limits, so a worker thread may
+        run it (bridge.py does for long frames)."""
         text = data if isinstance(data, str) else ""
         limit = self.max_bytes + (RESULT_ENVELOPE_BYTES if _RESULT_FRAME.match(text) else 0)
         try:
