@@ -1,61 +1,29 @@
-"""The WebSocket endpoint ``/pedelec/v1/bridge``: one page connection, wire protocol v1.
+"""The WebSocket endpoint ``/pedelec/v1/bridge``: carries one page's frames between its
+socket and a :class:`~.connection.PageConnection`, which speaks the protocol.
 
-Per connection: an Origin check before the handshake (Core's own origin, plus the
+Here: the Origin check before the handshake (Core's own origin, plus the
 ``--allow-origin`` list; a request without Origin, i.e. not from a browser, is let in),
-a frame-size limit, a rate limit (a token bucket: over it a frame is refused with
-``RATE_LIMITED``; a flood that goes on is cut off with close code 1008), and the
-protocol itself. Every bad frame gets an ``error`` frame; the connection stays open.
+long frames parsed in a worker thread, the store's round trip before a first hello, and
+sending what the connection queues.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-import sys
-import time
-from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from starlette.websockets import WebSocket
 
-from .. import protocol
-from ..protocol import ProtocolError
-from ..results import TOOL_RESULT_TOO_LARGE, tool_error
+from .connection import CLOSE_POLICY, PageConnection
 from .log import log_event
 from .offload import LARGE_CHARS
-from .sessions import (
-    CLOSE_TRY_AGAIN,
-    DUPLICATE_HELLO,
-    HELLO_REQUIRED,
-    RATE_LIMITED,
-    RESUME_REFUSED,
-    TOO_MANY_SESSIONS,
-    TURN_BUSY,
-    TURN_ID_TAKEN,
-    UNKNOWN_TOOL_REQUEST,
-    UNKNOWN_TURN,
-    CoreSession,
-    Registry,
-    SessionRefused,
-    page_metadata,
-)
-from .store import dump_json
-from .turns import start_turn
+from .sessions import Registry
 
-CLOSE_POLICY = 1008
 # how long Core offers a close frame to a page before it stops waiting for the page to read
 CLOSE_WAIT = 10.0
-# The limit is on a result, as the page checks it: its tool.result frame may exceed the
-# frame limit by the envelope around it (type, id, handledBy).
-RESULT_ENVELOPE_BYTES = 1024
-# how the page's runtime starts the frames a refusal must be traced back to, so that
-# the request or turn it was for ends now rather than waiting for ever
-_RESULT_FRAME = re.compile(r'\{"type":"tool\.result","toolRequestId":"([0-9A-Za-z_-]{1,128})"')
-_TURN_START_FRAME = re.compile(r'\{"type":"turn\.start","turnId":"([0-9A-Za-z_-]{1,128})"')
 #: frames longer than this (characters) are parsed off the event loop. Parsing is linear,
 #: but a 1 MiB hello of tiny subschemas or patterns takes ~0.5 s to check: the other
 #: connections and /health must not wait for it (a thread gives the loop the GIL every
@@ -63,16 +31,6 @@ _TURN_START_FRAME = re.compile(r'\{"type":"turn\.start","turnId":"([0-9A-Za-z_-]
 #: (Core's own work on large values has threads of its own, offload.py).
 PARSE_IN_THREAD_CHARS = LARGE_CHARS
 _PARSER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pedelec-parse")
-
-
-class _Parsed(NamedTuple):
-    """A frame as :meth:`BridgeConnection._parse` made it ready to handle."""
-
-    message: protocol.ClientMessage | ProtocolError
-    #: a hello's or tools.update's tools as the JSON text a session keeps, made with the
-    #: parse, so off the event loop for a long frame (other messages have none)
-    tools_json: str = ""
-    client_json: str = "{}"  # a hello's client info, the same way
 
 
 def origin_allowed(headers: Mapping[str, str], allowed: frozenset[str]) -> bool:
@@ -89,84 +47,40 @@ def origin_allowed(headers: Mapping[str, str], allowed: frozenset[str]) -> bool:
 
 
 class BridgeConnection:
-    """Speaks protocol v1 with one page; a :class:`~.sessions.Connection` for its session."""
+    """One page's WebSocket, served: the :class:`~.connection.Output` of its connection."""
 
     def __init__(self, websocket: WebSocket, registry: Registry) -> None:
         self.websocket = websocket
         self.registry = registry
-        config = registry.config
-        self.max_bytes = config.max_frame_bytes
-        self.rate = config.rate_limit
-        self.burst = float(config.rate_burst)
-        self.tokens = self.burst
-        self.refilled = time.monotonic()
-        self.session: CoreSession | None = None
-        self._outbox: deque[str] = deque()
-        self.max_queued = config.max_queued_bytes
-        self._queued = 0  # bytes of memory the outbox holds
-        self._closing: tuple[int, str] | None = None
+        self.page = PageConnection(registry, self)
         self._flusher: asyncio.Task[None] | None = None
-        self._open = True
-        self._took_over = False  # this connection has asked for a take-over already
-        self._new_id: str | None = None  # the id (and lease) of the session it may create
 
-    # --- the Connection side (sessions call these) --------------------------------------
+    # --- the Output side ----------------------------------------------------------------
 
-    def send(self, frame: str) -> None:
-        if not self._open or self._closing is not None:
-            return
-        size = sys.getsizeof(frame)
-        if self._queued and self._queued + size > self.max_queued:  # one frame always fits
-            self._not_reading(size)
-            return
-        self._queued += size
-        self._outbox.append(frame)
+    def wake(self) -> None:
         if self._flusher is None:
             self._flusher = asyncio.ensure_future(self._flush())
 
-    def _not_reading(self, size: int) -> None:
-        """The page does not read what Core sends: close its connection rather than
-        buffer for it. Its session is detached now and waits for a resume (what it
-        missed, pending requests and turn ends, is sent again then)."""
-        session = self.session
-        log_event("bridge.not_reading", session=None if session is None else session.id,
-                  queued=self._queued, frame=size)
-        self._outbox.clear()
-        self._queued = 0
-        self._closing = (CLOSE_POLICY, f"not reading: over {self.max_queued} bytes queued "
-                         "(--max-queued-bytes)")
-        self._open = False  # the receive loop stops at the next frame
-        if session is not None:
-            session.detach(self)
+    def abort(self) -> None:
         stuck = self._flusher  # waiting for the page to read; the close replaces it
         if stuck is not None:
             stuck.cancel()
         self._flusher = asyncio.ensure_future(self._flush())
 
-    def close(self, code: int, reason: str) -> None:
-        if not self._open or self._closing is not None:
-            return
-        self._closing = (code, reason)
-        if self._flusher is None:
-            self._flusher = asyncio.ensure_future(self._flush())
-
     async def _flush(self) -> None:
         send = self.websocket.send
+        page = self.page
         try:
-            while self._outbox:
-                frame = self._outbox.popleft()
-                self._queued -= sys.getsizeof(frame)
+            while (frame := page.next_frame()) is not None:
                 await send({"type": "websocket.send", "text": frame})
-            if self._closing is not None:
-                code, reason = self._closing
+            if page.closing is not None:
+                code, reason = page.closing
                 await asyncio.wait_for(
                     send({"type": "websocket.close", "code": code, "reason": reason}),
                     CLOSE_WAIT)
-                self._open = False
+                page.ended()
         except Exception:  # the peer is gone; the receive loop sees the disconnect
-            self._open = False
-            self._outbox.clear()
-            self._queued = 0
+            page.ended()
         finally:
             if self._flusher is asyncio.current_task():
                 self._flusher = None
@@ -181,10 +95,11 @@ class BridgeConnection:
             await websocket.close(code=CLOSE_POLICY)
             return
         await websocket.accept()
+        page = self.page
         try:
-            while self._open:
+            while page.open:
                 message = await websocket.receive()
-                if message["type"] == "websocket.disconnect" or not self._open:
+                if message["type"] == "websocket.disconnect" or not page.open:
                     break
                 data = message.get("text")
                 if data is None:
@@ -197,210 +112,21 @@ class BridgeConnection:
             if flusher is not None:  # let the last frames (and a close) go out
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(flusher), 2.0)
-            self._open = False
-            if self.session is not None:
-                self.session.detach(self)
-                log_event("bridge.disconnected", session=self.session.id)
-
-    def _charge(self) -> str:
-        """The rate limit: ``ok``, ``refused`` (an error frame went out) or ``cut``."""
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
-        self.refilled = now
-        self.tokens -= 1.0
-        if self.tokens >= 0:
-            return "ok"
-        if self.tokens < -self.burst:
-            log_event("bridge.flood", session=None if self.session is None else self.session.id)
-            self.close(CLOSE_POLICY, "rate limit exceeded")
-            return "cut"
-        self.send(protocol.error_frame(
-            RATE_LIMITED,
-            f"more than {self.rate:g} frames per second (burst {self.burst:g}); frame dropped",
-        ))
-        return "refused"
+            page.disconnected()
 
     async def receive(self, data: str | bytes) -> bool:
-        """:meth:`handle`, a long frame parsed in a worker thread (frames of one connection
-        are still handled one after the other, in order)."""
+        """:meth:`PageConnection.receive`, a long frame parsed in a worker thread (frames
+        of one connection are still handled one after the other, in order)."""
+        page = self.page
         if len(data) <= PARSE_IN_THREAD_CHARS:
-            parsed = self._parse(data)
+            parsed = page.parse(data)
         else:
             parsed = await asyncio.get_running_loop().run_in_executor(
-                _PARSER, self._parse, data)
-        hello = parsed.message
-        if isinstance(hello, protocol.Hello) and self.session is None and not self._took_over:
-            # once per connection (a hello costs the store a round trip, and the rate
-            # limit charges after): a session another node of the cluster holds, or a
-            # new session's id with its lease this node's before the welcome
-            self._took_over = True
+                _PARSER, page.parse, data)
+        hello = page.first_hello(parsed)
+        if hello is not None:
             if hello.session_id is not None:
                 await self.registry.take_over(hello.session_id, hello.resume_token)
             else:
-                self._new_id = await self.registry.new_session_id()
-        return self._handle_parsed(data, parsed)
-
-    def handle(self, data: str | bytes) -> bool:
-        """One frame from the page; False when the connection is cut off. Never raises.
-
-        A result Core is waiting for is not charged to the rate limit (Core sets that
-        pace itself); every other frame is, bad ones included."""
-        return self._handle_parsed(data, self._parse(data))
-
-    def _parse(self, data: str | bytes) -> _Parsed:
-        text = data if isinstance(data, str) else ""
-        limit = self.max_bytes + (RESULT_ENVELOPE_BYTES if _RESULT_FRAME.match(text) else 0)
-        try:
-            message = protocol.parse_client_frame(data, max_bytes=limit)
-        except ProtocolError as exc:
-            return _Parsed(exc)
-        if isinstance(message, protocol.Hello):
-            return _Parsed(message, dump_json(message.tools), dump_json(message.client or {}))
-        if isinstance(message, protocol.ToolsUpdate):
-            return _Parsed(message, dump_json(message.tools))
-        return _Parsed(message)
-
-    def _handle_parsed(self, data: str | bytes, parsed: _Parsed) -> bool:
-        message = parsed.message
-        text = data if isinstance(data, str) else ""
-        result_of = _RESULT_FRAME.match(text)
-        if isinstance(message, ProtocolError):
-            exc = message
-            if result_of and exc.code == protocol.FRAME_TOO_LARGE and self._too_large(
-                    result_of.group(1), protocol.frame_size(result_of.string)):
-                return True
-            charge = self._charge()
-            if charge == "ok":  # a turn.start refused names its turn: the page fails it
-                turn_of = _TURN_START_FRAME.match(text)
-                # logged only when answered: a flood is cut by the rate limit, not logged
-                log_event("bridge.frame_refused",
-                          session=None if self.session is None else self.session.id,
-                          code=exc.code, bytes=len(data) if isinstance(data, bytes)
-                          else protocol.frame_size(text),
-                          turn=turn_of.group(1) if turn_of else None)
-                self.send(protocol.error_frame(
-                    exc.code, exc.message, turn_id=turn_of.group(1) if turn_of else None))
-            return charge != "cut"
-        session = self.session
-        awaited = (isinstance(message, protocol.ToolResult) and session is not None
-                   and message.tool_request_id in session.pending)
-        charge = "ok" if awaited else self._charge()
-        if charge == "ok":
-            self._dispatch(message, parsed)
-        return charge != "cut"
-
-    def _too_large(self, request_id: str, size: int) -> bool:
-        """A result too large for Core, for a request it awaits: the caller gets
-        ``TOOL_RESULT_TOO_LARGE`` now, not a timeout later (a page whose result limit is
-        above Core's frame limit)."""
-        session = self.session
-        if session is None or request_id not in session.pending:
-            return False
-        log_event("tool.result.too_large", session=session.id, toolRequestId=request_id)
-        message = (f"the page's tool.result frame is {size} bytes; Core takes results up "
-                   f"to {self.max_bytes} bytes (--max-frame-bytes)")
-        session.accept_result(protocol.ToolResult(
-            tool_request_id=request_id, result=tool_error(
-                TOOL_RESULT_TOO_LARGE, message, retryable=False),
-            handled_by="none"))
-        self.send(protocol.error_frame(protocol.FRAME_TOO_LARGE, message,
-                                       tool_request_id=request_id))
-        return True
-
-    def _dispatch(self, message: protocol.ClientMessage, parsed: _Parsed) -> None:
-        session = self.session
-        if isinstance(message, protocol.Hello):
-            self._hello(message, parsed)
-        elif session is None:
-            self.send(protocol.error_frame(
-                HELLO_REQUIRED, f"send hello before {message.type!r}"))
-        elif isinstance(message, protocol.ToolResult):
-            refused = session.accept_result(message)
-            if refused is not None:
-                self.send(protocol.error_frame(
-                    refused[0], refused[1], tool_request_id=message.tool_request_id))
-        elif isinstance(message, protocol.TurnStart):
-            running = session.turn
-            if running is not None and running.turn_id == message.turn_id:
-                pass  # re-sent by the page after a resume: the turn is running
-            elif message.turn_id in session.ended:  # its turn.end was lost on the way
-                session.send_turn_end(session.ended[message.turn_id])
-            elif message.turn_id in session.callers.turns:  # kept for a caller's retries
-                self.send(protocol.error_frame(
-                    TURN_ID_TAKEN, "that turn id is a control-API caller's turn, kept for its "
-                    "retries; start a turn with a new id", turn_id=message.turn_id))
-            elif running is not None:
-                self.send(protocol.error_frame(
-                    TURN_BUSY,
-                    f"turn {running.turn_id!r} is still running; one turn at a time",
-                    turn_id=message.turn_id,
-                ))
-            else:
-                start_turn(session, message.turn_id, message.text)
-        elif isinstance(message, protocol.TurnCancel):
-            if session.turn is not None and session.turn.turn_id == message.turn_id:
-                session.turn.cancel("the page cancelled the turn")
-            else:
-                self.send(protocol.error_frame(
-                    UNKNOWN_TURN, f"turn {message.turn_id!r} is not running",
-                    turn_id=message.turn_id))
-        elif isinstance(message, (protocol.ToolProgress, protocol.ToolWaiting)):
-            if message.tool_request_id not in session.pending:
-                self.send(protocol.error_frame(
-                    UNKNOWN_TOOL_REQUEST,
-                    f"no tool request {message.tool_request_id!r} is pending in this session",
-                    tool_request_id=message.tool_request_id))
-            elif isinstance(message, protocol.ToolProgress):
-                session.accept_progress(message)
-            else:
-                session.accept_waiting(message)
-        else:  # ToolsUpdate
-            try:
-                session.update_tools(page_metadata(
-                    message.tools, parsed.tools_json, session.client_json,
-                    self.registry.config.max_metadata_bytes))
-            except SessionRefused as exc:
-                self.send(protocol.error_frame(exc.code, exc.message))
-                return
-            log_event("session.tools", session=session.id, tools=len(message.tools))
-
-    def _hello(self, hello: protocol.Hello, parsed: _Parsed) -> None:
-        if self.session is not None:
-            self.send(protocol.error_frame(
-                DUPLICATE_HELLO, "this connection has already said hello"))
-            return
-        registry = self.registry
-        try:
-            metadata = page_metadata(hello.tools, parsed.tools_json, parsed.client_json,
-                                     registry.config.max_metadata_bytes)
-            if hello.session_id is None:
-                session = registry.create(metadata, self._new_id)
-        except SessionRefused as exc:
-            self.send(protocol.error_frame(exc.code, exc.message))
-            if exc.code == TOO_MANY_SESSIONS:
-                self.close(CLOSE_TRY_AGAIN, "too many sessions")
-            return
-        if hello.session_id is None:
-            resumed = False
-        else:
-            found = registry.resume(hello.session_id, hello.resume_token)
-            if found is None:
-                log_event("session.resume_refused")
-                self.send(protocol.error_frame(
-                    RESUME_REFUSED,
-                    "that session cannot be resumed; send hello without sessionId to start "
-                    "a new one",
-                ))
-                return
-            session = found
-            session.update_tools(metadata)
-            resumed = True
-            log_event("session.resumed", session=session.id, pending=len(session.pending))
-        self.session = session
-        session.attach(self)
-        token = session.resume_token
-        assert token is not None  # set by create and by a good resume
-        self.send(protocol.Welcome(
-            session_id=session.id, resume_token=token, resumed=resumed, state=session.state,
-        ).encode())
-        session.resend()
+                page.new_id = await self.registry.new_session_id()
+        return page.receive(data, parsed)

@@ -50,6 +50,7 @@ from .routing import ClusterRouter, serve_forwarded
 from .sessions import SHUTDOWN_SECONDS, Registry
 from .snapshot import MANIFEST_NAME, SNAPSHOT_NAME, choose_encoding, inflate, stored_file
 from .store import PRUNE_SECONDS, RECENT_TURNS, Store, check_reachable, open_store
+from .turns import restore
 
 for _suffix, _type in ((".mjs", "text/javascript"), (".js", "text/javascript"),
                        (".wasm", "application/wasm"), (".whl", "application/zip"),
@@ -240,7 +241,7 @@ def create_app(config: CoreConfig) -> Starlette:
     """The whole of Core as an ASGI app; start and stop it with its lifespan."""
     agent_factory = config.agent_factory or agent_factory_for(config.agent)
     store = open_store(config.store, config.store_timeout)
-    registry = Registry(config, store, agent_factory)
+    registry = Registry(config, store, agent_factory, restore)
     private = store_files(config.store)  # never served, wherever --store points
     pyodide = PyodideFiles(config.pyodide_dir, private)
     allowed = frozenset(origin.rstrip("/").lower() for origin in config.allow_origins)
@@ -252,7 +253,7 @@ def create_app(config: CoreConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         snapshot = await registry.claim_restored(await store.load())
-        registry.restore(snapshot)
+        restore(registry, snapshot)
         pruning = asyncio.create_task(_prune_turns(store))
         cluster = asyncio.create_task(registry.serve_cluster())
         provisioning: asyncio.Task[None] | None = None

@@ -23,7 +23,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from .. import protocol
 from ..results import INVALID_ARGS, TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
@@ -43,9 +43,6 @@ from .store import (
     TurnRecord,
     hash_token,
 )
-
-if TYPE_CHECKING:
-    from .turns import TurnRunner
 
 # Codes of the `error` frames Core sends for session-level problems (parse errors use
 # the codes in pedelec_pyodide.protocol).
@@ -127,6 +124,18 @@ class Connection(Protocol):
     def send(self, frame: str) -> None: ...
 
     def close(self, code: int, reason: str) -> None: ...
+
+
+class RunningTurn(Protocol):
+    """A session's running turn (:class:`~.turns.TurnRunner`), as sessions see it."""
+
+    turn_id: str
+    record: TurnRecord
+    task: asyncio.Task[TurnRecord] | None
+
+    def cancel(self, reason: str) -> None: ...
+
+    def abandon(self) -> None: ...
 
 
 class Progress(NamedTuple):
@@ -388,7 +397,7 @@ class CoreSession:
         self.pending: dict[str, PendingRequest] = {}
         # requests resolved lately: id -> how ("delivered", "timeout", "cancelled", ...)
         self.finished: OrderedDict[str, str] = OrderedDict()
-        self.turn: TurnRunner | None = None
+        self.turn: RunningTurn | None = None
         self.unsent_ends: list[TurnRecord] = []
         # turns that ended lately, by id (see RECENT_TURNS)
         self.ended: OrderedDict[str, TurnRecord] = OrderedDict()
@@ -482,9 +491,9 @@ class CoreSession:
         for pending in self.pending.values():  # no page, nobody to answer: the clock runs
             self._stop_waiting(pending)
         if not self.closed:
-            self._await_resume()
+            self.await_resume()
 
-    def _await_resume(self) -> None:
+    def await_resume(self) -> None:
         """Disconnected: expire after the TTL, or sooner if Core needs the room."""
         self.disconnected_at = time.time()
         self.registry.disconnected[self.id] = self
@@ -547,7 +556,7 @@ class CoreSession:
             deadline=min(now + timeout, limit),
         )
         self.registry.store.save_request(record)
-        return self._track(record, checked[1] if checked else None, timeout, limit)
+        return self.track(record, checked[1] if checked else None, timeout, limit)
 
     async def start_call(
         self, tool: str, args: Any, *, timeout_ms: int | None = None,
@@ -606,7 +615,7 @@ class CoreSession:
             raise
         return pending.id, result, handled_by
 
-    def _track(self, record: RequestRecord, frame: str | None = None,
+    def track(self, record: RequestRecord, frame: str | None = None,
                idle: float | None = None, limit: float | None = None) -> PendingRequest:
         """Hold ``record`` pending. Restored after a restart, it has no ``idle`` or
         ``limit`` of its own: its tool's timeout, and the default limit past its
@@ -859,11 +868,14 @@ class Registry:
     """Every session Core knows, by id; on a shared store (Redis), every session this
     node holds a lease on."""
 
-    def __init__(self, config: CoreConfig, store: Store,
-                 agent_factory: Callable[[], Agent]) -> None:
+    def __init__(self, config: CoreConfig, store: Store, agent_factory: Callable[[], Agent],
+                 restore: Callable[[Registry, Snapshot], None]) -> None:
         self.config = config
         self.store = store
         self.agent_factory = agent_factory
+        # rebuilds sessions and their turns from the store (turns.restore: turns.py builds
+        # on this module, so it is handed in rather than imported)
+        self._restore = restore
         self.sessions: dict[str, CoreSession] = {}
         # sessions awaiting a resume, the longest disconnected first
         self.disconnected: OrderedDict[str, CoreSession] = OrderedDict()
@@ -984,7 +996,7 @@ class Registry:
                     log_event("session.holder_silent", session=session_id, node=previous)
                 snapshot = await self.store.load_session(session_id)
             if session_id not in self.sessions and snapshot.sessions:
-                self.restore(snapshot)
+                self._restore(self, snapshot)
         except StoreError as exc:
             log_event("cluster.failed", level=logging.WARNING, session=session_id,
                       error=str(exc))
@@ -1007,7 +1019,7 @@ class Registry:
         if await self.store.renew([session_id], self.node, LEASE_SECONDS):
             return False
         if session_id not in self.sessions and session_id not in self._handovers:
-            self.restore(snapshot)
+            self._restore(self, snapshot)
         return True
 
     @contextlib.contextmanager
@@ -1093,56 +1105,6 @@ class Registry:
             [record for record in snapshot.requests if record.session_id not in held],
             [record for record in snapshot.turns if record.session_id not in held],
             [record for record in snapshot.keys if record.session_id not in held])
-
-    # --- restart ------------------------------------------------------------------------
-
-    def restore(self, snapshot: Snapshot) -> None:
-        """Rebuild sessions from the store; resume the turns that were running."""
-        from .turns import TurnRunner
-
-        for record in snapshot.sessions:  # oldest first
-            session = CoreSession(self, record)
-            self.sessions[record.id] = session
-            session._await_resume()
-        journals: dict[tuple[str, str], list[RequestRecord]] = {}
-        kept: dict[str, list[RequestRecord]] = {}
-        for request in snapshot.requests:
-            owner = self.sessions.get(request.session_id)
-            if owner is None:
-                continue
-            if request.turn_id is not None:
-                journals.setdefault((request.session_id, request.turn_id), []).append(request)
-            if not request.answered:
-                owner._track(request)
-            elif request.turn_id is None:
-                kept.setdefault(request.session_id, []).append(request)
-        for turn in snapshot.turns:
-            owner = self.sessions.get(turn.session_id)
-            if owner is None:
-                continue
-            if turn.status == "running":
-                journal = journals.get((turn.session_id, turn.id), [])
-                runner = TurnRunner(owner, turn, self.agent_factory(), journal=journal)
-                owner.turn = runner
-                runner.start()
-                log_event("turn.resumed", session=owner.id, turn=turn.id,
-                          journal=len(journal))
-            else:
-                owner.remember_end(turn)
-                if not turn.end_delivered:
-                    owner.unsent_ends.append(owner.ended[turn.id])
-        keys: dict[str, list[IdempotencyRecord]] = {}
-        for key in snapshot.keys:
-            keys.setdefault(key.session_id, []).append(key)
-        turns: dict[str, dict[str, TurnRecord]] = {}
-        for turn in snapshot.turns:  # the very records the resumed turns update
-            turns.setdefault(turn.session_id, {})[turn.id] = turn
-        for session_id in (record.id for record in snapshot.sessions):
-            owner = self.sessions[session_id]
-            owner.callers.restore(kept.get(session_id, []), keys.get(session_id, []),
-                                  turns.get(session_id, {}), set(owner.pending))
-        log_event("store.restored", sessions=len(self.sessions),
-                  pending=sum(len(s.pending) for s in self.sessions.values()))
 
     async def shutdown(self, timeout: float = SHUTDOWN_SECONDS) -> None:
         """Cancel running turns (they end ``cancelled``), stop timers, flush the store:

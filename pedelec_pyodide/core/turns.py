@@ -31,12 +31,21 @@ from .sessions import (
     CheckedRequest,
     CoreSession,
     PendingRequest,
+    Registry,
     checked_call,
     delta_frames,
     end_frame,
     new_request_id,
 )
-from .store import RequestRecord, StoreError, TurnRecord, dump_json, turn_key
+from .store import (
+    IdempotencyRecord,
+    RequestRecord,
+    Snapshot,
+    StoreError,
+    TurnRecord,
+    dump_json,
+    turn_key,
+)
 
 STEP_LIMIT_EXCEEDED = "STEP_LIMIT_EXCEEDED"
 AGENT_ERROR = "AGENT_ERROR"
@@ -360,3 +369,50 @@ def start_turn(session: CoreSession, turn_id: str, text: str) -> TurnRunner:
     session.registry.store.save_turn(record)
     runner.start()
     return runner
+
+
+def restore(registry: Registry, snapshot: Snapshot) -> None:
+    """Rebuild sessions from the store (at start, or a session taken over from another
+    node); run the turns that were running again, with their journals."""
+    for record in snapshot.sessions:  # oldest first
+        session = CoreSession(registry, record)
+        registry.sessions[record.id] = session
+        session.await_resume()
+    journals: dict[tuple[str, str], list[RequestRecord]] = {}
+    kept: dict[str, list[RequestRecord]] = {}
+    for request in snapshot.requests:
+        owner = registry.sessions.get(request.session_id)
+        if owner is None:
+            continue
+        if request.turn_id is not None:
+            journals.setdefault((request.session_id, request.turn_id), []).append(request)
+        if not request.answered:
+            owner.track(request)
+        elif request.turn_id is None:
+            kept.setdefault(request.session_id, []).append(request)
+    for turn in snapshot.turns:
+        owner = registry.sessions.get(turn.session_id)
+        if owner is None:
+            continue
+        if turn.status == "running":
+            journal = journals.get((turn.session_id, turn.id), [])
+            runner = TurnRunner(owner, turn, registry.agent_factory(), journal=journal)
+            owner.turn = runner
+            runner.start()
+            log_event("turn.resumed", session=owner.id, turn=turn.id, journal=len(journal))
+        else:
+            owner.remember_end(turn)
+            if not turn.end_delivered:
+                owner.unsent_ends.append(owner.ended[turn.id])
+    keys: dict[str, list[IdempotencyRecord]] = {}
+    for key in snapshot.keys:
+        keys.setdefault(key.session_id, []).append(key)
+    turns: dict[str, dict[str, TurnRecord]] = {}
+    for turn in snapshot.turns:  # the very records the resumed turns update
+        turns.setdefault(turn.session_id, {})[turn.id] = turn
+    for session_id in (record.id for record in snapshot.sessions):
+        owner = registry.sessions[session_id]
+        owner.callers.restore(kept.get(session_id, []), keys.get(session_id, []),
+                              turns.get(session_id, {}), set(owner.pending))
+    log_event("store.restored", sessions=len(registry.sessions),
+              pending=sum(len(s.pending) for s in registry.sessions.values()))

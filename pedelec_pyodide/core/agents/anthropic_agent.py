@@ -13,8 +13,8 @@ from typing import Any, cast
 
 import anthropic
 
-from .factory import AgentUnavailable
 from .model import (
+    AgentUnavailable,
     Failure,
     ModelAgent,
     ModelAnswer,

@@ -9,10 +9,6 @@ ACCEPTED_SPECS = "offline, openai:MODEL, anthropic:MODEL"
 MODEL_PROVIDERS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}  # → an example
 
 
-class AgentUnavailable(ValueError):
-    """The spec is well-formed, but this build cannot run that agent."""
-
-
 def make_agent(spec: str) -> Agent:
     """``offline`` → :class:`OfflineAgent`; ``openai:MODEL`` / ``anthropic:MODEL`` → a model
     adapter. Anything else raises ``ValueError`` listing the accepted forms."""

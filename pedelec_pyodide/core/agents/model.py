@@ -89,6 +89,10 @@ def _positive(env: Mapping[str, str], name: str, kind: type[_Number], default: _
 # --- failures ----------------------------------------------------------------------------
 
 
+class AgentUnavailable(ValueError):
+    """The spec is well-formed, but this build cannot run that agent (no API key)."""
+
+
 class ModelError(Exception):
     """The provider could not give an answer; the message says why (never an API key)."""
 

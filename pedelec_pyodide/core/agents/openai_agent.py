@@ -14,8 +14,8 @@ from typing import Any, cast
 
 import openai
 
-from .factory import AgentUnavailable
 from .model import (
+    AgentUnavailable,
     Failure,
     ModelAgent,
     ModelAnswer,

@@ -1,0 +1,353 @@
+"""Core's side of one page connection, wire protocol v1, without I/O.
+
+A :class:`PageConnection` takes the page's frames in (:meth:`~PageConnection.receive`)
+and queues Core's frames out (:meth:`~PageConnection.next_frame`, then a close): no
+sockets, no Starlette, no waiting; the time comes from an injected clock. bridge.py
+carries the frames between it and a WebSocket. Per connection: a frame-size limit, a
+rate limit (a token bucket: over it a frame is refused with ``RATE_LIMITED``; a flood
+that goes on is cut off with close code 1008), a bound on the frames queued for a page
+that does not read them, and the protocol itself. Every bad frame gets an ``error``
+frame; the connection stays open.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+from .. import protocol
+from ..protocol import ProtocolError
+from ..results import TOOL_RESULT_TOO_LARGE, tool_error
+from .log import log_event
+from .sessions import (
+    CLOSE_TRY_AGAIN,
+    DUPLICATE_HELLO,
+    HELLO_REQUIRED,
+    RATE_LIMITED,
+    RESUME_REFUSED,
+    TOO_MANY_SESSIONS,
+    TURN_BUSY,
+    TURN_ID_TAKEN,
+    UNKNOWN_TOOL_REQUEST,
+    UNKNOWN_TURN,
+    CoreSession,
+    Registry,
+    SessionRefused,
+    page_metadata,
+)
+from .store import dump_json
+from .turns import start_turn
+
+CLOSE_POLICY = 1008
+# The limit is on a result, as the page checks it: its tool.result frame may exceed the
+# frame limit by the envelope around it (type, id, handledBy).
+RESULT_ENVELOPE_BYTES = 1024
+# how the page's runtime starts the frames a refusal must be traced back to, so that
+# the request or turn it was for ends now rather than waiting for ever
+_RESULT_FRAME = re.compile(r'\{"type":"tool\.result","toolRequestId":"([0-9A-Za-z_-]{1,128})"')
+_TURN_START_FRAME = re.compile(r'\{"type":"turn\.start","turnId":"([0-9A-Za-z_-]{1,128})"')
+
+
+class Output(Protocol):
+    """Whoever sends a :class:`PageConnection`'s frames: the serve loop, or a test."""
+
+    def wake(self) -> None:
+        """Frames, or a close, wait in the outbox."""
+
+    def abort(self) -> None:
+        """The page does not read: give up the frame being sent; the close is next."""
+
+
+class Parsed(NamedTuple):
+    """A frame as :meth:`PageConnection.parse` made it ready to handle."""
+
+    message: protocol.ClientMessage | ProtocolError
+    #: a hello's or tools.update's tools as the JSON text a session keeps, made with the
+    #: parse, so off the event loop for a long frame (other messages have none)
+    tools_json: str = ""
+    client_json: str = "{}"  # a hello's client info, the same way
+
+
+class PageConnection:
+    """Speaks protocol v1 with one page; a :class:`~.sessions.Connection` for its session."""
+
+    def __init__(self, registry: Registry, output: Output,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = registry
+        self._output = output
+        self._clock = clock
+        config = registry.config
+        self.max_bytes = config.max_frame_bytes
+        self.rate = config.rate_limit
+        self.burst = float(config.rate_burst)
+        self.tokens = self.burst
+        self.refilled = clock()
+        self.session: CoreSession | None = None
+        self._outbox: deque[str] = deque()
+        self.max_queued = config.max_queued_bytes
+        self._queued = 0  # bytes of memory the outbox holds
+        #: the close to send once the outbox is empty
+        self.closing: tuple[int, str] | None = None
+        #: False once frames no longer go out (and the page's frames no longer count)
+        self.open = True
+        self._took_over = False  # this connection has asked for a take-over already
+        #: the id (and lease) of the session it may create, from the store (bridge.py)
+        self.new_id: str | None = None
+
+    # --- the Connection side (sessions call these) --------------------------------------
+
+    def send(self, frame: str) -> None:
+        if not self.open or self.closing is not None:
+            return
+        size = sys.getsizeof(frame)
+        if self._queued and self._queued + size > self.max_queued:  # one frame always fits
+            self._not_reading(size)
+            return
+        self._queued += size
+        self._outbox.append(frame)
+        self._output.wake()
+
+    def _not_reading(self, size: int) -> None:
+        """The page does not read what Core sends: close its connection rather than
+        buffer for it. Its session is detached now and waits for a resume (what it
+        missed, pending requests and turn ends, is sent again then)."""
+        session = self.session
+        log_event("bridge.not_reading", session=None if session is None else session.id,
+                  queued=self._queued, frame=size)
+        self._outbox.clear()
+        self._queued = 0
+        self.closing = (CLOSE_POLICY, f"not reading: over {self.max_queued} bytes queued "
+                        "(--max-queued-bytes)")
+        self.open = False  # the receive loop stops at the next frame
+        if session is not None:
+            session.detach(self)
+        self._output.abort()
+
+    def close(self, code: int, reason: str) -> None:
+        if not self.open or self.closing is not None:
+            return
+        self.closing = (code, reason)
+        self._output.wake()
+
+    # --- the output side (the serve loop calls these) -----------------------------------
+
+    def next_frame(self) -> str | None:
+        """The next frame to send, or None when the outbox is empty."""
+        if not self._outbox:
+            return None
+        frame = self._outbox.popleft()
+        self._queued -= sys.getsizeof(frame)
+        return frame
+
+    def ended(self) -> None:
+        """No more frames go out: the close went, or the page is gone."""
+        self.open = False
+        self._outbox.clear()
+        self._queued = 0
+
+    # --- the input side -----------------------------------------------------------------
+
+    def first_hello(self, parsed: Parsed) -> protocol.Hello | None:
+        """The hello the serve loop must first take to the store, once per connection (a
+        hello costs the store a round trip, and the rate limit charges after): for a
+        session another node of the cluster holds, or for a new session's id with its
+        lease this node's before the welcome."""
+        hello = parsed.message
+        if isinstance(hello, protocol.Hello) and self.session is None and not self._took_over:
+            self._took_over = True
+            return hello
+        return None
+
+    def disconnected(self) -> None:
+        """The page's socket is closed: its session waits for a resume."""
+        self.open = False
+        if self.session is not None:
+            self.session.detach(self)
+            log_event("bridge.disconnected", session=self.session.id)
+
+    def parse(self, data: str | bytes) -> Parsed:
+        """``data`` checked and decoded; reads only the limits, so a worker thread may
+        run it (bridge.py does for long frames)."""
+        text = data if isinstance(data, str) else ""
+        limit = self.max_bytes + (RESULT_ENVELOPE_BYTES if _RESULT_FRAME.match(text) else 0)
+        try:
+            message = protocol.parse_client_frame(data, max_bytes=limit)
+        except ProtocolError as exc:
+            return Parsed(exc)
+        if isinstance(message, protocol.Hello):
+            return Parsed(message, dump_json(message.tools), dump_json(message.client or {}))
+        if isinstance(message, protocol.ToolsUpdate):
+            return Parsed(message, dump_json(message.tools))
+        return Parsed(message)
+
+    def receive(self, data: str | bytes, parsed: Parsed) -> bool:
+        """One frame from the page, as :meth:`parse` made it; False when the connection
+        is cut off. Never raises.
+
+        A result Core is waiting for is not charged to the rate limit (Core sets that
+        pace itself); every other frame is, bad ones included."""
+        message = parsed.message
+        text = data if isinstance(data, str) else ""
+        result_of = _RESULT_FRAME.match(text)
+        if isinstance(message, ProtocolError):
+            exc = message
+            if result_of and exc.code == protocol.FRAME_TOO_LARGE and self._too_large(
+                    result_of.group(1), protocol.frame_size(result_of.string)):
+                return True
+            charge = self._charge()
+            if charge == "ok":  # a turn.start refused names its turn: the page fails it
+                turn_of = _TURN_START_FRAME.match(text)
+                # logged only when answered: a flood is cut by the rate limit, not logged
+                log_event("bridge.frame_refused",
+                          session=None if self.session is None else self.session.id,
+                          code=exc.code, bytes=len(data) if isinstance(data, bytes)
+                          else protocol.frame_size(text),
+                          turn=turn_of.group(1) if turn_of else None)
+                self.send(protocol.error_frame(
+                    exc.code, exc.message, turn_id=turn_of.group(1) if turn_of else None))
+            return charge != "cut"
+        session = self.session
+        awaited = (isinstance(message, protocol.ToolResult) and session is not None
+                   and message.tool_request_id in session.pending)
+        charge = "ok" if awaited else self._charge()
+        if charge == "ok":
+            self._dispatch(message, parsed)
+        return charge != "cut"
+
+    def _charge(self) -> str:
+        """The rate limit: ``ok``, ``refused`` (an error frame went out) or ``cut``."""
+        now = self._clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
+        self.refilled = now
+        self.tokens -= 1.0
+        if self.tokens >= 0:
+            return "ok"
+        if self.tokens < -self.burst:
+            log_event("bridge.flood", session=None if self.session is None else self.session.id)
+            self.close(CLOSE_POLICY, "rate limit exceeded")
+            return "cut"
+        self.send(protocol.error_frame(
+            RATE_LIMITED,
+            f"more than {self.rate:g} frames per second (burst {self.burst:g}); frame dropped",
+        ))
+        return "refused"
+
+    def _too_large(self, request_id: str, size: int) -> bool:
+        """A result too large for Core, for a request it awaits: the caller gets
+        ``TOOL_RESULT_TOO_LARGE`` now, not a timeout later (a page whose result limit is
+        above Core's frame limit)."""
+        session = self.session
+        if session is None or request_id not in session.pending:
+            return False
+        log_event("tool.result.too_large", session=session.id, toolRequestId=request_id)
+        message = (f"the page's tool.result frame is {size} bytes; Core takes results up "
+                   f"to {self.max_bytes} bytes (--max-frame-bytes)")
+        session.accept_result(protocol.ToolResult(
+            tool_request_id=request_id, result=tool_error(
+                TOOL_RESULT_TOO_LARGE, message, retryable=False),
+            handled_by="none"))
+        self.send(protocol.error_frame(protocol.FRAME_TOO_LARGE, message,
+                                       tool_request_id=request_id))
+        return True
+
+    def _dispatch(self, message: protocol.ClientMessage, parsed: Parsed) -> None:
+        session = self.session
+        if isinstance(message, protocol.Hello):
+            self._hello(message, parsed)
+        elif session is None:
+            self.send(protocol.error_frame(
+                HELLO_REQUIRED, f"send hello before {message.type!r}"))
+        elif isinstance(message, protocol.ToolResult):
+            refused = session.accept_result(message)
+            if refused is not None:
+                self.send(protocol.error_frame(
+                    refused[0], refused[1], tool_request_id=message.tool_request_id))
+        elif isinstance(message, protocol.TurnStart):
+            running = session.turn
+            if running is not None and running.turn_id == message.turn_id:
+                pass  # re-sent by the page after a resume: the turn is running
+            elif message.turn_id in session.ended:  # its turn.end was lost on the way
+                session.send_turn_end(session.ended[message.turn_id])
+            elif message.turn_id in session.callers.turns:  # kept for a caller's retries
+                self.send(protocol.error_frame(
+                    TURN_ID_TAKEN, "that turn id is a control-API caller's turn, kept for its "
+                    "retries; start a turn with a new id", turn_id=message.turn_id))
+            elif running is not None:
+                self.send(protocol.error_frame(
+                    TURN_BUSY,
+                    f"turn {running.turn_id!r} is still running; one turn at a time",
+                    turn_id=message.turn_id,
+                ))
+            else:
+                start_turn(session, message.turn_id, message.text)
+        elif isinstance(message, protocol.TurnCancel):
+            if session.turn is not None and session.turn.turn_id == message.turn_id:
+                session.turn.cancel("the page cancelled the turn")
+            else:
+                self.send(protocol.error_frame(
+                    UNKNOWN_TURN, f"turn {message.turn_id!r} is not running",
+                    turn_id=message.turn_id))
+        elif isinstance(message, (protocol.ToolProgress, protocol.ToolWaiting)):
+            if message.tool_request_id not in session.pending:
+                self.send(protocol.error_frame(
+                    UNKNOWN_TOOL_REQUEST,
+                    f"no tool request {message.tool_request_id!r} is pending in this session",
+                    tool_request_id=message.tool_request_id))
+            elif isinstance(message, protocol.ToolProgress):
+                session.accept_progress(message)
+            else:
+                session.accept_waiting(message)
+        else:  # ToolsUpdate
+            try:
+                session.update_tools(page_metadata(
+                    message.tools, parsed.tools_json, session.client_json,
+                    self.registry.config.max_metadata_bytes))
+            except SessionRefused as exc:
+                self.send(protocol.error_frame(exc.code, exc.message))
+                return
+            log_event("session.tools", session=session.id, tools=len(message.tools))
+
+    def _hello(self, hello: protocol.Hello, parsed: Parsed) -> None:
+        if self.session is not None:
+            self.send(protocol.error_frame(
+                DUPLICATE_HELLO, "this connection has already said hello"))
+            return
+        registry = self.registry
+        try:
+            metadata = page_metadata(hello.tools, parsed.tools_json, parsed.client_json,
+                                     registry.config.max_metadata_bytes)
+            if hello.session_id is None:
+                session = registry.create(metadata, self.new_id)
+        except SessionRefused as exc:
+            self.send(protocol.error_frame(exc.code, exc.message))
+            if exc.code == TOO_MANY_SESSIONS:
+                self.close(CLOSE_TRY_AGAIN, "too many sessions")
+            return
+        if hello.session_id is None:
+            resumed = False
+        else:
+            found = registry.resume(hello.session_id, hello.resume_token)
+            if found is None:
+                log_event("session.resume_refused")
+                self.send(protocol.error_frame(
+                    RESUME_REFUSED,
+                    "that session cannot be resumed; send hello without sessionId to start "
+                    "a new one",
+                ))
+                return
+            session = found
+            session.update_tools(metadata)
+            resumed = True
+            log_event("session.resumed", session=session.id, pending=len(session.pending))
+        self.session = session
+        session.attach(self)
+        token = session.resume_token
+        assert token is not None  # set by create and by a good resume
+        self.send(protocol.Welcome(
+            session_id=session.id, resume_token=token, resumed=resumed, state=session.state,
+        ).encode())
+        session.resend()

@@ -1,0 +1,223 @@
+"""Core's side of a page connection, in-process: frames in, frames out, no socket.
+
+A :class:`PageConnection` on a real registry and memory store; :class:`FakeBridge`
+plays the serve loop (it records when the connection wants its frames sent) and the
+tests read the frames it queued. The rate limit runs on a clock the test moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from corekit import WAIT, config, run, tool_meta
+
+from pedelec_pyodide.core.agents import OfflineAgent
+from pedelec_pyodide.core.connection import CLOSE_POLICY, PageConnection
+from pedelec_pyodide.core.sessions import CLOSE_TRY_AGAIN, Registry
+from pedelec_pyodide.core.store import open_store
+from pedelec_pyodide.core.turns import restore
+
+POLL = 0.005  # seconds between looks for Core's next frame (a turn stores, then sends)
+
+
+class FakeBridge:
+    """Plays bridge.py: counts the connection's calls for sending and for giving up."""
+
+    def __init__(self) -> None:
+        self.wakes = 0
+        self.aborts = 0
+
+    def wake(self) -> None:
+        self.wakes += 1
+
+    def abort(self) -> None:
+        self.aborts += 1
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def registry(**overrides: Any) -> Registry:
+    overrides.setdefault("agent_factory", OfflineAgent)
+    core = config(**overrides)
+    assert core.agent_factory is not None
+    return Registry(core, open_store("memory"), core.agent_factory, restore)
+
+
+def connect(registry: Registry, clock: Clock | None = None
+            ) -> tuple[PageConnection, FakeBridge]:
+    bridge = FakeBridge()
+    return PageConnection(registry, bridge, clock or Clock()), bridge
+
+
+def feed(page: PageConnection, frame: dict[str, Any] | str) -> bool:
+    data = frame if isinstance(frame, str) else json.dumps(frame)
+    return page.receive(data, page.parse(data))
+
+
+def sent(page: PageConnection) -> list[dict[str, Any]]:
+    frames = []
+    while (frame := page.next_frame()) is not None:
+        frames.append(json.loads(frame))
+    return frames
+
+
+def hello(page: PageConnection, **extra: Any) -> dict[str, Any]:
+    assert feed(page, {"type": "hello", "protocol": 1, "tools": [tool_meta("t")], **extra})
+    [welcome] = sent(page)
+    return welcome
+
+
+async def next_frame(page: PageConnection) -> dict[str, Any]:
+    """The next frame Core queues for the page (a turn runs on the event loop)."""
+    for _ in range(int(WAIT / POLL)):
+        frame = page.next_frame()
+        if frame is not None:
+            return dict(json.loads(frame))
+        await asyncio.sleep(POLL)
+    raise AssertionError("Core sent nothing")
+
+
+def in_core(test: Callable[[Registry], Awaitable[None]], **overrides: Any) -> None:
+    async def main() -> None:
+        core = registry(**overrides)
+        try:
+            await test(core)
+        finally:
+            await core.shutdown()
+    run(main())
+
+
+def test_hello_gets_a_welcome_and_the_session_is_this_connections() -> None:
+    async def test(core: Registry) -> None:
+        page, bridge = connect(core)
+        welcome = hello(page)
+        assert welcome["type"] == "welcome" and welcome["resumed"] is False
+        session = core.get(welcome["sessionId"])
+        assert session is not None and session.connection is page and page.session is session
+        assert bridge.wakes >= 1 and bridge.aborts == 0
+        page.disconnected()
+        assert session.connection is None and session.state == "connecting"  # waits for a resume
+    in_core(test)
+
+
+def test_frames_before_hello_and_a_second_hello_are_refused_and_the_connection_stays() -> None:
+    async def test(core: Registry) -> None:
+        page, _ = connect(core)
+        assert feed(page, {"type": "turn.cancel", "turnId": "x"})
+        assert [f["code"] for f in sent(page)] == ["HELLO_REQUIRED"]
+        hello(page)
+        assert feed(page, {"type": "hello", "protocol": 1, "tools": []})
+        assert [f["code"] for f in sent(page)] == ["DUPLICATE_HELLO"]
+        assert page.open and page.closing is None
+    in_core(test)
+
+
+def test_a_bad_frame_gets_an_error_and_a_refused_turn_start_names_its_turn() -> None:
+    async def test(core: Registry) -> None:
+        page, _ = connect(core)
+        hello(page)
+        assert feed(page, "{not json")
+        assert feed(page, '{"type":"turn.start","turnId":"t1","text":5}')
+        not_json, bad_turn = sent(page)
+        assert not_json["type"] == "error" and "turnId" not in not_json
+        assert bad_turn["type"] == "error" and bad_turn["turnId"] == "t1"
+    in_core(test)
+
+
+def test_the_rate_limit_refuses_then_cuts_off_and_refills_with_the_clock() -> None:
+    async def test(core: Registry) -> None:
+        clock = Clock()
+        page, _ = connect(core, clock)
+        hello(page)  # 2 of the burst of 3 left
+        cancel = {"type": "turn.cancel", "turnId": "x"}
+        for _ in range(2):
+            assert feed(page, cancel)
+        assert [f["code"] for f in sent(page)] == ["UNKNOWN_TURN"] * 2
+        assert feed(page, cancel)
+        assert [f["code"] for f in sent(page)] == ["RATE_LIMITED"]
+        clock.now += 0.2  # 10 frames a second: two tokens back, one owed
+        assert feed(page, cancel)
+        assert [f["code"] for f in sent(page)] == ["UNKNOWN_TURN"]
+        for _ in range(3):  # down to -3: refused
+            assert feed(page, cancel)
+        assert [f["code"] for f in sent(page)] == ["RATE_LIMITED"] * 3
+        assert not feed(page, cancel)  # past -burst: a flood, cut off
+        assert sent(page) == [] and page.closing == (CLOSE_POLICY, "rate limit exceeded")
+    in_core(test, rate_limit=10.0, rate_burst=3)
+
+
+def test_a_page_that_does_not_read_is_cut_off_and_its_session_waits() -> None:
+    async def test(core: Registry) -> None:
+        page, bridge = connect(core)
+        welcome = hello(page)
+        session = page.session
+        assert session is not None
+        for _ in range(100):  # errors Core queues and nobody sends
+            feed(page, {"type": "turn.cancel", "turnId": "x"})
+            if not page.open:
+                break
+        assert bridge.aborts == 1 and not page.open
+        assert page.next_frame() is None  # what was queued is dropped
+        assert page.closing is not None and page.closing[0] == CLOSE_POLICY
+        assert "not reading" in page.closing[1]
+        assert session.connection is None and core.get(welcome["sessionId"]) is session
+        page.send("{}")  # nothing more is queued
+        assert page.next_frame() is None
+    in_core(test, max_queued_bytes=2_000)
+
+
+def test_a_session_resumes_on_a_new_connection_with_its_token_only() -> None:
+    async def test(core: Registry) -> None:
+        first, _ = connect(core)
+        welcome = hello(first)
+        first.disconnected()
+        wrong, _ = connect(core)
+        assert feed(wrong, {"type": "hello", "protocol": 1, "tools": [],
+                            "sessionId": welcome["sessionId"], "resumeToken": "nope"})
+        assert [f["code"] for f in sent(wrong)] == ["RESUME_REFUSED"]
+        second, _ = connect(core)
+        again = hello(second, sessionId=welcome["sessionId"],
+                      resumeToken=welcome["resumeToken"])
+        assert again["resumed"] is True and again["sessionId"] == welcome["sessionId"]
+        session = core.get(welcome["sessionId"])
+        assert session is not None and session.connection is second
+    in_core(test)
+
+
+def test_a_full_core_refuses_a_new_session_and_closes_try_again() -> None:
+    async def test(core: Registry) -> None:
+        hello(connect(core)[0])
+        page, _ = connect(core)
+        assert feed(page, {"type": "hello", "protocol": 1, "tools": []})
+        assert [f["code"] for f in sent(page)] == ["TOO_MANY_SESSIONS"]
+        assert page.closing == (CLOSE_TRY_AGAIN, "too many sessions")
+    in_core(test, max_sessions=1)
+
+
+def test_a_turn_calls_the_page_and_the_awaited_result_is_not_charged() -> None:
+    async def test(core: Registry) -> None:
+        page, _ = connect(core)
+        hello(page)  # the burst of 2: one left
+        assert feed(page, {"type": "turn.start", "turnId": "t1",
+                           "text": '/call t {"n": 1}'})  # none left
+        request = await next_frame(page)
+        while request["type"] != "tool.request":
+            request = await next_frame(page)
+        assert (request["tool"], request["args"], request["turnId"]) == ("t", {"n": 1}, "t1")
+        assert feed(page, {"type": "tool.result", "toolRequestId": request["toolRequestId"],
+                           "result": {"ok": 1}, "handledBy": "named"})
+        end = await next_frame(page)
+        while end["type"] != "turn.end":
+            assert end["type"] == "turn.delta"
+            end = await next_frame(page)
+        assert end["status"] == "completed" and end["turnId"] == "t1"
+    in_core(test, rate_limit=0.001, rate_burst=2)
