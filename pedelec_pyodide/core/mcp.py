@@ -53,6 +53,7 @@ from ..tools import NAME_PATTERN
 from .bridge import origin_allowed
 from .control import ApiError, authorize, path_session
 from .log import log_event
+from .relay import NoSession, ToolRelay
 from .sessions import CoreSession, Progress, Registry, checked_call, refused_request
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
@@ -112,6 +113,10 @@ def _http_request(ctx: Context) -> Request:
     return request
 
 
+def _no_session(session_id: str) -> MCPError:
+    return MCPError(types.INVALID_REQUEST, f"no session {quote(session_id)}")
+
+
 class _PageServer(Server[Any]):
     """Says ``tools.listChanged`` in the ``initialize`` answer."""
 
@@ -129,8 +134,10 @@ class _PageServer(Server[Any]):
 class McpEndpoint:
     """The ASGI app behind the MCP route; :meth:`run` it for the app's lifetime."""
 
-    def __init__(self, registry: Registry, allowed_origins: frozenset[str]) -> None:
+    def __init__(self, registry: Registry, allowed_origins: frozenset[str],
+                 relay: ToolRelay) -> None:
         self.registry = registry
+        self.relay = relay
         self.allowed_origins = allowed_origins
         self.server = _PageServer(
             "pedelec", version=__version__,
@@ -155,7 +162,7 @@ class McpEndpoint:
         request = Request(scope, receive)
         try:
             authorize(request)
-            session = path_session(request)
+            session = None if self._elsewhere(request) else path_session(request)
             if not origin_allowed(request.headers, self.allowed_origins):
                 raise ApiError(403, FORBIDDEN_ORIGIN,
                                f"Origin {quote(request.headers.get('origin'))} is not allowed")
@@ -163,9 +170,16 @@ class McpEndpoint:
             await exc.response()(scope, receive, send)
             return
         key = request.headers.get(MCP_SESSION_ID_HEADER)
-        if request.method == "DELETE" and key is not None:
+        if request.method == "DELETE" and key is not None and session is not None:
             session.tool_listeners.pop(key, None)
         await self.manager.handle_request(scope, receive, send)
+
+    def _elsewhere(self, request: Request) -> bool:
+        """The page's session may be another node's (a shared store): checked in the
+        handlers, which ask the store or relay the call."""
+        registry = self.registry
+        return registry.store.shared and registry.get(
+            request.path_params["session_id"]) is None
 
     # --- MCP handlers -------------------------------------------------------------------
 
@@ -173,26 +187,40 @@ class McpEndpoint:
         session_id = _http_request(ctx).path_params["session_id"]
         session = self.registry.get(session_id)
         if session is None or session.closed:
-            raise MCPError(types.INVALID_REQUEST, f"no session {quote(session_id)}")
+            raise _no_session(session_id)
         return session
 
     async def _list_tools(
         self, ctx: Context, params: types.PaginatedRequestParams | None,
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[mcp_tool(t) for t in self._session(ctx).tools])
+        session_id = _http_request(ctx).path_params["session_id"]
+        session = self.registry.get(session_id)
+        if session is not None and not session.closed:
+            tools = session.tools
+        elif self.registry.store.shared:  # another node's page: its tools as stored
+            stored = (await self.registry.store.load_session(session_id)).sessions
+            if not stored:
+                raise _no_session(session_id)
+            tools = json.loads(stored[0].tools)
+        else:
+            raise _no_session(session_id)
+        return types.ListToolsResult(tools=[mcp_tool(t) for t in tools])
 
     async def _call_tool(
         self, ctx: Context, params: types.CallToolRequestParams,
     ) -> types.CallToolResult:
-        session = self._session(ctx)
+        registry = self.registry
+        session_id = _http_request(ctx).path_params["session_id"]
+        if not registry.store.shared:
+            self._session(ctx)
         if not NAME_PATTERN.match(params.name):
             return call_result(tool_error(
                 TOOL_HANDLER_NOT_FOUND, f"{quote(params.name)} is not a tool name",
                 retryable=False))
-        log_event("mcp.tool_call", session=session.id, tool=params.name)
+        log_event("mcp.tool_call", session=session_id, tool=params.name)
         args = params.arguments or {}
         try:  # NaN or 1e999 (the SDK's parser takes them), too large, too deep
-            checked = checked_call(params.name, args, session.registry.config.max_frame_bytes)
+            checked = checked_call(params.name, args, registry.config.max_frame_bytes)
         except protocol.ProtocolError as exc:
             return call_result(refused_request(exc))
         token = progress_token_from_params(ctx.params)
@@ -207,8 +235,14 @@ class McpEndpoint:
                             total=update.total, message=update.message)),
                         related_request_id=ctx.request_id)  # on this call's stream
 
-        _, result, _ = await session.call_tool(params.name, args, checked=checked,
-                                               on_progress=on_progress)
+        if registry.store.shared:  # wherever the page is, again after its node died
+            try:
+                result = await self.relay.call(session_id, params.name, args, on_progress)
+            except NoSession:
+                raise _no_session(session_id) from None
+            return call_result(result)
+        _, result, _ = await self._session(ctx).call_tool(
+            params.name, args, checked=checked, on_progress=on_progress)
         return call_result(result)
 
     async def _listen(
@@ -227,9 +261,10 @@ class McpEndpoint:
         return await handler(ctx, params)
 
     async def _initialized(self, ctx: Context, params: types.NotificationParams) -> None:
-        session = self._session(ctx)
-        key = _http_request(ctx).headers.get(MCP_SESSION_ID_HEADER)
-        if key is None:
+        request = _http_request(ctx)
+        session = self.registry.get(request.path_params["session_id"])
+        key = request.headers.get(MCP_SESSION_ID_HEADER)
+        if key is None or session is None:  # another node's page: no list_changed
             return
         session.tool_listeners[key] = self._listener(session, key, ctx.session)
         log_event("mcp.session", session=session.id, clients=len(session.tool_listeners))

@@ -1,0 +1,108 @@
+"""MCP on several Core nodes on one Redis (a real redis-server of each test's own): an
+MCP client (the official SDK) on a node that does not hold the page lists its tools,
+calls them, hears their progress and cancels them; the page's node is SIGKILLed with a
+call waiting, and the call is answered once the page resumes on a third node."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+from corekit import WAIT, RawClient, config, run, running_core, tool_meta, until
+from storekit import RedisServer, free_port
+from test_cluster import answer_requests
+from test_core_resume import core_process
+from test_mcp import mcp_client, modern_client
+from test_progress import next_of, page_with, progress, result
+
+
+def mcp_at(port: int, session_id: str) -> str:
+    return f"http://127.0.0.1:{port}/pedelec/v1/sessions/{session_id}/mcp"
+
+
+@contextlib.asynccontextmanager
+async def client_of(era: str, url: str) -> Any:
+    """The SDK's client of the handshake protocol, or of the per-request one."""
+    async with (mcp_client(url) if era == "handshake" else modern_client(url)) as client:
+        yield client
+
+
+@pytest.mark.parametrize("era", ["handshake", "2026-07-28"])
+def test_a_client_on_a_node_without_the_page_lists_calls_hears_progress_and_cancels(
+        redis_server: RedisServer, era: str) -> None:
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            await until(lambda: sid in a.registry.sessions)
+            updates: list[tuple[float, float | None, str | None]] = []
+
+            async def on_progress(value: float, total: float | None,
+                                  message: str | None) -> None:
+                updates.append((value, total, message))
+
+            async with client_of(era, mcp_at(b.port, sid)) as client:
+                listed = await client.list_tools()
+                assert [tool.name for tool in listed.tools] == ["slow"]
+
+                call = asyncio.create_task(
+                    client.call_tool("slow", {"n": 1}, progress_callback=on_progress))
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                await progress(raw, rid, 1, total=4, message="a quarter")
+                await until(lambda: len(updates) == 1, "the first progress notification")
+                await progress(raw, rid, 4, total=4)
+                await result(raw, rid, {"done": True})
+                answer = await asyncio.wait_for(call, WAIT)
+                assert answer.structured_content == {"done": True}, answer
+                assert updates[0] == (1, 4, "a quarter")
+                assert updates[-1] == (4, 4, None)
+
+                call = asyncio.create_task(client.call_tool("slow", {"n": 2}))
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                call.cancel()  # notifications/cancelled, or the call's stream closed
+                cancel = await next_of(raw, "tool.cancel")
+                assert cancel["toolRequestId"] == rid
+                await until(lambda: a.registry.sessions[sid].pending == {}, "the cancel")
+            assert sid not in b.registry.sessions  # relayed, never taken from A
+            await raw.close()
+
+    run(main())
+
+
+def test_a_call_waiting_on_one_node_is_answered_once_after_the_pages_node_is_killed(
+        redis_server: RedisServer) -> None:
+    """The page is on A (a process of its own); an MCP call arrives at B and is relayed
+    to A; A is SIGKILLed before the page answers. The page resumes on C: the request is
+    sent again with its id, the page's handler runs once, and B's client gets its result."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with core_process(redis_server.url, free_port()) as a, \
+                running_core(config(**cfg)) as b, running_core(config(**cfg)) as c:
+            first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
+            welcome = await first.hello([tool_meta("a")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(client.call_tool("a", {"n": 1}))
+                sent = await next_of(first, "tool.request")
+                a.kill()
+                await asyncio.to_thread(a.wait, WAIT)
+
+                page = await RawClient.open(c.ws_url)
+                assert (await page.hello([tool_meta("a")], sessionId=sid,
+                                         resumeToken=token))["resumed"]
+                ran: list[str] = []
+                handlers = asyncio.ensure_future(answer_requests(page, ran))
+                try:
+                    answer = await asyncio.wait_for(call, 3 * WAIT)
+                    assert answer.structured_content == {"ok": True, "data": {"n": 1}}, answer
+                    assert ran == [sent["toolRequestId"]]
+                    assert sid in c.registry.sessions and sid not in b.registry.sessions
+                finally:
+                    handlers.cancel()
+                    await page.close()
+
+    run(main(), timeout=90)
