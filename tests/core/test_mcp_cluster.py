@@ -1,15 +1,18 @@
 """MCP on several Core nodes on one Redis (a real redis-server of each test's own): an
 MCP client (the official SDK) on a node that does not hold the page lists its tools,
 calls them, hears their progress and cancels them; the page's node is SIGKILLed with a
-call waiting, and the call is answered once the page resumes on a third node."""
+call waiting, and the call is answered once the page resumes on a third node; clients of
+both protocols work through HAProxy running ``deploy/haproxy.cfg``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import pytest
+from clusterkit import cluster
 from corekit import WAIT, RawClient, config, run, running_core, tool_meta, until
 from storekit import RedisServer, free_port
 from test_cluster import answer_requests
@@ -106,3 +109,32 @@ def test_a_call_waiting_on_one_node_is_answered_once_after_the_pages_node_is_kil
                     await page.close()
 
     run(main(), timeout=90)
+
+
+def test_through_haproxy_clients_of_both_protocols_reach_the_page_from_any_node(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    """Three nodes behind HAProxy: a client of the handshake protocol keeps its MCP
+    session on one node (HAProxy sticks on Mcp-Session-Id), one of the per-request
+    protocol lands on any node; each call reaches the page, wherever its socket is."""
+
+    async def main() -> None:
+        async with cluster(redis_server.url, 3, tmp_path) as nodes:
+            page = await RawClient.open(nodes.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_requests(page, ran))
+            try:
+                for era in ("handshake", "2026-07-28"):
+                    async with client_of(era, mcp_at(nodes.port, sid)) as client:
+                        listed = await client.list_tools()
+                        assert [tool.name for tool in listed.tools] == ["a"]
+                        for n in range(4):  # round robin: most land on other nodes
+                            answer = await client.call_tool("a", {"n": n})
+                            assert answer.structured_content == {
+                                "ok": True, "data": {"n": n}}, answer
+                assert len(ran) == len(set(ran)) == 8
+            finally:
+                handlers.cancel()
+                await page.close()
+
+    run(main(), timeout=60)
