@@ -55,6 +55,7 @@ from .control import ApiError, authorize, path_session
 from .log import log_event
 from .relay import NoSession, ToolRelay
 from .sessions import CoreSession, Progress, Registry, checked_call, refused_request
+from .store import STORE_UNAVAILABLE, StoreError
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
 #: ``subscriptions/listen`` streams open at once on one page's URL
@@ -162,7 +163,7 @@ class McpEndpoint:
         request = Request(scope, receive)
         try:
             authorize(request)
-            session = None if self._elsewhere(request) else path_session(request)
+            session = await self._page(request)
             if not origin_allowed(request.headers, self.allowed_origins):
                 raise ApiError(403, FORBIDDEN_ORIGIN,
                                f"Origin {quote(request.headers.get('origin'))} is not allowed")
@@ -174,12 +175,21 @@ class McpEndpoint:
             session.tool_listeners.pop(key, None)
         await self.manager.handle_request(scope, receive, send)
 
-    def _elsewhere(self, request: Request) -> bool:
-        """The page's session may be another node's (a shared store): checked in the
-        handlers, which ask the store or relay the call."""
+    async def _page(self, request: Request) -> CoreSession | None:
+        """The page's session if this node holds it; None if another node may (a shared
+        store that has it: the handlers relay to it); a 404 :class:`ApiError` if none."""
         registry = self.registry
-        return registry.store.shared and registry.get(
-            request.path_params["session_id"]) is None
+        session_id = request.path_params["session_id"]
+        if not registry.store.shared or registry.get(session_id) is not None:
+            return path_session(request)
+        try:
+            if await registry.store.holder(session_id) is None and not (
+                    await registry.store.load_session(session_id)).sessions:
+                return path_session(request)  # no node holds it, none stored it: 404
+        except StoreError as exc:
+            raise ApiError(503, STORE_UNAVAILABLE, f"Core cannot reach its store to find "
+                           f"this session's node: {exc}") from None
+        return None
 
     # --- MCP handlers -------------------------------------------------------------------
 
@@ -240,6 +250,9 @@ class McpEndpoint:
                 result = await self.relay.call(session_id, params.name, args, on_progress)
             except NoSession:
                 raise _no_session(session_id) from None
+            except StoreError as exc:  # which node holds the page cannot be known
+                result = tool_error(STORE_UNAVAILABLE, f"Core cannot reach its store to "
+                                    f"find this page's node: {exc}", retryable=True)
             return call_result(result)
         _, result, _ = await self._session(ctx).call_tool(
             params.name, args, checked=checked, on_progress=on_progress)

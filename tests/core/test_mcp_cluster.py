@@ -20,6 +20,8 @@ from test_core_resume import core_process
 from test_mcp import mcp_client, modern_client
 from test_progress import next_of, page_with, progress, result
 
+from pedelec_pyodide.core.store import STORE_UNAVAILABLE
+
 
 def mcp_at(port: int, session_id: str) -> str:
     return f"http://127.0.0.1:{port}/pedelec/v1/sessions/{session_id}/mcp"
@@ -138,3 +140,25 @@ def test_through_haproxy_clients_of_both_protocols_reach_the_page_from_any_node(
                 await page.close()
 
     run(main(), timeout=60)
+
+
+def test_an_unknown_page_is_a_404_and_redis_away_a_503(redis_server: RedisServer) -> None:
+    """On a node without the page, before any MCP: a session no node holds nor stored is
+    404 SESSION_NOT_FOUND; with Redis away, which node holds the page cannot be known:
+    503 STORE_UNAVAILABLE, as the control API says it."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url, "store_timeout": 0.5}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a, "a")
+            sid = welcome["sessionId"]
+            missing = await b.http.post("/pedelec/v1/sessions/nope/mcp", json={})
+            assert missing.status_code == 404, missing.text
+            assert missing.json()["error"]["code"] == "SESSION_NOT_FOUND"
+            redis_server.kill()
+            away = await b.http.post(f"/pedelec/v1/sessions/{sid}/mcp", json={})
+            assert away.status_code == 503, away.text
+            assert away.json()["error"]["code"] == STORE_UNAVAILABLE
+            await raw.close()
+
+    run(main())
