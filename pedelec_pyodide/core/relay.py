@@ -17,6 +17,7 @@ Messages (JSON, to a node's inbox): ``{"mcpCall": {...}, "ask", "from"}`` to the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
@@ -37,7 +38,7 @@ from .sessions import (
     checked_call,
     refused_request,
 )
-from .store import TOOL_CALL, IdempotencyRecord
+from .store import TOOL_CALL, IdempotencyRecord, StoreError
 
 OnProgress = Callable[[Progress], Awaitable[None]]
 _KEY_PREFIX = "pedelec-mcp-"
@@ -197,8 +198,10 @@ class ToolRelay:
             answer: dict[str, Any] = {"moved": True}
         else:
             async def relay_progress(update: Progress) -> None:
-                await registry.store.publish(caller, json.dumps(
-                    {"mcpProgress": key, "progress": update.as_json()}))
+                # best effort, as pub/sub is: Redis out of reach cancels nothing
+                with contextlib.suppress(StoreError):
+                    await registry.store.publish(caller, json.dumps(
+                        {"mcpProgress": key, "progress": update.as_json()}))
 
             answer = {"result": await keyed_call(session, key, str(call["tool"]),
                                                  call["args"], relay_progress)}
