@@ -58,6 +58,8 @@ from .sessions import CoreSession, Progress, Registry, checked_call, refused_req
 from .store import STORE_UNAVAILABLE, StoreError
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
+#: pages other nodes hold whose tool changes one node passes on to its handshake clients
+MAX_REMOTE_PAGES = 10_000
 #: ``subscriptions/listen`` streams open at once on one page's URL
 MAX_LISTENS_PER_PAGE = 16
 #: events a listen stream holds for a client that does not read (each a level trigger:
@@ -150,14 +152,28 @@ class McpEndpoint:
         self.manager = StreamableHTTPSessionManager(
             self.server, max_request_body_size=registry.config.max_frame_bytes)
         self._notifying: set[asyncio.Task[None]] = set()
+        # the handshake clients of pages another node holds: page id -> MCP session id ->
+        # listener, told by that node through Redis (at most MAX_REMOTE_PAGES pages)
+        self._remote: dict[str, dict[str, Callable[[], None]]] = {}
         # each page's listen streams (gone with its session)
         self._listens: weakref.WeakKeyDictionary[CoreSession, ListenHandler] = (
             weakref.WeakKeyDictionary())
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
-        async with self.manager.run():
-            yield
+        hearing = asyncio.ensure_future(self._hear_changes())
+        try:
+            async with self.manager.run():
+                yield
+        finally:
+            hearing.cancel()
+
+    async def _hear_changes(self) -> None:
+        """On a shared store: the tool changes of pages other nodes hold."""
+        if self.registry.store.shared:
+            async for session_id in self.relay.tool_changes():
+                for listener in list(self._remote.get(session_id, {}).values()):
+                    listener()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -171,8 +187,10 @@ class McpEndpoint:
             await exc.response()(scope, receive, send)
             return
         key = request.headers.get(MCP_SESSION_ID_HEADER)
-        if request.method == "DELETE" and key is not None and session is not None:
-            session.tool_listeners.pop(key, None)
+        if request.method == "DELETE" and key is not None:
+            session_id = request.path_params["session_id"]
+            self._forget(session_id, session.tool_listeners if session is not None else
+                         self._remote.get(session_id, {}), key)
         await self.manager.handle_request(scope, receive, send)
 
     async def _page(self, request: Request) -> CoreSession | None:
@@ -275,27 +293,40 @@ class McpEndpoint:
 
     async def _initialized(self, ctx: Context, params: types.NotificationParams) -> None:
         request = _http_request(ctx)
-        session = self.registry.get(request.path_params["session_id"])
+        page = request.path_params["session_id"]
+        session = self.registry.get(page)
         key = request.headers.get(MCP_SESSION_ID_HEADER)
-        if key is None or session is None:  # another node's page: no list_changed
+        if key is None:
             return
-        session.tool_listeners[key] = self._listener(session, key, ctx.session)
-        log_event("mcp.session", session=session.id, clients=len(session.tool_listeners))
+        if session is not None:
+            listeners = session.tool_listeners
+        else:  # another node's page: that node tells this one of its changes
+            if len(self._remote) >= MAX_REMOTE_PAGES and page not in self._remote:
+                return
+            listeners = self._remote.setdefault(page, {})
+        listeners[key] = self._listener(page, listeners, key, ctx.session)
+        log_event("mcp.session", session=page, clients=len(listeners))
 
     # --- notifications ------------------------------------------------------------------
 
-    def _listener(self, session: CoreSession, key: str,
+    def _listener(self, page: str, listeners: dict[str, Callable[[], None]], key: str,
                   peer: ServerSession) -> Callable[[], None]:
-        return lambda: self._spawn(self._notify(session, key, peer))
+        return lambda: self._spawn(self._notify(page, listeners, key, peer))
 
     def _spawn(self, notify: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(notify)
         self._notifying.add(task)
         task.add_done_callback(self._notifying.discard)
 
-    async def _notify(self, session: CoreSession, key: str, peer: ServerSession) -> None:
+    async def _notify(self, page: str, listeners: dict[str, Callable[[], None]], key: str,
+                      peer: ServerSession) -> None:
         try:
             await peer.send_tool_list_changed()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             # the client's session ended without a DELETE (idle timeout): stop telling it
-            session.tool_listeners.pop(key, None)
+            self._forget(page, listeners, key)
+
+    def _forget(self, page: str, listeners: dict[str, Callable[[], None]], key: str) -> None:
+        listeners.pop(key, None)
+        if not listeners and self._remote.get(page) is listeners:
+            del self._remote[page]

@@ -11,7 +11,8 @@ waits for the same request instead of sending a new one, so its handler runs onc
 Messages (JSON, to a node's inbox): ``{"mcpCall": {...}, "ask", "from"}`` to the holder;
 ``{"mcpProgress": key, "progress": {...}}`` back, for each new progress; the holder's
 ``{"reply": ask, "result": ...}`` (``"moved": true`` if it does not hold the page);
-``{"mcpCancel": key}`` to the holder when the client cancels.
+``{"mcpCancel": key}`` to the holder when the client cancels. A page's tool change is
+published, as its id, to one channel all nodes with MCP clients hear (``list_changed``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import contextlib
 import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from .. import protocol
@@ -42,6 +43,9 @@ from .store import TOOL_CALL, IdempotencyRecord, StoreError
 
 OnProgress = Callable[[Progress], Awaitable[None]]
 _KEY_PREFIX = "pedelec-mcp-"
+# the channel every node with MCP clients hears pages' tool changes on (a node's own
+# channel is named by 16 hex digits: no node has this name)
+_TOOL_CHANGES = "mcp-tool-changes"
 
 
 class NoSession(Exception):
@@ -99,6 +103,7 @@ class ToolRelay:
         registry.handlers["mcpCall"] = self._serve
         registry.handlers["mcpProgress"] = self._on_progress
         registry.handlers["mcpCancel"] = self._on_cancel
+        registry.on_tools_changed = self._tools_changed
 
     # --- the node the MCP client reached --------------------------------------------------
 
@@ -182,7 +187,21 @@ class ToolRelay:
                                        data.get("message"))]
             watching[1].set()
 
+    async def tool_changes(self) -> AsyncIterator[str]:
+        """The ids of pages whose tools changed, on any node, for Core's life."""
+        async for text in self.registry.store.inbox(_TOOL_CHANGES):
+            yield text
+
     # --- the node holding the page ------------------------------------------------------
+
+    def _tools_changed(self, session_id: str) -> None:
+        if self.registry.store.shared:  # nodes with MCP clients of the page hear it
+            self.registry.spawn(self._announce(session_id))
+
+    async def _announce(self, session_id: str) -> None:
+        store = self.registry.store
+        await store.flush()  # stored first: what another node's tools/list reads
+        await store.publish(_TOOL_CHANGES, session_id)
 
     def _serve(self, message: dict[str, Any]) -> None:
         call = message["mcpCall"]

@@ -525,6 +525,8 @@ class CoreSession:
         if changed:
             for listener in list(self.tool_listeners.values()):
                 listener()
+            if self.registry.on_tools_changed is not None:
+                self.registry.on_tools_changed(self.id)
 
     # --- requests -----------------------------------------------------------------------
 
@@ -876,6 +878,8 @@ class Registry:
             None)
         # other messages between nodes, by the field naming their kind (relay.py's)
         self.handlers: dict[str, Callable[[dict[str, Any]], None]] = {}
+        # told of every change of a session's tools, by its id (relay.py, for other nodes)
+        self.on_tools_changed: Callable[[str], None] | None = None
 
     def create(self, metadata: PageMetadata, session_id: str | None = None) -> CoreSession:
         """A new session (its id ``session_id``, from :meth:`new_session_id`, if given);

@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 from clusterkit import cluster
-from corekit import WAIT, RawClient, config, run, running_core, tool_meta, until
+from corekit import WAIT, Page, RawClient, config, run, running_core, tool_meta, until
+from mcp import types
 from storekit import RedisServer, free_port
 from test_cluster import answer_requests
 from test_core_resume import core_process
-from test_mcp import mcp_client, modern_client
+from test_mcp import mcp_client, modern_client, page_session
 from test_progress import next_of, page_with, progress, result
 
+from pedelec_pyodide import define_tool
 from pedelec_pyodide.core.store import STORE_UNAVAILABLE
 
 
@@ -160,5 +162,38 @@ def test_an_unknown_page_is_a_404_and_redis_away_a_503(redis_server: RedisServer
             assert away.status_code == 503, away.text
             assert away.json()["error"]["code"] == STORE_UNAVAILABLE
             await raw.close()
+
+    run(main())
+
+
+def test_a_handshake_client_on_another_node_hears_of_the_pages_new_tools(
+        redis_server: RedisServer) -> None:
+    """The page (a real Session) on A adds a tool, then removes it: a client of the
+    handshake protocol on B gets list_changed each time, and its tools/list shows it."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await Page(page_session()).connect(a.ws_url)
+            sid = page.session.session_id or ""
+            inbox: list[Any] = []
+
+            async def changes(count: int) -> None:
+                while sum(isinstance(m, types.ToolListChangedNotification)
+                          for m in inbox) < count:
+                    await asyncio.sleep(0.01)
+
+            async with mcp_client(mcp_at(b.port, sid), inbox) as client:
+                await client.list_tools()
+                dispose = page.session.add_tool(define_tool(
+                    name="greet", description="Says hello.",
+                    args_schema={"type": "object"}, handler=lambda: "hello"))
+                await asyncio.wait_for(changes(1), WAIT)
+                names = [t.name for t in (await client.list_tools()).tools]
+                assert names[-1] == "greet", names
+                dispose()
+                await asyncio.wait_for(changes(2), WAIT)
+                assert "greet" not in [t.name for t in (await client.list_tools()).tools]
+            assert sid not in b.registry.sessions
 
     run(main())
