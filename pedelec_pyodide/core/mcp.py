@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -116,6 +117,22 @@ def _http_request(ctx: Context) -> Request:
     return request
 
 
+def _listen_handler() -> tuple[ListenHandler, Callable[[], Coroutine[Any, Any, None]]]:
+    """One page's listen streams, and what tells them its tools changed."""
+    bus = InMemorySubscriptionBus()
+    handler = ListenHandler(bus, max_subscriptions=MAX_LISTENS_PER_PAGE,
+                            max_buffered_events=LISTEN_BACKLOG)
+    return handler, lambda: bus.publish(ToolsListChanged())
+
+
+@dataclasses.dataclass
+class _Listens:
+    """The listen streams of a page another node holds."""
+
+    handler: ListenHandler
+    open: int = 0
+
+
 def _no_session(session_id: str) -> MCPError:
     return MCPError(types.INVALID_REQUEST, f"no session {quote(session_id)}")
 
@@ -155,6 +172,8 @@ class McpEndpoint:
         # the handshake clients of pages another node holds: page id -> MCP session id ->
         # listener, told by that node through Redis (at most MAX_REMOTE_PAGES pages)
         self._remote: dict[str, dict[str, Callable[[], None]]] = {}
+        # their listen streams, by page id
+        self._remote_listens: dict[str, _Listens] = {}
         # each page's listen streams (gone with its session)
         self._listens: weakref.WeakKeyDictionary[CoreSession, ListenHandler] = (
             weakref.WeakKeyDictionary())
@@ -280,16 +299,38 @@ class McpEndpoint:
         self, ctx: Context, params: types.SubscriptionsListenRequestParams,
     ) -> types.SubscriptionsListenResult:
         """A ``subscriptions/listen`` stream of this page's tool list changes."""
+        page = _http_request(ctx).path_params["session_id"]
+        if self.registry.store.shared and self.registry.get(page) is None:
+            return await self._listen_elsewhere(ctx, params, page)
         session = self._session(ctx)
         handler = self._listens.get(session)
         if handler is None:
-            bus = InMemorySubscriptionBus()
-            handler = ListenHandler(bus, max_subscriptions=MAX_LISTENS_PER_PAGE,
-                                    max_buffered_events=LISTEN_BACKLOG)
+            handler, publish = _listen_handler()
             self._listens[session] = handler
-            session.tool_listeners[_LISTEN_KEY] = lambda: self._spawn(
-                bus.publish(ToolsListChanged()))
+            session.tool_listeners[_LISTEN_KEY] = lambda: self._spawn(publish())
         return await handler(ctx, params)
+
+    async def _listen_elsewhere(
+        self, ctx: Context, params: types.SubscriptionsListenRequestParams, page: str,
+    ) -> types.SubscriptionsListenResult:
+        """A listen stream of a page another node holds, told of its changes through
+        Redis; the page's handler kept while one of its streams is open."""
+        held = self._remote_listens.get(page)
+        if held is None:
+            if len(self._remote) >= MAX_REMOTE_PAGES and page not in self._remote:
+                raise MCPError(types.INTERNAL_ERROR, "this Core node passes on the tool "
+                               f"changes of {MAX_REMOTE_PAGES} pages already")
+            handler, publish = _listen_handler()
+            held = self._remote_listens[page] = _Listens(handler)
+            self._remote.setdefault(page, {})[_LISTEN_KEY] = lambda: self._spawn(publish())
+        held.open += 1
+        try:
+            return await held.handler(ctx, params)
+        finally:
+            held.open -= 1
+            if held.open == 0 and self._remote_listens.get(page) is held:
+                del self._remote_listens[page]
+                self._forget(page, self._remote.get(page, {}), _LISTEN_KEY)
 
     async def _initialized(self, ctx: Context, params: types.NotificationParams) -> None:
         request = _http_request(ctx)

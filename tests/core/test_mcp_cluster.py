@@ -15,6 +15,7 @@ import pytest
 from clusterkit import cluster
 from corekit import WAIT, Page, RawClient, config, run, running_core, tool_meta, until
 from mcp import types
+from mcp.shared.subscriptions import ToolsListChanged
 from storekit import RedisServer, free_port
 from test_cluster import answer_requests
 from test_core_resume import core_process
@@ -166,16 +167,18 @@ def test_an_unknown_page_is_a_404_and_redis_away_a_503(redis_server: RedisServer
     run(main())
 
 
-def test_a_handshake_client_on_another_node_hears_of_the_pages_new_tools(
+def test_clients_on_another_node_hear_of_the_pages_new_tools(
         redis_server: RedisServer) -> None:
     """The page (a real Session) on A adds a tool, then removes it: a client of the
-    handshake protocol on B gets list_changed each time, and its tools/list shows it."""
+    handshake protocol on B gets list_changed each time, one of the per-request protocol
+    listening on B hears of it too, and their tools/list shows the change."""
 
     async def main() -> None:
         cfg = {"store": redis_server.url}
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             page = await Page(page_session()).connect(a.ws_url)
             sid = page.session.session_id or ""
+            url = mcp_at(b.port, sid)
             inbox: list[Any] = []
 
             async def changes(count: int) -> None:
@@ -183,17 +186,21 @@ def test_a_handshake_client_on_another_node_hears_of_the_pages_new_tools(
                           for m in inbox) < count:
                     await asyncio.sleep(0.01)
 
-            async with mcp_client(mcp_at(b.port, sid), inbox) as client:
+            async with mcp_client(url, inbox) as client, modern_client(url) as modern, \
+                    modern.listen(tools_list_changed=True) as heard:
                 await client.list_tools()
                 dispose = page.session.add_tool(define_tool(
                     name="greet", description="Says hello.",
                     args_schema={"type": "object"}, handler=lambda: "hello"))
                 await asyncio.wait_for(changes(1), WAIT)
+                assert isinstance(await asyncio.wait_for(heard.__anext__(), WAIT),
+                                  ToolsListChanged)
                 names = [t.name for t in (await client.list_tools()).tools]
                 assert names[-1] == "greet", names
                 dispose()
                 await asyncio.wait_for(changes(2), WAIT)
-                assert "greet" not in [t.name for t in (await client.list_tools()).tools]
+                await asyncio.wait_for(heard.__anext__(), WAIT)
+                assert "greet" not in [t.name for t in (await modern.list_tools()).tools]
             assert sid not in b.registry.sessions
 
     run(main())
