@@ -20,6 +20,9 @@ all of Core; each MCP request is answered for the page session its URL names.
   page).
 - Before the SDK sees a request: the admin token (401), the session (404), the Origin
   (the WebSocket's rule, 403).
+- Several Core nodes on one Redis: a page another node holds is served here all the
+  same; its tool calls are relayed to that node (relay.py), ``tools/list`` reads its
+  tools from Redis, and its tool changes are heard through Redis.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from .sessions import CoreSession, Progress, Registry, checked_call, refused_req
 from .store import STORE_UNAVAILABLE, StoreError
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
-#: pages other nodes hold whose tool changes one node passes on to its handshake clients
+#: pages other nodes hold whose tool changes one node passes on to its MCP clients
 MAX_REMOTE_PAGES = 10_000
 #: ``subscriptions/listen`` streams open at once on one page's URL
 MAX_LISTENS_PER_PAGE = 16

@@ -116,7 +116,9 @@ class ToolRelay:
         key = _KEY_PREFIX + secrets.token_hex(16)
         deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
         while time.monotonic() < deadline:
-            holder = await registry.store.holder(session_id)
+            # held here: no need to ask Redis (a session this node lost is handed over)
+            holder = registry.node if session_id in registry.sessions else (
+                await registry.store.holder(session_id))
             if holder is None or holder == registry.node:
                 if not await registry.adopt(session_id):
                     await asyncio.sleep(ADOPT_RETRY_SECONDS)
