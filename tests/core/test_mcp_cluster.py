@@ -80,11 +80,14 @@ def test_a_client_on_a_node_without_the_page_lists_calls_hears_progress_and_canc
     run(main())
 
 
+@pytest.mark.parametrize("resume", ["at_once", "after_the_lease"])
 def test_a_call_waiting_on_one_node_is_answered_once_after_the_pages_node_is_killed(
-        redis_server: RedisServer) -> None:
+        redis_server: RedisServer, resume: str) -> None:
     """The page is on A (a process of its own); an MCP call arrives at B and is relayed
     to A; A is SIGKILLed before the page answers. The page resumes on C: the request is
-    sent again with its id, the page's handler runs once, and B's client gets its result."""
+    sent again with its id, the page's handler runs once, and B's client gets its result.
+    ``after_the_lease``: the page comes back only once A's lease has run out and B has
+    taken the session to wait there; C takes it from B, and B relays the call to C."""
 
     async def main() -> None:
         cfg = {"store": redis_server.url}
@@ -98,6 +101,8 @@ def test_a_call_waiting_on_one_node_is_answered_once_after_the_pages_node_is_kil
                 sent = await next_of(first, "tool.request")
                 a.kill()
                 await asyncio.to_thread(a.wait, WAIT)
+                if resume == "after_the_lease":
+                    await until(lambda: sid in b.registry.sessions, "B taking the session")
 
                 page = await RawClient.open(c.ws_url)
                 assert (await page.hello([tool_meta("a")], sessionId=sid,
