@@ -20,12 +20,16 @@ all of Core; each MCP request is answered for the page session its URL names.
   page).
 - Before the SDK sees a request: the admin token (401), the session (404), the Origin
   (the WebSocket's rule, 403).
+- Several Core nodes on one Redis: a page another node holds is served here all the
+  same; its tool calls are relayed to that node (relay.py), ``tools/list`` reads its
+  tools from Redis, and its tool changes are heard through Redis.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -53,9 +57,13 @@ from ..tools import NAME_PATTERN
 from .bridge import origin_allowed
 from .control import ApiError, authorize, path_session
 from .log import log_event
+from .relay import NoSession, ToolRelay
 from .sessions import CoreSession, Progress, Registry, checked_call, refused_request
+from .store import STORE_UNAVAILABLE, StoreError
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
+#: pages other nodes hold whose tool changes one node passes on to its MCP clients
+MAX_REMOTE_PAGES = 10_000
 #: ``subscriptions/listen`` streams open at once on one page's URL
 MAX_LISTENS_PER_PAGE = 16
 #: events a listen stream holds for a client that does not read (each a level trigger:
@@ -112,6 +120,26 @@ def _http_request(ctx: Context) -> Request:
     return request
 
 
+def _listen_handler() -> tuple[ListenHandler, Callable[[], Coroutine[Any, Any, None]]]:
+    """One page's listen streams, and what tells them its tools changed."""
+    bus = InMemorySubscriptionBus()
+    handler = ListenHandler(bus, max_subscriptions=MAX_LISTENS_PER_PAGE,
+                            max_buffered_events=LISTEN_BACKLOG)
+    return handler, lambda: bus.publish(ToolsListChanged())
+
+
+@dataclasses.dataclass
+class _Listens:
+    """The listen streams of a page another node holds."""
+
+    handler: ListenHandler
+    open: int = 0
+
+
+def _no_session(session_id: str) -> MCPError:
+    return MCPError(types.INVALID_REQUEST, f"no session {quote(session_id)}")
+
+
 class _PageServer(Server[Any]):
     """Says ``tools.listChanged`` in the ``initialize`` answer."""
 
@@ -129,8 +157,10 @@ class _PageServer(Server[Any]):
 class McpEndpoint:
     """The ASGI app behind the MCP route; :meth:`run` it for the app's lifetime."""
 
-    def __init__(self, registry: Registry, allowed_origins: frozenset[str]) -> None:
+    def __init__(self, registry: Registry, allowed_origins: frozenset[str],
+                 relay: ToolRelay) -> None:
         self.registry = registry
+        self.relay = relay
         self.allowed_origins = allowed_origins
         self.server = _PageServer(
             "pedelec", version=__version__,
@@ -142,20 +172,36 @@ class McpEndpoint:
         self.manager = StreamableHTTPSessionManager(
             self.server, max_request_body_size=registry.config.max_frame_bytes)
         self._notifying: set[asyncio.Task[None]] = set()
+        # the handshake clients of pages another node holds: page id -> MCP session id ->
+        # listener, told by that node through Redis (at most MAX_REMOTE_PAGES pages)
+        self._remote: dict[str, dict[str, Callable[[], None]]] = {}
+        # their listen streams, by page id
+        self._remote_listens: dict[str, _Listens] = {}
         # each page's listen streams (gone with its session)
         self._listens: weakref.WeakKeyDictionary[CoreSession, ListenHandler] = (
             weakref.WeakKeyDictionary())
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
-        async with self.manager.run():
-            yield
+        hearing = asyncio.ensure_future(self._hear_changes())
+        try:
+            async with self.manager.run():
+                yield
+        finally:
+            hearing.cancel()
+
+    async def _hear_changes(self) -> None:
+        """On a shared store: the tool changes of pages other nodes hold."""
+        if self.registry.store.shared:
+            async for session_id in self.relay.tool_changes():
+                for listener in list(self._remote.get(session_id, {}).values()):
+                    listener()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         try:
             authorize(request)
-            session = path_session(request)
+            session = await self._page(request)
             if not origin_allowed(request.headers, self.allowed_origins):
                 raise ApiError(403, FORBIDDEN_ORIGIN,
                                f"Origin {quote(request.headers.get('origin'))} is not allowed")
@@ -164,8 +210,26 @@ class McpEndpoint:
             return
         key = request.headers.get(MCP_SESSION_ID_HEADER)
         if request.method == "DELETE" and key is not None:
-            session.tool_listeners.pop(key, None)
+            session_id = request.path_params["session_id"]
+            self._forget(session_id, session.tool_listeners if session is not None else
+                         self._remote.get(session_id, {}), key)
         await self.manager.handle_request(scope, receive, send)
+
+    async def _page(self, request: Request) -> CoreSession | None:
+        """The page's session if this node holds it; None if another node may (a shared
+        store that has it: the handlers relay to it); a 404 :class:`ApiError` if none."""
+        registry = self.registry
+        session_id = request.path_params["session_id"]
+        if not registry.store.shared or registry.get(session_id) is not None:
+            return path_session(request)
+        try:
+            if await registry.store.holder(session_id) is None and not (
+                    await registry.store.load_session(session_id)).sessions:
+                return path_session(request)  # no node holds it, none stored it: 404
+        except StoreError as exc:
+            raise ApiError(503, STORE_UNAVAILABLE, f"Core cannot reach its store to find "
+                           f"this session's node: {exc}") from None
+        return None
 
     # --- MCP handlers -------------------------------------------------------------------
 
@@ -173,26 +237,40 @@ class McpEndpoint:
         session_id = _http_request(ctx).path_params["session_id"]
         session = self.registry.get(session_id)
         if session is None or session.closed:
-            raise MCPError(types.INVALID_REQUEST, f"no session {quote(session_id)}")
+            raise _no_session(session_id)
         return session
 
     async def _list_tools(
         self, ctx: Context, params: types.PaginatedRequestParams | None,
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[mcp_tool(t) for t in self._session(ctx).tools])
+        session_id = _http_request(ctx).path_params["session_id"]
+        session = self.registry.get(session_id)
+        if session is not None and not session.closed:
+            tools = session.tools
+        elif self.registry.store.shared:  # another node's page: its tools as stored
+            stored = (await self.registry.store.load_session(session_id)).sessions
+            if not stored:
+                raise _no_session(session_id)
+            tools = json.loads(stored[0].tools)
+        else:
+            raise _no_session(session_id)
+        return types.ListToolsResult(tools=[mcp_tool(t) for t in tools])
 
     async def _call_tool(
         self, ctx: Context, params: types.CallToolRequestParams,
     ) -> types.CallToolResult:
-        session = self._session(ctx)
+        registry = self.registry
+        session_id = _http_request(ctx).path_params["session_id"]
+        if not registry.store.shared:
+            self._session(ctx)
         if not NAME_PATTERN.match(params.name):
             return call_result(tool_error(
                 TOOL_HANDLER_NOT_FOUND, f"{quote(params.name)} is not a tool name",
                 retryable=False))
-        log_event("mcp.tool_call", session=session.id, tool=params.name)
+        log_event("mcp.tool_call", session=session_id, tool=params.name)
         args = params.arguments or {}
         try:  # NaN or 1e999 (the SDK's parser takes them), too large, too deep
-            checked = checked_call(params.name, args, session.registry.config.max_frame_bytes)
+            checked = checked_call(params.name, args, registry.config.max_frame_bytes)
         except protocol.ProtocolError as exc:
             return call_result(refused_request(exc))
         token = progress_token_from_params(ctx.params)
@@ -207,47 +285,92 @@ class McpEndpoint:
                             total=update.total, message=update.message)),
                         related_request_id=ctx.request_id)  # on this call's stream
 
-        _, result, _ = await session.call_tool(params.name, args, checked=checked,
-                                               on_progress=on_progress)
+        if registry.store.shared:  # wherever the page is, again after its node died
+            try:
+                result = await self.relay.call(session_id, params.name, args, on_progress)
+            except NoSession:
+                raise _no_session(session_id) from None
+            except StoreError as exc:  # which node holds the page cannot be known
+                result = tool_error(STORE_UNAVAILABLE, f"Core cannot reach its store to "
+                                    f"find this page's node: {exc}", retryable=True)
+            return call_result(result)
+        _, result, _ = await self._session(ctx).call_tool(
+            params.name, args, checked=checked, on_progress=on_progress)
         return call_result(result)
 
     async def _listen(
         self, ctx: Context, params: types.SubscriptionsListenRequestParams,
     ) -> types.SubscriptionsListenResult:
         """A ``subscriptions/listen`` stream of this page's tool list changes."""
+        page = _http_request(ctx).path_params["session_id"]
+        if self.registry.store.shared and self.registry.get(page) is None:
+            return await self._listen_elsewhere(ctx, params, page)
         session = self._session(ctx)
         handler = self._listens.get(session)
         if handler is None:
-            bus = InMemorySubscriptionBus()
-            handler = ListenHandler(bus, max_subscriptions=MAX_LISTENS_PER_PAGE,
-                                    max_buffered_events=LISTEN_BACKLOG)
+            handler, publish = _listen_handler()
             self._listens[session] = handler
-            session.tool_listeners[_LISTEN_KEY] = lambda: self._spawn(
-                bus.publish(ToolsListChanged()))
+            session.tool_listeners[_LISTEN_KEY] = lambda: self._spawn(publish())
         return await handler(ctx, params)
 
+    async def _listen_elsewhere(
+        self, ctx: Context, params: types.SubscriptionsListenRequestParams, page: str,
+    ) -> types.SubscriptionsListenResult:
+        """A listen stream of a page another node holds, told of its changes through
+        Redis; the page's handler kept while one of its streams is open."""
+        held = self._remote_listens.get(page)
+        if held is None:
+            if len(self._remote) >= MAX_REMOTE_PAGES and page not in self._remote:
+                raise MCPError(types.INTERNAL_ERROR, "this Core node passes on the tool "
+                               f"changes of {MAX_REMOTE_PAGES} pages already")
+            handler, publish = _listen_handler()
+            held = self._remote_listens[page] = _Listens(handler)
+            self._remote.setdefault(page, {})[_LISTEN_KEY] = lambda: self._spawn(publish())
+        held.open += 1
+        try:
+            return await held.handler(ctx, params)
+        finally:
+            held.open -= 1
+            if held.open == 0 and self._remote_listens.get(page) is held:
+                del self._remote_listens[page]
+                self._forget(page, self._remote.get(page, {}), _LISTEN_KEY)
+
     async def _initialized(self, ctx: Context, params: types.NotificationParams) -> None:
-        session = self._session(ctx)
-        key = _http_request(ctx).headers.get(MCP_SESSION_ID_HEADER)
+        request = _http_request(ctx)
+        page = request.path_params["session_id"]
+        session = self.registry.get(page)
+        key = request.headers.get(MCP_SESSION_ID_HEADER)
         if key is None:
             return
-        session.tool_listeners[key] = self._listener(session, key, ctx.session)
-        log_event("mcp.session", session=session.id, clients=len(session.tool_listeners))
+        if session is not None:
+            listeners = session.tool_listeners
+        else:  # another node's page: that node tells this one of its changes
+            if len(self._remote) >= MAX_REMOTE_PAGES and page not in self._remote:
+                return
+            listeners = self._remote.setdefault(page, {})
+        listeners[key] = self._listener(page, listeners, key, ctx.session)
+        log_event("mcp.session", session=page, clients=len(listeners))
 
     # --- notifications ------------------------------------------------------------------
 
-    def _listener(self, session: CoreSession, key: str,
+    def _listener(self, page: str, listeners: dict[str, Callable[[], None]], key: str,
                   peer: ServerSession) -> Callable[[], None]:
-        return lambda: self._spawn(self._notify(session, key, peer))
+        return lambda: self._spawn(self._notify(page, listeners, key, peer))
 
     def _spawn(self, notify: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(notify)
         self._notifying.add(task)
         task.add_done_callback(self._notifying.discard)
 
-    async def _notify(self, session: CoreSession, key: str, peer: ServerSession) -> None:
+    async def _notify(self, page: str, listeners: dict[str, Callable[[], None]], key: str,
+                      peer: ServerSession) -> None:
         try:
             await peer.send_tool_list_changed()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             # the client's session ended without a DELETE (idle timeout): stop telling it
-            session.tool_listeners.pop(key, None)
+            self._forget(page, listeners, key)
+
+    def _forget(self, page: str, listeners: dict[str, Callable[[], None]], key: str) -> None:
+        listeners.pop(key, None)
+        if not listeners and self._remote.get(page) is listeners:
+            del self._remote[page]

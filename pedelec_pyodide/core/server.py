@@ -46,6 +46,7 @@ from .public import (
     serve_public,
     store_files,
 )
+from .relay import ToolRelay
 from .routing import ClusterRouter, serve_forwarded
 from .sessions import SHUTDOWN_SECONDS, Registry
 from .snapshot import MANIFEST_NAME, SNAPSHOT_NAME, choose_encoding, inflate, stored_file
@@ -190,6 +191,8 @@ class LazyMcp:
     def __init__(self, registry: Registry, allowed_origins: frozenset[str]) -> None:
         self.registry = registry
         self.allowed_origins = allowed_origins
+        # serves relayed calls from the start, whether or not the SDK is loaded here
+        self.relay = ToolRelay(registry)
         self._endpoint: ASGIApp | None = None
         self._loading: asyncio.Task[ASGIApp] | None = None
         self._stopping = asyncio.Event()
@@ -206,7 +209,7 @@ class LazyMcp:
     async def _load(self) -> ASGIApp:
         from .mcp import McpEndpoint
 
-        endpoint = McpEndpoint(self.registry, self.allowed_origins)
+        endpoint = McpEndpoint(self.registry, self.allowed_origins, self.relay)
         running = asyncio.get_running_loop().create_future()
 
         async def run() -> None:

@@ -534,6 +534,8 @@ class CoreSession:
         if changed:
             for listener in list(self.tool_listeners.values()):
                 listener()
+            if self.registry.on_tools_changed is not None:
+                self.registry.on_tools_changed(self.id)
 
     # --- requests -----------------------------------------------------------------------
 
@@ -888,6 +890,10 @@ class Registry:
         # runs a call another node forwarded here (set by the router, routing.py)
         self.serve_forwarded: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = (
             None)
+        # other messages between nodes, by the field naming their kind (relay.py's)
+        self.handlers: dict[str, Callable[[dict[str, Any]], None]] = {}
+        # told of every change of a session's tools, by its id (relay.py, for other nodes)
+        self.on_tools_changed: Callable[[str], None] | None = None
 
     def create(self, metadata: PageMetadata, session_id: str | None = None) -> CoreSession:
         """A new session (its id ``session_id``, from :meth:`new_session_id`, if given);
@@ -934,7 +940,7 @@ class Registry:
         if self.forget(session):
             self.store.delete_session(session.id)
             if self.store.shared:
-                self._background(self.store.release(session.id, self.node))
+                self.spawn(self.store.release(session.id, self.node))
 
     def forget(self, session: CoreSession) -> bool:
         """Let go of ``session`` here (the store is left as it is); False if it was gone."""
@@ -947,7 +953,7 @@ class Registry:
 
     # --- the cluster (a shared store) ----------------------------------------------------
 
-    def _background(self, work: Awaitable[Any]) -> None:
+    def spawn(self, work: Awaitable[Any]) -> asyncio.Task[None]:
         """``work`` on its own: a store out of reach is logged (the lease expires)."""
         async def run() -> None:
             try:
@@ -956,6 +962,7 @@ class Registry:
                 log_event("cluster.failed", level=logging.WARNING, error=str(exc))
         _BACKGROUND.add(task := asyncio.ensure_future(run()))
         task.add_done_callback(_BACKGROUND.discard)
+        return task
 
     async def new_session_id(self) -> str | None:
         """On a shared store: a new session's id, its lease this node's already (so a
@@ -1066,9 +1073,9 @@ class Registry:
         try:
             message = json.loads(text)
             if "handOver" in message:
-                self._background(self._let_go(str(message["handOver"]), str(message["to"])))
+                self.spawn(self._let_go(str(message["handOver"]), str(message["to"])))
             elif "http" in message:
-                self._background(self._answer(message))
+                self.spawn(self._answer(message))
             elif "reply" in message:
                 asked = self._asked.get(str(message["reply"]))
                 if asked is not None and not asked.done():
@@ -1077,6 +1084,10 @@ class Registry:
                 waiting = self._handovers.get(str(message["handedOver"]))
                 if waiting is not None and not waiting.done():
                     waiting.set_result(None)
+            else:
+                for kind, handle in self.handlers.items():
+                    if kind in message:
+                        handle(message)
         except (ValueError, TypeError, KeyError) as exc:
             log_event("cluster.bad_message", level=logging.WARNING, error=str(exc)[:200])
 

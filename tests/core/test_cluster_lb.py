@@ -1,6 +1,6 @@
 """Three Core nodes (processes of their own) on one redis-server behind Debian's HAProxy
-(``deploy/haproxy.cfg``, no sticky sessions): a page and its callers go through HAProxy,
-and the node holding the page is SIGKILLed."""
+(``deploy/haproxy.cfg``, sticky on nothing but an MCP session id): a page and its callers
+go through HAProxy, and the node holding the page is SIGKILLed."""
 
 from __future__ import annotations
 

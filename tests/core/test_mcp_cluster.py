@@ -1,0 +1,211 @@
+"""MCP on several Core nodes on one Redis (a real redis-server of each test's own): an
+MCP client (the official SDK) on a node that does not hold the page lists its tools,
+calls them, hears their progress and cancels them; the page's node is SIGKILLed with a
+call waiting, and the call is answered once the page resumes on a third node; clients of
+both protocols work through HAProxy running ``deploy/haproxy.cfg``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clusterkit import cluster
+from corekit import WAIT, Page, RawClient, config, run, running_core, tool_meta, until
+from mcp import types
+from mcp.shared.subscriptions import ToolsListChanged
+from storekit import RedisServer, free_port
+from test_cluster import answer_requests
+from test_core_resume import core_process
+from test_mcp import mcp_client, modern_client, page_session
+from test_progress import next_of, page_with, progress, result
+
+from pedelec_pyodide import define_tool
+from pedelec_pyodide.core.store import STORE_UNAVAILABLE
+
+
+def mcp_at(port: int, session_id: str) -> str:
+    return f"http://127.0.0.1:{port}/pedelec/v1/sessions/{session_id}/mcp"
+
+
+@contextlib.asynccontextmanager
+async def client_of(era: str, url: str) -> Any:
+    """The SDK's client of the handshake protocol, or of the per-request one."""
+    async with (mcp_client(url) if era == "handshake" else modern_client(url)) as client:
+        yield client
+
+
+@pytest.mark.parametrize("era", ["handshake", "2026-07-28"])
+def test_a_client_on_a_node_without_the_page_lists_calls_hears_progress_and_cancels(
+        redis_server: RedisServer, era: str) -> None:
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            await until(lambda: sid in a.registry.sessions)
+            updates: list[tuple[float, float | None, str | None]] = []
+
+            async def on_progress(value: float, total: float | None,
+                                  message: str | None) -> None:
+                updates.append((value, total, message))
+
+            async with client_of(era, mcp_at(b.port, sid)) as client:
+                listed = await client.list_tools()
+                assert [tool.name for tool in listed.tools] == ["slow"]
+
+                call = asyncio.create_task(
+                    client.call_tool("slow", {"n": 1}, progress_callback=on_progress))
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                await progress(raw, rid, 1, total=4, message="a quarter")
+                await until(lambda: len(updates) == 1, "the first progress notification")
+                await progress(raw, rid, 4, total=4)
+                await result(raw, rid, {"done": True})
+                answer = await asyncio.wait_for(call, WAIT)
+                assert answer.structured_content == {"done": True}, answer
+                assert updates[0] == (1, 4, "a quarter")
+                assert updates[-1] == (4, 4, None)
+
+                call = asyncio.create_task(client.call_tool("slow", {"n": 2}))
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                call.cancel()  # notifications/cancelled, or the call's stream closed
+                cancel = await next_of(raw, "tool.cancel")
+                assert cancel["toolRequestId"] == rid
+                await until(lambda: a.registry.sessions[sid].pending == {}, "the cancel")
+            assert sid not in b.registry.sessions  # relayed, never taken from A
+            await raw.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("resume", ["at_once", "after_the_lease"])
+def test_a_call_waiting_on_one_node_is_answered_once_after_the_pages_node_is_killed(
+        redis_server: RedisServer, resume: str) -> None:
+    """The page is on A (a process of its own); an MCP call arrives at B and is relayed
+    to A; A is SIGKILLed before the page answers. The page resumes on C: the request is
+    sent again with its id, the page's handler runs once, and B's client gets its result.
+    ``after_the_lease``: the page comes back only once A's lease has run out and B has
+    taken the session to wait there; C takes it from B, and B relays the call to C."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with core_process(redis_server.url, free_port()) as a, \
+                running_core(config(**cfg)) as b, running_core(config(**cfg)) as c:
+            first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
+            welcome = await first.hello([tool_meta("a")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(client.call_tool("a", {"n": 1}))
+                sent = await next_of(first, "tool.request")
+                a.kill()
+                await asyncio.to_thread(a.wait, WAIT)
+                if resume == "after_the_lease":
+                    await until(lambda: sid in b.registry.sessions, "B taking the session")
+
+                page = await RawClient.open(c.ws_url)
+                assert (await page.hello([tool_meta("a")], sessionId=sid,
+                                         resumeToken=token))["resumed"]
+                ran: list[str] = []
+                handlers = asyncio.ensure_future(answer_requests(page, ran))
+                try:
+                    answer = await asyncio.wait_for(call, 3 * WAIT)
+                    assert answer.structured_content == {"ok": True, "data": {"n": 1}}, answer
+                    assert ran == [sent["toolRequestId"]]
+                    assert sid in c.registry.sessions and sid not in b.registry.sessions
+                finally:
+                    handlers.cancel()
+                    await page.close()
+
+    run(main(), timeout=90)
+
+
+def test_through_haproxy_clients_of_both_protocols_reach_the_page_from_any_node(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    """Three nodes behind HAProxy: a client of the handshake protocol keeps its MCP
+    session on one node (HAProxy sticks on Mcp-Session-Id), one of the per-request
+    protocol lands on any node; each call reaches the page, wherever its socket is."""
+
+    async def main() -> None:
+        async with cluster(redis_server.url, 3, tmp_path) as nodes:
+            page = await RawClient.open(nodes.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_requests(page, ran))
+            try:
+                for era in ("handshake", "2026-07-28"):
+                    async with client_of(era, mcp_at(nodes.port, sid)) as client:
+                        listed = await client.list_tools()
+                        assert [tool.name for tool in listed.tools] == ["a"]
+                        for n in range(4):  # round robin: most land on other nodes
+                            answer = await client.call_tool("a", {"n": n})
+                            assert answer.structured_content == {
+                                "ok": True, "data": {"n": n}}, answer
+                assert len(ran) == len(set(ran)) == 8
+            finally:
+                handlers.cancel()
+                await page.close()
+
+    run(main(), timeout=60)
+
+
+def test_an_unknown_page_is_a_404_and_redis_away_a_503(redis_server: RedisServer) -> None:
+    """On a node without the page, before any MCP: a session no node holds nor stored is
+    404 SESSION_NOT_FOUND; with Redis away, which node holds the page cannot be known:
+    503 STORE_UNAVAILABLE, as the control API says it."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url, "store_timeout": 0.5}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a, "a")
+            sid = welcome["sessionId"]
+            missing = await b.http.post("/pedelec/v1/sessions/nope/mcp", json={})
+            assert missing.status_code == 404, missing.text
+            assert missing.json()["error"]["code"] == "SESSION_NOT_FOUND"
+            redis_server.kill()
+            away = await b.http.post(f"/pedelec/v1/sessions/{sid}/mcp", json={})
+            assert away.status_code == 503, away.text
+            assert away.json()["error"]["code"] == STORE_UNAVAILABLE
+            await raw.close()
+
+    run(main())
+
+
+def test_clients_on_another_node_hear_of_the_pages_new_tools(
+        redis_server: RedisServer) -> None:
+    """The page (a real Session) on A adds a tool, then removes it: a client of the
+    handshake protocol on B gets list_changed each time, one of the per-request protocol
+    listening on B hears of it too, and their tools/list shows the change."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await Page(page_session()).connect(a.ws_url)
+            sid = page.session.session_id or ""
+            url = mcp_at(b.port, sid)
+            inbox: list[Any] = []
+
+            async def changes(count: int) -> None:
+                while sum(isinstance(m, types.ToolListChangedNotification)
+                          for m in inbox) < count:
+                    await asyncio.sleep(0.01)
+
+            async with mcp_client(url, inbox) as client, modern_client(url) as modern, \
+                    modern.listen(tools_list_changed=True) as heard:
+                await client.list_tools()
+                dispose = page.session.add_tool(define_tool(
+                    name="greet", description="Says hello.",
+                    args_schema={"type": "object"}, handler=lambda: "hello"))
+                await asyncio.wait_for(changes(1), WAIT)
+                assert isinstance(await asyncio.wait_for(heard.__anext__(), WAIT),
+                                  ToolsListChanged)
+                names = [t.name for t in (await client.list_tools()).tools]
+                assert names[-1] == "greet", names
+                dispose()
+                await asyncio.wait_for(changes(2), WAIT)
+                await asyncio.wait_for(heard.__anext__(), WAIT)
+                assert "greet" not in [t.name for t in (await modern.list_tools()).tools]
+            assert sid not in b.registry.sessions
+
+    run(main())
