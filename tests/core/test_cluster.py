@@ -5,6 +5,8 @@ session over, from a live node or from a killed one."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import websockets
@@ -230,6 +232,27 @@ def test_a_call_for_another_nodes_session_with_redis_away_is_a_503(
     run(main())
 
 
+
+async def resume_on_and_call_again(url: str, caller: Any, sid: str, token: str,
+                                   ran: list[str], moved: Callable[[], bool] | None = None
+                                   ) -> None:
+    """The page resumes at ``url`` (once ``moved()`` holds, if given) and ``caller`` calls
+    it again: answered, and each request the page was sent ran once."""
+    second = await RawClient.open(url)
+    assert (await second.hello([tool_meta("a")], sessionId=sid,
+                               resumeToken=token))["resumed"]
+    if moved is not None:
+        await until(moved)
+    handlers = asyncio.ensure_future(answer_requests(second, ran))
+    try:
+        response = await asyncio.wait_for(caller.tool_call(sid, "a", {"n": 2}), WAIT)
+        assert response.json()["result"] == {"ok": True, "data": {"n": 2}}, response.text
+        assert len(ran) == len(set(ran)) == 2
+    finally:
+        handlers.cancel()
+        await second.close()
+
+
 def test_a_call_routed_by_a_stale_remembered_holder_is_routed_again_and_runs_once(
         redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """B forwards a call to A, where the page is, and remembers A; the page resumes on C
@@ -251,20 +274,11 @@ def test_a_call_routed_by_a_stale_remembered_holder_is_routed_again_and_runs_onc
             assert response.json()["result"] == {"ok": True, "data": {"n": 1}}, response.text
             handlers.cancel()
 
-            second = await RawClient.open(c.ws_url)
-            assert (await second.hello([tool_meta("a")], sessionId=sid,
-                                       resumeToken=token))["resumed"]
-            await until(lambda: sid not in a.registry.sessions)
-            handlers = asyncio.ensure_future(answer_requests(second, ran))
             try:
-                response = await asyncio.wait_for(b.tool_call(sid, "a", {"n": 2}), WAIT)
-                assert response.json()["result"] == {"ok": True, "data": {"n": 2}}, (
-                    response.text)
-                assert len(ran) == len(set(ran)) == 2
+                await resume_on_and_call_again(c.ws_url, b, sid, token, ran,
+                                               lambda: sid not in a.registry.sessions)
             finally:
-                handlers.cancel()
                 await first.close()
-                await second.close()
 
     run(main())
 
@@ -290,17 +304,6 @@ def test_a_call_routed_to_a_remembered_holder_that_was_killed_reaches_the_page_o
             a.kill()
             await asyncio.to_thread(a.wait, WAIT)
 
-            second = await RawClient.open(c.ws_url)
-            assert (await second.hello([tool_meta("a")], sessionId=sid,
-                                       resumeToken=token))["resumed"]
-            handlers = asyncio.ensure_future(answer_requests(second, ran))
-            try:
-                response = await asyncio.wait_for(b.tool_call(sid, "a", {"n": 2}), WAIT)
-                assert response.json()["result"] == {"ok": True, "data": {"n": 2}}, (
-                    response.text)
-                assert len(ran) == len(set(ran)) == 2
-            finally:
-                handlers.cancel()
-                await second.close()
+            await resume_on_and_call_again(c.ws_url, b, sid, token, ran)
 
     run(main())
