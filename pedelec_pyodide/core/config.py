@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..protocol import MAX_FRAME_BYTES
 from .agent import Agent
+from .clock import Clock, SystemClock
 from .store import DEFAULT_STORE_TIMEOUT
 
 ADMIN_TOKEN_ENV = "PEDELEC_ADMIN_TOKEN"
@@ -87,6 +88,8 @@ class CoreConfig:
     #: how long a request may wait for the user (``tool.waiting``) with its deadline
     #: paused, all its waits together, in seconds (``--user-wait-limit``)
     user_wait_limit: float = 600.0
+    #: the time tool requests' deadlines are kept by (embedding, tests: one they move)
+    clock: Clock = field(default_factory=SystemClock)
     #: tool-calling steps a turn may take
     max_steps: int = 8
     #: how long a disconnected session waits to be resumed before it expires

@@ -28,6 +28,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 from .. import protocol
 from ..results import INVALID_ARGS, TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
 from .agent import Agent
+from .clock import Timer
 from .config import CoreConfig
 from .idempotency import CallerMemory
 from .log import log_event
@@ -166,7 +167,7 @@ class PendingRequest:
     progress frame costs no timer work)."""
 
     __slots__ = ("frame", "future", "idle", "limit", "paused_at", "progress", "record",
-                 "started", "status", "timer", "waited", "watchers")
+                 "started", "status", "timer", "timer_due", "waited", "watchers")
 
     def __init__(self, record: RequestRecord, frame: str | None, idle: float,
                  limit: float) -> None:
@@ -177,7 +178,8 @@ class PendingRequest:
             asyncio.get_running_loop().create_future()
         )
         self.started = time.perf_counter()
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: Timer | None = None
+        self.timer_due = 0.0  # wall-clock: when ``timer`` fires
         self.idle = idle  # seconds: the call's timeout
         self.limit = limit  # wall-clock: the latest progress may move the deadline to
         self.paused_at: float | None = None  # wall-clock, while waiting for the user
@@ -550,7 +552,7 @@ class CoreSession:
         ``--max-total-factor`` times the timeout)."""
         config = self.registry.config
         timeout = config.timeout_for(tool, timeout_ms)
-        now = time.time()
+        now = config.clock.time()
         limit = now + config.max_total_for(timeout, max_total_ms)
         record = RequestRecord(
             id=checked[0] if checked else new_request_id(), session_id=self.id,
@@ -700,7 +702,7 @@ class CoreSession:
             message.progress, message.total,
             None if text is None else text[:MAX_PROGRESS_MESSAGE_CHARS])
         if pending.paused_at is None:
-            deadline = min(time.time() + pending.idle, pending.limit)
+            deadline = min(self.registry.config.clock.time() + pending.idle, pending.limit)
             if deadline > pending.record.deadline:  # the timer sees it when it fires
                 pending.record.deadline = deadline
         pending.wake()
@@ -715,7 +717,7 @@ class CoreSession:
         pending.status = ("awaiting_approval" if message.reason == protocol.APPROVAL_REASON
                           else "waiting_for_user")
         if pending.paused_at is None:
-            pending.paused_at = time.time()
+            pending.paused_at = self.registry.config.clock.time()
             self._schedule(pending)
 
     def _stop_waiting(self, pending: PendingRequest) -> None:
@@ -724,7 +726,7 @@ class CoreSession:
         if paused_at is None:
             return
         pending.paused_at = None
-        waited = max(0.0, time.time() - paused_at)
+        waited = max(0.0, self.registry.config.clock.time() - paused_at)
         pending.waited += waited
         pending.record.deadline += waited
         pending.limit += waited
@@ -739,20 +741,21 @@ class CoreSession:
     def _schedule(self, pending: PendingRequest) -> None:
         """Have the timer fire at the request's next deadline (the user-wait limit while
         paused); a timer due no later is kept, :meth:`_timeout` looks again then."""
-        loop = asyncio.get_running_loop()
-        when = loop.time() + max(0.0, self._due(pending) - time.time())
+        due = self._due(pending)
         timer = pending.timer
         if timer is not None:
-            if not timer.cancelled() and timer.when() <= when:
+            if pending.timer_due <= due:
                 return
             timer.cancel()
-        pending.timer = loop.call_at(when, self._timeout, pending)
+        clock = self.registry.config.clock
+        pending.timer = clock.call_later(max(0.0, due - clock.time()), self._timeout, pending)
+        pending.timer_due = due
 
     def _timeout(self, pending: PendingRequest) -> None:
         if self.pending.get(pending.id) is not pending:
             return
         pending.timer = None
-        now = time.time()
+        now = self.registry.config.clock.time()
         paused_at = pending.paused_at
         if now < self._due(pending):  # progress moved it, or the page waits for the user
             self._schedule(pending)
@@ -850,6 +853,7 @@ class CoreSession:
         for pending in self.pending.values():
             if pending.timer is not None:
                 pending.timer.cancel()
+                pending.timer = None
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None

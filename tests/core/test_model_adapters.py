@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from corekit import FakeClock, RawClient, config, running_core, tool_meta, until
 from corekit import Page as PageAdapter
-from corekit import RawClient, config, running_core, tool_meta
 from test_offline_agent import DEMO_TOOLS, FakeTurn
-from test_progress import next_of
+from test_progress import next_of, status_of
 
 from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.agent import StepLimitExceeded, ToolCallRequest
@@ -504,17 +504,23 @@ def test_a_call_awaiting_approval_outlives_its_deadline_and_a_denial_reaches_the
                         "retryable": False, "details": {"reason": "not now"}}}
 
     async def main() -> None:
-        cfg = config(agent=f"{provider}:test-model", agent_factory=None, tool_timeout_ms=300)
+        clock = FakeClock()
+        cfg = config(agent=f"{provider}:test-model", agent_factory=None, tool_timeout_ms=300,
+                     clock=clock)
         async with running_core(cfg) as core:
             page = await RawClient.open(core.ws_url)
             welcome = await page.hello([tool_meta("delete_note")])
-            turn = asyncio.create_task(core.turn(welcome["sessionId"], "Delete note 7"))
+            sid = welcome["sessionId"]
+            turn = asyncio.create_task(core.turn(sid, "Delete note 7"))
             request = await next_of(page, "tool.request")
             assert (request["tool"], request["args"]) == ("delete_note", {"id": 7})
             rid = request["toolRequestId"]
             await page.send({"type": "tool.waiting", "toolRequestId": rid, "waiting": True,
                              "reason": "approval"})
-            await asyncio.sleep(0.9)  # three deadlines: the user takes their time
+            await until(lambda: status_of(core, sid, rid) == "awaiting_approval",
+                        "the approval to be shown")
+            clock.advance(0.9)  # three deadlines: the user takes their time
+            assert status_of(core, sid, rid) == "awaiting_approval"
             assert not turn.done()
             await page.send({"type": "tool.waiting", "toolRequestId": rid,
                              "waiting": False})

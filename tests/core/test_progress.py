@@ -3,7 +3,9 @@
 The page sends ``tool.progress`` and ``tool.waiting`` for a pending request; Core keeps the
 latest progress, moves the request's idle deadline (up to ``maxTotalMs``), pauses it while
 the page waits for the user (up to ``--user-wait-limit``) and shows it all in
-``GET .../sessions/{id}``. Every wait is bounded; times are generous bounds only.
+``GET .../sessions/{id}``. Every wait is bounded. Deadlines run on a :class:`FakeClock` the
+test moves once Core has taken the frame before (``until``), never on a sleep that must
+land before or after one.
 """
 
 from __future__ import annotations
@@ -11,10 +13,20 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 from typing import Any
 
-from corekit import TOKEN, WAIT, Core, RawClient, config, run, running_core, tool_meta, until
+from corekit import (
+    TOKEN,
+    WAIT,
+    Core,
+    FakeClock,
+    RawClient,
+    config,
+    run,
+    running_core,
+    tool_meta,
+    until,
+)
 from test_idempotency import hang_up, http_handlers_done
 
 from pedelec_pyodide.core.sessions import MAX_PROGRESS_MESSAGE_CHARS
@@ -52,6 +64,25 @@ async def waiting(client: RawClient, request_id: str, flag: bool, **extra: Any) 
 async def result(client: RawClient, request_id: str, value: Any) -> None:
     await client.send({"type": "tool.result", "toolRequestId": request_id,
                        "result": value, "handledBy": "named"})
+
+
+def status_of(core: Core, session_id: str, request_id: str) -> str | None:
+    """The request's status in Core, None once it is resolved."""
+    pending = core.registry.get(session_id).pending.get(request_id)
+    return None if pending is None else str(pending.status)
+
+
+async def progressed(core: Core, client: RawClient, session_id: str, request_id: str,
+                     value: float) -> None:
+    """Send a progress and wait until Core has taken it."""
+    await progress(client, request_id, value)
+
+    def taken() -> bool:
+        pending = core.registry.get(session_id).pending.get(request_id)
+        return (pending is None
+                or (pending.progress is not None and pending.progress.progress == value))
+
+    await until(taken, f"progress {value} to arrive")
 
 
 async def pending_of(core: Core, session_id: str) -> list[dict[str, Any]]:
@@ -98,54 +129,82 @@ def test_progress_is_kept_shown_and_never_goes_back() -> None:
     run(main())
 
 
+async def kept_alive_for(core: Core, clock: FakeClock, client: RawClient, sid: str,
+                         rid: str, every: float) -> float:
+    """Progress every ``every`` seconds (of ``clock``) until Core times the request out;
+    how long that took."""
+    started = clock.now
+    step = 0
+    while status_of(core, sid, rid) is not None:
+        assert clock.now - started < 5, "progress kept the request alive past its limit"
+        step += 1
+        await progressed(core, client, sid, rid, step)
+        clock.advance(every)
+    return clock.now - started
+
+
 def test_progress_keeps_a_request_alive_up_to_max_total_ms() -> None:
     async def main() -> None:
-        async with running_core() as core:
+        clock = FakeClock()
+        async with running_core(config(clock=clock)) as core:
             client, welcome = await page_with(core)
             sid = welcome["sessionId"]
             # an idle deadline of 0.4 s, kept alive 1.2 s by progress every 0.1 s
             call = asyncio.create_task(core.tool_call(sid, "slow", timeoutMs=400))
             rid = (await next_of(client, "tool.request"))["toolRequestId"]
             for step in range(12):
-                await progress(client, rid, step)
-                await asyncio.sleep(0.1)
+                await progressed(core, client, sid, rid, step)
+                clock.advance(0.1)
+            assert status_of(core, sid, rid) == "running"
+            clock.advance(0.25)  # 0.35 s after the last progress: under 0.4 s
+            assert status_of(core, sid, rid) == "running"
             await result(client, rid, "kept alive")
             assert (await asyncio.wait_for(call, WAIT)).json()["result"] == "kept alive"
 
             # progress cannot keep it past maxTotalMs
-            started = time.monotonic()
             call = asyncio.create_task(core.tool_call(sid, "slow", timeoutMs=300,
                                                       maxTotalMs=900))
             rid = (await next_of(client, "tool.request"))["toolRequestId"]
-            step = 0
-            while not call.done() and time.monotonic() - started < WAIT:
-                step += 1
-                await progress(client, rid, step)
-                await asyncio.sleep(0.05)
-            elapsed = time.monotonic() - started
-            error = call.result().json()["result"]["error"]
+            elapsed = await kept_alive_for(core, clock, client, sid, rid, 0.05)
+            error = (await asyncio.wait_for(call, WAIT)).json()["result"]["error"]
             assert error["code"] == "TOOL_TIMEOUT"
-            assert 0.85 <= elapsed < WAIT
+            assert 0.9 <= elapsed < 0.96, elapsed
+
+    run(main())
+
+
+def test_without_progress_the_idle_deadline_ends_a_request() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        async with running_core(config(clock=clock)) as core:
+            client, welcome = await page_with(core)
+            sid = welcome["sessionId"]
+            call = asyncio.create_task(core.tool_call(sid, "slow", timeoutMs=400))
+            rid = (await next_of(client, "tool.request"))["toolRequestId"]
+            await progressed(core, client, sid, rid, 1)
+            clock.advance(0.39)
+            assert status_of(core, sid, rid) == "running"
+            clock.advance(0.02)
+            assert status_of(core, sid, rid) is None
+            error = (await asyncio.wait_for(call, WAIT)).json()["result"]["error"]
+            assert error["code"] == "TOOL_TIMEOUT"
+            assert "before its deadline" in error["message"]
 
     run(main())
 
 
 def test_the_default_total_is_max_total_factor_times_the_timeout() -> None:
     async def main() -> None:
-        async with running_core(config(max_total_factor=2.0)) as core:
+        clock = FakeClock()
+        async with running_core(config(max_total_factor=2.0, clock=clock)) as core:
             client, welcome = await page_with(core)
             sid = welcome["sessionId"]
-            started = time.monotonic()
             call = asyncio.create_task(core.tool_call(sid, "slow", timeoutMs=500))
             rid = (await next_of(client, "tool.request"))["toolRequestId"]
-            step = 0
-            while not call.done() and time.monotonic() - started < WAIT:
-                step += 1
-                await progress(client, rid, step)
-                await asyncio.sleep(0.05)
-            elapsed = time.monotonic() - started
-            assert call.result().json()["result"]["error"]["code"] == "TOOL_TIMEOUT"
-            assert 0.95 <= elapsed < 4.0  # 2 x 0.5 s, not the default 10 x (5 s)
+            elapsed = await kept_alive_for(core, clock, client, sid, rid, 0.05)
+            assert (await asyncio.wait_for(call, WAIT)).json()[
+                "result"]["error"]["code"] == "TOOL_TIMEOUT"
+            assert 1.0 <= elapsed < 1.06, elapsed  # 2 x 0.5 s, not the default 10 x
 
     run(main())
 
@@ -165,28 +224,35 @@ def test_max_total_ms_is_checked() -> None:
 
 def test_waiting_for_the_user_pauses_the_deadline() -> None:
     async def main() -> None:
-        async with running_core() as core:
+        clock = FakeClock()
+        async with running_core(config(clock=clock)) as core:
             client, welcome = await page_with(core)
             sid = welcome["sessionId"]
             call = asyncio.create_task(core.tool_call(sid, "slow", timeoutMs=300))
             rid = (await next_of(client, "tool.request"))["toolRequestId"]
+            clock.advance(0.1)
             await waiting(client, rid, True, reason="approval")
-            await until(lambda: core.registry.get(sid).pending[rid].status
-                        == "awaiting_approval", "the approval to be shown")
+            await until(lambda: status_of(core, sid, rid) == "awaiting_approval",
+                        "the approval to be shown")
             [shown] = await pending_of(core, sid)
             assert shown["status"] == "awaiting_approval"
-            await asyncio.sleep(0.8)  # well past its deadline: paused
-            assert not call.done()
+            clock.advance(0.8)  # well past its deadline: paused
+            assert status_of(core, sid, rid) == "awaiting_approval"
             await waiting(client, rid, False)
             await waiting(client, rid, True, reason="a dialog is open")
-            await until(lambda: core.registry.get(sid).pending[rid].status
-                        == "waiting_for_user", "the dialog to be shown")
-            await asyncio.sleep(0.5)
-            assert not call.done()
+            await until(lambda: status_of(core, sid, rid) == "waiting_for_user",
+                        "the dialog to be shown")
+            clock.advance(0.5)
+            assert status_of(core, sid, rid) == "waiting_for_user"
             await waiting(client, rid, False)
-            await until(lambda: core.registry.get(sid).pending[rid].status == "running",
+            await until(lambda: status_of(core, sid, rid) == "running",
                         "the request to run again")
-            # the deadline runs again from where it stopped: it times out in ~0.3 s
+            # the deadline runs again from where it stopped: 0.2 s were left
+            clock.advance(0.19)
+            assert status_of(core, sid, rid) == "running"
+            assert not call.done()
+            clock.advance(0.02)
+            assert status_of(core, sid, rid) is None
             answer = (await asyncio.wait_for(call, WAIT)).json()
             assert answer["result"]["error"]["code"] == "TOOL_TIMEOUT"
 
@@ -195,17 +261,21 @@ def test_waiting_for_the_user_pauses_the_deadline() -> None:
 
 def test_a_user_who_never_answers_times_out_at_the_user_wait_limit() -> None:
     async def main() -> None:
-        async with running_core(config(user_wait_limit=0.6)) as core:
+        clock = FakeClock()
+        async with running_core(config(user_wait_limit=0.6, clock=clock)) as core:
             client, welcome = await page_with(core)
             sid = welcome["sessionId"]
-            started = time.monotonic()
             call = asyncio.create_task(core.tool_call(sid, "slow", timeoutMs=200))
             rid = (await next_of(client, "tool.request"))["toolRequestId"]
             await waiting(client, rid, True, reason="approval")
+            await until(lambda: status_of(core, sid, rid) == "awaiting_approval",
+                        "the approval to be shown")
+            clock.advance(0.59)
+            assert status_of(core, sid, rid) == "awaiting_approval"
+            clock.advance(0.02)
             error = (await asyncio.wait_for(call, WAIT)).json()["result"]["error"]
             assert error["code"] == "TOOL_TIMEOUT"
             assert "--user-wait-limit" in error["message"]
-            assert time.monotonic() - started >= 0.6
             cancel = await next_of(client, "tool.cancel")
             assert cancel["toolRequestId"] == rid
 
@@ -437,14 +507,18 @@ def test_the_offline_agents_turn_waits_for_the_user_and_reports_a_denial() -> No
     """A turn of the offline agent (Core's default) calls a tool the page asks the user to
     approve for longer than its deadline: the turn waits; the denial is its reply."""
     async def main() -> None:
-        cfg = config(agent="offline", agent_factory=None, tool_timeout_ms=300)
+        clock = FakeClock()
+        cfg = config(agent="offline", agent_factory=None, tool_timeout_ms=300, clock=clock)
         async with running_core(cfg) as core:
             client, welcome = await page_with(core, "delete_note")
-            turn = asyncio.create_task(core.turn(welcome["sessionId"],
-                                                 '/call delete_note {"id": 7}'))
+            sid = welcome["sessionId"]
+            turn = asyncio.create_task(core.turn(sid, '/call delete_note {"id": 7}'))
             rid = (await next_of(client, "tool.request"))["toolRequestId"]
             await waiting(client, rid, True, reason="approval")
-            await asyncio.sleep(0.9)  # three deadlines
+            await until(lambda: status_of(core, sid, rid) == "awaiting_approval",
+                        "the approval to be shown")
+            clock.advance(0.9)  # three deadlines
+            assert status_of(core, sid, rid) == "awaiting_approval"
             assert not turn.done()
             await result(client, rid, {"error": {
                 "code": "TOOL_DENIED", "message": "the user denied this call",
@@ -461,22 +535,27 @@ def test_waits_for_the_user_together_are_bounded_by_the_user_wait_limit() -> Non
     opening dialog after dialog, or a hostile page) does not hold its caller forever: the
     limit bounds the request's waits together."""
     async def main() -> None:
-        async with running_core(config(user_wait_limit=0.6)) as core:
+        clock = FakeClock()
+        async with running_core(config(user_wait_limit=0.6, clock=clock)) as core:
             client, welcome = await page_with(core)
             sid = welcome["sessionId"]
-            started = time.monotonic()
             call = asyncio.create_task(core.tool_call(sid, "slow", timeoutMs=300))
             rid = (await next_of(client, "tool.request"))["toolRequestId"]
-            for _ in range(20):  # 20 waits of 0.4 s: each under the limit, 8 s in all
-                if call.done():
-                    break
+            waits = 0
+            while status_of(core, sid, rid) is not None:
+                assert waits < 20, "20 waits of 0.4 s (8 s) and the request still held"
+                waits += 1
                 await waiting(client, rid, True, reason="a dialog is open")
-                await asyncio.sleep(0.4)
+                await until(lambda: status_of(core, sid, rid) != "running",
+                            "the dialog to be shown")
+                clock.advance(0.4)  # each wait under the limit
                 await waiting(client, rid, False)
+                await until(lambda: status_of(core, sid, rid) in ("running", None),
+                            "the dialog to close")
+            # 0.6 s of waiting together: the second wait ends it
+            assert waits == 2
             error = (await asyncio.wait_for(call, WAIT)).json()["result"]["error"]
             assert error["code"] == "TOOL_TIMEOUT"
-            # 0.6 s of waiting and the 0.3 s deadline's own time: never the 8 s the page
-            # would have held it for
-            assert time.monotonic() - started < 3.0
+            assert "--user-wait-limit" in error["message"]
 
     run(main())
