@@ -473,12 +473,14 @@ def test_a_lease_is_claimed_renewed_released_and_expires(backend: Backend) -> No
             assert await store.holder("s1") == "b"
             await store.release("s1", "b")
             assert await store.holder("s1") is None
-            assert await store.claim("s2", "a", 1.0) is None
-            await asyncio.sleep(0.6)
-            assert await store.renew(["s2"], "a", 1.0) == []  # renewed
-            await asyncio.sleep(0.6)  # past the claim's TTL, within the renewal's
+            # Each sleep is only a lower bound (a stalled machine sleeps longer): a TTL
+            # must pass, the other one (60 s) cannot within a test.
+            assert await store.claim("s2", "a", 0.3) is None
+            assert await store.renew(["s2"], "a", 60.0) == []  # renewed
+            await asyncio.sleep(0.4)  # past the claim's TTL, within the renewal's
             assert await store.holder("s2") == "a"
-            await asyncio.sleep(0.8)  # not renewed: expired, as when a node dies
+            assert await store.renew(["s2"], "a", 0.3) == []  # renewed for a moment only
+            await asyncio.sleep(0.4)  # not renewed again: expired, as when a node dies
             assert await store.holder("s2") is None
             assert await store.renew(["s2", "s3"], "a", 5.0) == []  # free: taken again
             assert await store.claim("s2", "b", 5.0) == "a"
