@@ -3,7 +3,8 @@
 Runs the same ``pedelec_pyodide.core.server.run`` as the CLI, with the test's PlanAgent
 (two parallel calls, then one), and prints the URL once it listens; then the log lines
 of the events a test waits for (``until_logged``) instead of guessing a time: a retry Core
-takes as one of a key it knows (``control.retry``), a turn it starts (``turn.start``).
+takes as one of a key it knows (``control.retry``), a turn it starts (``turn.start``), its
+store found out of reach (``store.unreachable``: its writer retries from then on).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from pedelec_pyodide.core.server import run
 PLAN = [[("a", {"n": 1}), ("b", {"n": 2})], [("c", {"n": 3})]]
 RETRY = "event=control.retry "
 TURN_START = "event=turn.start "
+STORE_UNREACHABLE = "event=store.unreachable "
 
 
 class Printed(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith((RETRY, TURN_START)):
+        if record.getMessage().startswith((RETRY, TURN_START, STORE_UNREACHABLE)):
             print(record.getMessage(), flush=True)
 
 

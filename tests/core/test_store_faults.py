@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-from core_process import TURN_START, until_logged
 from corekit import TOKEN, WAIT, Page, RawClient, config, run, running_core, tool_meta
 from storekit import load_file, read_only
 from test_core_resume import core_process, free_port
@@ -361,6 +360,19 @@ async def refused_then_resumed(url: str, sid: str, token: str) -> None:
 # --- SIGTERM stops Core whatever it is doing --------------------------------------------------
 
 
+async def until_pending(http: httpx.AsyncClient, session_id: str, count: int) -> None:
+    """Until Core lists ``count`` requests pending in the session (each is listed once it
+    is opened, before the store has taken it and it is sent)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while True:
+        info = (await http.get(f"/pedelec/v1/sessions/{session_id}")).json()
+        if len(info["pendingToolRequests"]) >= count:
+            return
+        assert loop.time() < deadline, f"Core never had {count} requests pending: {info}"
+        await asyncio.sleep(0.02)  # a poll: each look is the same however late
+
+
 @pytest.mark.parametrize("state", ["idle", "busy", "store_locked"])
 def test_sigterm_stops_core_within_5_seconds(tmp_path: Path, state: str) -> None:
     """A real Core process (core_process.py: a turn of parallel calls a and b). busy: a
@@ -389,8 +401,8 @@ def test_sigterm_stops_core_within_5_seconds(tmp_path: Path, state: str) -> None
                     if state == "busy":
                         kinds = [(await page.recv())["type"] for _ in range(3)]
                         assert kinds.count("tool.request") == 3, kinds
-                    else:  # its flushes wait on the lock from now on
-                        await until_logged(process, TURN_START)
+                    else:  # a, b and c opened, their flushes stuck on the lock
+                        await until_pending(http, welcome["sessionId"], 3)
                 started = time.monotonic()
                 process.send_signal(signal.SIGTERM)
                 await asyncio.to_thread(process.wait, 3 * WAIT)

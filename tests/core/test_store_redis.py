@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from core_process import STORE_UNREACHABLE, until_logged
 from corekit import TOKEN, WAIT, RawClient, config, run, running_core, tool_meta, until
 from storekit import RedisServer, free_port
 from test_core_resume import core_process
@@ -204,7 +205,7 @@ def test_sigterm_stops_core_within_5_seconds_while_redis_is_away(
                 redis_server.kill()
                 # a request to store while Redis is away: its write is retried
                 waiting.append(asyncio.create_task(http.post(path, json={"tool": "c"})))
-                await asyncio.sleep(0.5)
+                await until_logged(process, STORE_UNREACHABLE)
                 started = time.monotonic()
                 process.send_signal(signal.SIGTERM)
                 await asyncio.to_thread(process.wait, 3 * WAIT)
