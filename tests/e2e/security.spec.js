@@ -16,7 +16,13 @@ async function ask(page, text) {
 }
 
 async function expectInert(page) {
-  await page.waitForTimeout(300); // an <img src=x> would have failed to load by now
+  // A canary <img src=x> made now: once its load has failed, an <img src=x> made from the
+  // markup before it has failed too (and run its onerror), however slow the machine.
+  await page.evaluate(() => new Promise((resolve) => {
+    const canary = new Image();
+    canary.onerror = resolve;
+    canary.src = "x";
+  }));
   expect(await page.evaluate(() => window.__pwned)).toBeUndefined();
   expect(await page.locator("#log img, .messages img").count()).toBe(0);
 }
