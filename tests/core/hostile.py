@@ -219,7 +219,7 @@ async def _probe(port: int, pid: int, count: int, cap: float) -> Probes:
 
     async def one(delay: float) -> None:
         nonlocal unanswered
-        await asyncio.sleep(delay)
+        await asyncio.sleep(delay)  # on schedule: probes pace the load
         started = time.perf_counter()
         try:
             await asyncio.wait_for(_health_once(port), cap)
@@ -629,7 +629,7 @@ async def attack_sessions(ctx: Context) -> None:
             except websockets.ConnectionClosed as exc:
                 code = f"closed {exc.rcvd.code if exc.rcvd else None}"
             codes[code] = codes.get(code, 0) + 1
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # settle, then sample RSS (the prober samples it all along too)
         ctx.mark_rss()
         ctx.notes.append("hellos -> " + ", ".join(f"{k} x{v}" for k, v in sorted(codes.items())))
     finally:
@@ -663,7 +663,7 @@ async def attack_never_reads(ctx: Context) -> None:
             await asyncio.sleep(0.006)  # under the default rate limit (200/s, burst 400)
             if i % 20 == 0:
                 ctx.mark_rss()
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # settle, then sample RSS (the prober samples it all along too)
     ctx.mark_rss()
     ctx.notes.append(f"{sent} turn.start sent again, nothing read")
     ws.transport.abort()
@@ -684,7 +684,7 @@ async def attack_bad_frames(ctx: Context) -> None:
             sent += 1
             if i % 20 == 0:
                 ctx.mark_rss()
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # settle, then sample RSS (the prober samples it all along too)
     ctx.mark_rss()
     largest = 0
     received = 0
@@ -719,7 +719,7 @@ async def attack_progress(ctx: Context) -> None:
             sent += 1
             if i % 20 == 0:
                 ctx.mark_rss()
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # settle, then sample RSS (the prober samples it all along too)
         ctx.mark_rss()
         await ws.send(json.dumps({"type": "tool.result", "toolRequestId": rid,
                                   "result": "done", "handledBy": "named"}))
@@ -860,7 +860,7 @@ async def run_attack(attack: Attack, scale: Scale) -> Row:
 async def _measure(attack: Attack, scale: Scale, core: CoreProcess) -> Row:
     failures: list[str] = []
     async with _clients(core, scale.cap) as (http, victim):
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # Core settles after start: pacing, no window asserted
         idle = await probe(core, scale)
         before = rss_kib(core.pid)
         ctx = Context(core, scale, http)

@@ -175,6 +175,8 @@ def test_summarize_notes_reports_progress_per_note(
 async def summarize_then_stop(s: Session) -> Any:
     task = asyncio.ensure_future(s.dispatch("summarize_notes", {}))
     for _ in range(1000):  # bounded: until the first note is summarised
+        # one loop: this timer is set before the handler's next step, and is shorter, so
+        # it fires first however late both are (the stop lands after the first note)
         await asyncio.sleep(0.001)
         pending = s.pending
         if pending and pending[0].progress is not None:
