@@ -1,21 +1,19 @@
-"""A control-API call another node forwarded, run on the holder (``routing.run_here``):
-with the router's own ``Idempotency-Key`` it is answered as soon as the page has answered,
-its result's write still under way; with a caller's key (even one that looks like the
-router's) only once the result is stored, as a call made to the holder directly."""
+"""A control-API call forwarded to the node holding the page (two nodes on a real
+redis-server): given an ``Idempotency-Key`` by the forwarding node, it is answered as soon
+as the page has answered, its result's write still under way; with the caller's own key
+(even one that looks like the router's) only once the result is stored, as on one node."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from corekit import TOKEN, WAIT, RawClient, config, run, running_core, tool_meta, until
+from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta, until
+from storekit import RedisServer
 from test_cluster import answer_requests
 
-from pedelec_pyodide.core.routing import run_here
 from pedelec_pyodide.core.store.ops import REQUEST_COLUMNS, Op
 
 _FINISHED = REQUEST_COLUMNS.index("finished_at")
@@ -38,61 +36,55 @@ class HeldResults:
         store._apply = held
 
 
-def forwarded(session_id: str, key: str, *, route_key: bool) -> dict[str, Any]:
-    """A tool call as ClusterRouter publishes it to the holder."""
-    return {"method": "POST", "path": f"/pedelec/v1/sessions/{session_id}/tool-calls",
-            "query": "", "body": json.dumps({"tool": "a", "args": {}}),
-            "headers": [["authorization", f"Bearer {TOKEN}"],
-                        ["content-type", "application/json"], ["idempotency-key", key]],
-            "routeKey": route_key}
-
-
-def held_core(tmp_path: Path) -> Any:
-    """Core on SQLite; a flush outlasts any wait here (it would answer at its timeout)."""
-    return running_core(config(store=str(tmp_path / "core.sqlite"), store_timeout=4 * WAIT))
-
-
 @contextlib.asynccontextmanager
-async def answered_page(core: Any) -> AsyncIterator[tuple[str, list[str]]]:
-    page = await RawClient.open(core.ws_url)
-    sid = (await page.hello([tool_meta("a")]))["sessionId"]
-    ran: list[str] = []
-    handlers = asyncio.ensure_future(answer_requests(page, ran))
-    try:
-        yield sid, ran
-    finally:
-        handlers.cancel()
-        await page.close()
-
-
-def test_a_routers_key_is_answered_before_its_result_is_stored(tmp_path: Path) -> None:
-    async def main() -> None:
-        async with held_core(tmp_path) as core, answered_page(core) as (sid, ran):
-            held = HeldResults(core.registry.store)
-            status, body = await asyncio.wait_for(run_here(
-                core.app, forwarded(sid, "pedelec-route-1", route_key=True)), WAIT)
-            assert status == 200, body
-            assert json.loads(body)["result"] == {"ok": True, "data": {}}
-            assert held.holding.is_set() and not held.release.is_set()
-            assert len(ran) == 1
+async def two_nodes(url: str) -> AsyncIterator[tuple[Core, Core, str, HeldResults]]:
+    """The page on A (answering at once), A's result writes held; B forwards to A. A
+    flush outlasts any wait here (at its timeout it would answer anyway)."""
+    cfg = {"store": url, "store_timeout": 4 * WAIT}
+    async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+        page = await RawClient.open(a.ws_url)
+        sid = (await page.hello([tool_meta("a")]))["sessionId"]
+        handlers = asyncio.ensure_future(answer_requests(page, []))
+        held = HeldResults(a.registry.store)
+        try:
+            await until(lambda: sid in a.registry.sessions)
+            yield a, b, sid, held
+        finally:
             held.release.set()
+            handlers.cancel()
+            await page.close()
+
+
+def forwarded_call(b: Core, sid: str, **headers: str) -> Callable[[], Awaitable[Any]]:
+    return lambda: b.http.post(f"/pedelec/v1/sessions/{sid}/tool-calls", headers=headers,
+                               json={"tool": "a", "args": {"n": 1}})
+
+
+def test_a_call_keyed_by_its_router_is_answered_before_its_result_is_stored(
+        redis_server: RedisServer) -> None:
+    async def main() -> None:
+        async with two_nodes(redis_server.url) as (_, b, sid, held):
+            response = await asyncio.wait_for(forwarded_call(b, sid)(), WAIT)
+            assert response.status_code == 200, response.text
+            assert response.json()["result"] == {"ok": True, "data": {"n": 1}}
+            assert held.holding.is_set() and not held.release.is_set()
 
     run(main())
 
 
-def test_a_callers_key_is_answered_once_its_result_is_stored(tmp_path: Path) -> None:
+def test_a_call_keyed_by_its_caller_is_answered_once_its_result_is_stored(
+        redis_server: RedisServer) -> None:
     async def main() -> None:
-        async with held_core(tmp_path) as core, answered_page(core) as (sid, ran):
-            held = HeldResults(core.registry.store)
-            call = asyncio.ensure_future(run_here(  # a key like the router's, from a caller
-                core.app, forwarded(sid, "pedelec-route-2", route_key=False)))
-            session = core.registry.sessions[sid]
+        async with two_nodes(redis_server.url) as (a, b, sid, held):
+            call = asyncio.ensure_future(
+                forwarded_call(b, sid, **{"Idempotency-Key": "pedelec-route-mine"})())
+            session = a.registry.sessions[sid]
             await until(lambda: held.holding.is_set() and not session.pending, "the result")
             await asyncio.sleep(0.05)  # loop turns enough to answer, were it not waiting
             assert not call.done()
             held.release.set()
-            status, body = await asyncio.wait_for(call, WAIT)
-            assert status == 200, body
-            assert len(ran) == 1
+            response = await asyncio.wait_for(call, WAIT)
+            assert response.status_code == 200, response.text
+            assert response.json()["result"] == {"ok": True, "data": {"n": 1}}
 
     run(main())
