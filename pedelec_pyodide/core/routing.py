@@ -7,7 +7,9 @@ the holder's pub/sub inbox, the holder runs it through its own routes (authoriza
 checked there again) and publishes the response to the caller's node. A call without an
 ``Idempotency-Key`` is given one (``pedelec-route-...``), so when its holder dies and the
 page resumes on another node, the call is forwarded again there and waits for the same
-request (stored with its key) instead of sending a new one: nothing runs twice.
+request (stored with its key) instead of sending a new one: nothing runs twice. The
+holder answers a call with such a key of the router's own without waiting for its
+result to be stored (:data:`~.control.ROUTE_KEY`): only this router retries with it.
 
 Each node remembers which node answered for a session (a bounded cache), so a call
 crossing nodes costs no lease lookup in Redis. A remembered holder that let go answers
