@@ -55,6 +55,9 @@ PAGE_NOT_CONNECTED = "PAGE_NOT_CONNECTED"
 EXCERPT_CHARS = 40
 #: the media type a caller accepts to have a tool call's progress streamed
 EVENT_STREAM = "text/event-stream"
+#: set in the ASGI scope of a call whose ``Idempotency-Key`` the cluster router made
+#: (routing.py), not the caller: only that router retries with it, while it waits
+ROUTE_KEY = "pedelec.route_key"
 
 
 # what a 503 (the store out of reach) tells the caller to wait before trying again
@@ -311,7 +314,11 @@ async def _tool_answer(request: Request, session: CoreSession, request_id: str, 
                 session.cancel_request(pending, "the caller hung up")
             return JSONResponse(_request_state(session, request_id), status_code=202)
         result, handled_by = pending.future.result()
-        if keyed:  # what a retry with the key gets, even after a restart: stored first
+        # what a retry with the key gets, even after a restart: stored first. Not for a
+        # router's key: its retry comes only while this answer is on its way, after this
+        # node died, and then the request (stored before it went out) is sent again and
+        # the page's ledger answers it; the result's write is under way meanwhile anyway
+        if keyed and not request.scope.get(ROUTE_KEY):
             with contextlib.suppress(StoreError):  # the store logs why
                 await session.registry.store.flush(request_id)
         return JSONResponse(

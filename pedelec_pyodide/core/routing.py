@@ -7,7 +7,9 @@ the holder's pub/sub inbox, the holder runs it through its own routes (authoriza
 checked there again) and publishes the response to the caller's node. A call without an
 ``Idempotency-Key`` is given one (``pedelec-route-...``), so when its holder dies and the
 page resumes on another node, the call is forwarded again there and waits for the same
-request (stored with its key) instead of sending a new one: nothing runs twice.
+request (stored with its key) instead of sending a new one: nothing runs twice. The
+holder answers a call with such a key of the router's own without waiting for its
+result to be stored (:data:`~.control.ROUTE_KEY`): only this router retries with it.
 
 Each node remembers which node answered for a session (a bounded cache), so a call
 crossing nodes costs no lease lookup in Redis. A remembered holder that let go answers
@@ -30,7 +32,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .control import PAYLOAD_TOO_LARGE, RETRY_AFTER_SECONDS, ApiError, authorize
+from .control import PAYLOAD_TOO_LARGE, RETRY_AFTER_SECONDS, ROUTE_KEY, ApiError, authorize
 from .log import log_event
 from .sessions import LEASE_SECONDS, SESSION_MOVED, Registry
 from .store import STORE_UNAVAILABLE, StoreError, StoreUnavailable
@@ -84,12 +86,13 @@ class ClusterRouter:
                            "largest frame a page takes").response()(scope, receive, send)
             return
         headers = [(name, value) for name, value in scope["headers"] if name in _FORWARDED]
-        if scope["method"] == "POST" and not any(n == _KEY_HEADER for n, _ in headers):
+        own_key = scope["method"] == "POST" and not any(n == _KEY_HEADER for n, _ in headers)
+        if own_key:
             headers.append((_KEY_HEADER, (_ROUTE_KEY_PREFIX + secrets.token_hex(16)).encode()))
         request = {"method": scope["method"], "path": scope["path"],
                    "query": scope.get("query_string", b"").decode("latin-1"),
                    "headers": [[n.decode("latin-1"), v.decode("latin-1")] for n, v in headers],
-                   "body": body.decode("utf-8", "surrogateescape")}
+                   "body": body.decode("utf-8", "surrogateescape"), "routeKey": own_key}
         status, answer = await self._route(scope["app"], match.group(1), request)
         headers = [(b"content-type", b"application/json")]
         if status == 503:  # as the control API says it (ApiError.response)
@@ -117,7 +120,6 @@ class ClusterRouter:
                     if not _moved(status, answer, here=True):
                         return status, answer
                     continue
-                log_event("route.forward", session=session_id, node=holder)
                 reply = await self._forwarded(session_id, holder, request, deadline)
             except StoreError as exc:  # Redis out of reach: as the control API says it
                 code = STORE_UNAVAILABLE if isinstance(exc, StoreUnavailable) else exc.code
@@ -137,6 +139,8 @@ class ClusterRouter:
         registry = self.registry
         with registry.asking(holder, {"http": request}) as reply:
             await registry.store.publish(holder, reply.message)
+            # logged once it is on its way: the holder works on it meanwhile
+            log_event("route.forward", session=session_id, node=holder)
             while time.monotonic() < deadline:
                 done, _ = await asyncio.wait([reply.future], timeout=LEASE_SECONDS / 3)
                 if done:
@@ -186,6 +190,7 @@ async def run_here(core: Starlette, request: dict[str, Any]) -> tuple[int, str]:
         "raw_path": request["path"].encode(), "query_string": request["query"].encode(
             "latin-1"), "root_path": "", "scheme": "http", "server": None, "client": None,
         "headers": [(n.encode("latin-1"), v.encode("latin-1")) for n, v in request["headers"]],
+        ROUTE_KEY: request.get("routeKey") is True,
     }
     body = request["body"].encode("utf-8", "surrogateescape")
     sent = False

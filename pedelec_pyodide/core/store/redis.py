@@ -140,8 +140,9 @@ class RedisStore(QueuedStore):
 
     async def _call(self, make: Callable[[], Awaitable[_T]]) -> _T:
         """``make()`` awaited; a store out of reach raised as StoreUnavailable."""
-        try:
-            return await asyncio.wait_for(make(), 2 * self.timeout)
+        try:  # a deadline, not wait_for: no task per command (a crossing call makes four)
+            async with asyncio.timeout(2 * self.timeout):
+                return await make()
         except _UNREACHABLE as exc:
             raise StoreUnavailable(f"cannot reach {self.label} ({reason(exc)})") from None
 
