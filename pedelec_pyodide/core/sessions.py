@@ -1088,8 +1088,10 @@ class Registry:
                 for kind, handle in self.handlers.items():
                     if kind in message:
                         handle(message)
-        except (ValueError, TypeError, KeyError) as exc:
-            log_event("cluster.bad_message", level=logging.WARNING, error=str(exc)[:200])
+        except Exception as exc:  # whatever a message holds (JSON nested past the
+            # recursion limit, a number no float holds): dropped, the inbox serves on
+            log_event("cluster.bad_message", level=logging.WARNING,
+                      error=f"{type(exc).__name__}: {str(exc)[:200]}")
 
     async def _renew_leases(self) -> None:
         while True:

@@ -209,3 +209,56 @@ def test_clients_on_another_node_hear_of_the_pages_new_tools(
             assert sid not in b.registry.sessions
 
     run(main())
+
+
+@pytest.mark.parametrize("resume", ["at_once", "after_the_lease"])
+def test_a_cancel_sent_while_the_pages_node_is_dead_is_applied_where_the_page_resumes(
+        redis_server: RedisServer, resume: str) -> None:
+    """The page is on A; B's client calls, the call is relayed to A, A is SIGKILLed and
+    the client cancels: the cancel is kept on B and passed on once another node holds
+    the page. ``at_once``: the page resumes on C, which sends the request again (its
+    id); then C tells the page ``tool.cancel`` for it. ``after_the_lease``: A's lease runs
+    out first, B takes the session and cancels the request there; the page resumes on C
+    and the request is never sent again. Either way the page's late result is refused
+    and the request's kept result is TOOL_CANCELLED: nothing ran to a result."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with core_process(redis_server.url, free_port()) as a, \
+                running_core(config(**cfg)) as b, running_core(config(**cfg)) as c:
+            first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
+            welcome = await first.hello([tool_meta("a")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(client.call_tool("a", {"n": 1}))
+                rid = (await next_of(first, "tool.request"))["toolRequestId"]
+                a.kill()
+                await asyncio.to_thread(a.wait, WAIT)
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await call
+                if resume == "after_the_lease":
+                    await until(lambda: sid in b.registry.sessions, "B taking the session")
+                    await until(lambda: b.registry.sessions[sid].pending == {},
+                                "the cancel applied on B")
+
+                page = await RawClient.open(c.ws_url)
+                assert (await page.hello([tool_meta("a")], sessionId=sid,
+                                         resumeToken=token))["resumed"]
+                if resume == "at_once":
+                    assert (await next_of(page, "tool.request"))["toolRequestId"] == rid
+                    cancel = await next_of(page, "tool.cancel")
+                    assert cancel["toolRequestId"] == rid
+                # the handler started on A ends: its result comes too late for anyone
+                await page.send({"type": "tool.result", "toolRequestId": rid,
+                                 "result": {"ok": True, "data": {}}, "handledBy": "named"})
+                refused = await asyncio.wait_for(page.recv(), WAIT)
+                assert refused["type"] == "error", refused  # not a tool.request again
+                session = c.registry.sessions[sid]
+                assert session.pending == {}
+                kept = session.callers.result(rid)
+                assert kept is not None and kept.result["error"]["code"] == "TOOL_CANCELLED"
+                assert sid not in b.registry.sessions
+                await page.close()
+
+    run(main(), timeout=90)
