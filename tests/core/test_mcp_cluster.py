@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from test_mcp import mcp_client, modern_client, page_session
 from test_progress import next_of, page_with, progress, result
 
 from pedelec_pyodide import define_tool
+from pedelec_pyodide.core import mcp, relay
 from pedelec_pyodide.core.store import STORE_UNAVAILABLE
 
 
@@ -262,3 +264,132 @@ def test_a_cancel_sent_while_the_pages_node_is_dead_is_applied_where_the_page_re
                 await page.close()
 
     run(main(), timeout=90)
+
+
+def nested(depth: int) -> Any:
+    deep: Any = 1
+    for _ in range(depth):
+        deep = [deep]
+    return deep
+
+
+def test_the_same_call_reaching_a_node_twice_can_still_be_cancelled(
+        redis_server: RedisServer) -> None:
+    """One call (one key) reaches the page's node twice: the first copy ends at once
+    (refused: its args nest too deep), the second waits on the page. The client's cancel
+    still reaches the second: the page gets ``tool.cancel``, and the call is over."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            key = "pedelec-mcp-" + "0" * 32
+
+            def relayed(args: Any, ask: str) -> str:
+                return json.dumps({"mcpCall": {"session": sid, "tool": "slow", "args": args,
+                                               "key": key}, "ask": ask, "from": b.registry.node})
+
+            # both taken from A's inbox before either runs, as from one read of Redis
+            a.registry._on_message(relayed(nested(150), "first"))
+            a.registry._on_message(relayed({"n": 1}, "second"))
+            rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+            await b.registry.store.publish(a.registry.node, json.dumps(
+                {"mcpCancel": key, "session": sid, "ask": "cancel", "from": b.registry.node}))
+            assert (await next_of(raw, "tool.cancel"))["toolRequestId"] == rid
+            kept = a.registry.sessions[sid].callers.result(rid)
+            assert kept is not None and kept.result["error"]["code"] == "TOOL_CANCELLED"
+            await raw.close()
+
+    run(main())
+
+
+def test_args_are_checked_once_on_each_node_a_call_passes(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Redis: a call to the page's own node checks its args once (not once by the MCP
+    handler, then again for its request); a call relayed from another node once there
+    (to refuse bad args at once, wherever the page is) and once by the node that sends
+    the request; bad args relayed: one INVALID_ARGS, checked once, nothing sent."""
+    checks: list[str] = []
+    real = relay.checked_call
+
+    def counted(tool: str, args: Any, max_frame_bytes: int) -> Any:
+        checks.append(tool)
+        return real(tool, args, max_frame_bytes)
+
+    monkeypatch.setattr(relay, "checked_call", counted)
+    monkeypatch.setattr(mcp, "checked_call", counted)
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_requests(page, ran))
+            try:
+                async with modern_client(mcp_at(a.port, sid)) as here, \
+                        modern_client(mcp_at(b.port, sid)) as there:
+                    answer = await asyncio.wait_for(here.call_tool("a", {"n": 1}), WAIT)
+                    assert answer.structured_content == {"ok": True, "data": {"n": 1}}
+                    assert len(checks) == 1, checks
+                    answer = await asyncio.wait_for(there.call_tool("a", {"n": 2}), WAIT)
+                    assert answer.structured_content == {"ok": True, "data": {"n": 2}}
+                    assert len(checks) == 3, checks
+                    refused = await asyncio.wait_for(
+                        there.call_tool("a", {"n": nested(150)}), WAIT)
+                    assert refused.is_error is True
+                    assert len(refused.content) == 1
+                    assert getattr(refused.content[0], "text", "").startswith(
+                        "INVALID_ARGS: the page would refuse this tool.request: "
+                        "frame nests deeper"), refused
+                    assert len(checks) == 4, checks
+                assert len(ran) == 2
+            finally:
+                handlers.cancel()
+                await page.close()
+
+    run(main())
+
+
+def test_bad_messages_in_a_nodes_inbox_are_dropped_and_it_serves_on(
+        redis_server: RedisServer) -> None:
+    """Messages no node sends, published to both nodes' inboxes (JSON nested past the
+    recursion limit, a progress no float holds, one of the wrong types) while a call is
+    relayed from B to A: each is dropped, and the call's progress and result get through."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            updates: list[float] = []
+
+            async def on_progress(value: float, total: float | None,
+                                  message: str | None) -> None:
+                updates.append(value)
+
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(
+                    client.call_tool("slow", {"n": 1}, progress_callback=on_progress))
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                key = next(iter(b.registry.handlers["mcpProgress"].__self__._watching))
+                bad = ["[" * 100_000 + "]" * 100_000, "not json", "[1]", '"mcpCall"',
+                       json.dumps({"mcpCall": {"session": sid}}),
+                       json.dumps({"mcpCancel": key}),
+                       json.dumps({"mcpProgress": key, "progress": {"progress": 10 ** 400}}),
+                       json.dumps({"mcpProgress": key, "progress": {"progress": 2,
+                                                                    "total": "all"}}),
+                       json.dumps({"mcpProgress": key, "progress": [2]})]
+                for node in (a, b):
+                    for text in bad:
+                        await b.registry.store.publish(node.registry.node, text)
+                await progress(raw, rid, 1)
+                await until(lambda: updates == [1], "the page's progress")
+                await result(raw, rid, {"done": True})
+                answer = await asyncio.wait_for(call, WAIT)
+                assert answer.structured_content == {"done": True}, answer
+                assert updates == [1]
+            await raw.close()
+
+    run(main())
