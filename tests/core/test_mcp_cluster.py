@@ -393,3 +393,48 @@ def test_bad_messages_in_a_nodes_inbox_are_dropped_and_it_serves_on(
             await raw.close()
 
     run(main())
+
+
+def test_a_call_relayed_again_passes_on_only_progress_that_increases(
+        redis_server: RedisServer) -> None:
+    """The page reports progress 1 on A, B's client hears it; A is SIGKILLed, the page
+    resumes on C and reports its progress again (as a page does after a welcome); B
+    relays the call to C, which passes that progress on: B's client does not hear 1
+    twice (MCP: progress increases with each notification)."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with core_process(redis_server.url, free_port()) as a, \
+                running_core(config(**cfg)) as b, running_core(config(**cfg)) as c:
+            first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
+            welcome = await first.hello([tool_meta("a")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            updates: list[float] = []
+
+            async def on_progress(value: float, total: float | None,
+                                  message: str | None) -> None:
+                updates.append(value)
+
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(
+                    client.call_tool("a", {"n": 1}, progress_callback=on_progress))
+                rid = (await next_of(first, "tool.request"))["toolRequestId"]
+                await progress(first, rid, 1)
+                await until(lambda: updates == [1], "the first progress")
+                a.kill()
+                await asyncio.to_thread(a.wait, WAIT)
+                page = await RawClient.open(c.ws_url)
+                assert (await page.hello([tool_meta("a")], sessionId=sid,
+                                         resumeToken=token))["resumed"]
+                assert (await next_of(page, "tool.request"))["toolRequestId"] == rid
+                await progress(page, rid, 1)
+                # B's call relayed to C waits there: it has had C's progress
+                await until(lambda: bool(c.registry.sessions[sid].pending[rid].watchers),
+                            "the call relayed to C")
+                await result(page, rid, {"done": True})
+                answer = await asyncio.wait_for(call, 2 * WAIT)
+                assert answer.structured_content == {"done": True}, answer
+                assert updates == [1]
+                await page.close()
+
+    run(main(), timeout=90)
