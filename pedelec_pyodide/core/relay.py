@@ -69,6 +69,9 @@ _TOOL_CHANGES = "mcp-tool-changes"
 #: holder remembers cancelled (the oldest go first); each kept ROUTE_LIMIT_SECONDS
 MAX_CANCELS = 1024
 _CANCEL_REASON = "the MCP client cancelled the call"
+# how long Core, stopping, lets the cancels on their way land (its inbox is closed by
+# then: a cancel's first message goes out, its answer is not heard)
+_STOP_SECONDS = 0.5
 
 
 class NoSession(Exception):
@@ -339,6 +342,15 @@ class ToolRelay:
             await asyncio.sleep(pause)
         log_event("mcp.cancel_dropped", level=logging.WARNING, session=session_id,
                   why=f"no node took it within {ROUTE_LIMIT_SECONDS:g} s")
+
+    async def stop(self) -> None:
+        """Core stops: the cancels on their way get :data:`_STOP_SECONDS` to be sent,
+        then end (none outlives Core's store)."""
+        tasks = list(self._cancelling.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=_STOP_SECONDS)
+            for task in tasks:
+                task.cancel()
 
     async def tool_changes(self) -> AsyncIterator[str]:
         """The ids of pages whose tools changed, on any node, for Core's life."""

@@ -14,7 +14,17 @@ from typing import Any
 
 import pytest
 from clusterkit import cluster
-from corekit import WAIT, Page, RawClient, config, run, running_core, tool_meta, until
+from corekit import (
+    WAIT,
+    Page,
+    RawClient,
+    config,
+    run,
+    running_core,
+    start_core,
+    tool_meta,
+    until,
+)
 from mcp import types
 from mcp.shared.subscriptions import ToolsListChanged
 from storekit import RedisServer, free_port
@@ -438,3 +448,33 @@ def test_a_call_relayed_again_passes_on_only_progress_that_increases(
                 await page.close()
 
     run(main(), timeout=90)
+
+
+def test_a_node_stopping_passes_its_clients_cancels_on_and_keeps_none(
+        redis_server: RedisServer) -> None:
+    """B stops while its client's call waits on A's page: the call is cancelled there
+    (the page gets ``tool.cancel``), and no cancel of B's outlives B."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            b = await start_core(config(**cfg))
+            client_relay = b.registry.handlers["mcpCancel"].__self__
+            try:
+                async with modern_client(mcp_at(b.port, sid)) as client:
+                    call = asyncio.create_task(client.call_tool("slow", {"n": 1}))
+                    rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                    await b.stop()
+                    assert (await next_of(raw, "tool.cancel"))["toolRequestId"] == rid
+                    assert client_relay._cancelling == {}
+                    call.cancel()
+                    with contextlib.suppress(BaseException):
+                        await call
+            finally:
+                if not b.task.done():
+                    await b.stop()
+            await raw.close()
+
+    run(main())
