@@ -13,9 +13,10 @@ reached, so a call the page would refuse is answered at once, wherever the page 
 once more by the node that sends the request, on its own limits; never twice on one node.
 
 A cancel (the client's ``notifications/cancelled``) is routed as the call is: to the
-node holding the page, again after that node died, until a node applies it (the page gets
-``tool.cancel``; a request not sent yet never is) or no node holds the session (this node
-takes it and cancels the request there, as the call would have been taken). A node keeps
+node holding the page (asked again while unanswered), again after that node died, until a
+node applies it (the page gets ``tool.cancel``; a request not sent yet never is) or no
+node holds the session (this node takes it and cancels the request there, as the call
+would have been taken). A node keeps
 at most :data:`MAX_CANCELS` cancels on their way, each for at most
 :data:`ROUTE_LIMIT_SECONDS` (as long as a call is routed); a holder that gets a cancel
 before its call remembers the key as long, as many, and never runs that call.
@@ -331,9 +332,13 @@ class ToolRelay:
                         self._cancel_here(session_id, key)
                         return
                 else:
-                    reply = await self._asked(session_id, holder, message, deadline)
+                    # answered at once when heard: unanswered for a third of a lease, it
+                    # is asked again (pub/sub loses a message sent while a node's inbox
+                    # reconnects)
+                    reply = await self._asked(session_id, holder, message, min(
+                        deadline, time.monotonic() + LEASE_SECONDS / 3))
                     if reply is None:
-                        continue  # another node (or none) holds it: at once
+                        continue  # unheard, or another node (or none) holds it: at once
                     if not reply.get("moved"):
                         return
             except StoreError as exc:  # Redis out of reach: the cancel waits for it

@@ -478,3 +478,36 @@ def test_a_node_stopping_passes_its_clients_cancels_on_and_keeps_none(
             await raw.close()
 
     run(main())
+
+
+def test_a_cancel_lost_on_its_way_is_sent_again(redis_server: RedisServer) -> None:
+    """Pub/sub delivers at most once (a message sent while a node's inbox reconnects is
+    lost): A loses the first cancel of B's client; B, unanswered, sends it again, and the
+    page gets ``tool.cancel``."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            heard = a.registry.handlers["mcpCancel"]
+            lost: list[dict[str, Any]] = []
+
+            def losing_the_first(message: dict[str, Any]) -> None:
+                if lost:
+                    heard(message)
+                else:
+                    lost.append(message)
+
+            a.registry.handlers["mcpCancel"] = losing_the_first
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(client.call_tool("slow", {"n": 1}))
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await call
+                assert (await next_of(raw, "tool.cancel"))["toolRequestId"] == rid
+                assert len(lost) == 1
+            await raw.close()
+
+    run(main())
