@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -508,6 +509,45 @@ def test_a_cancel_lost_on_its_way_is_sent_again(redis_server: RedisServer) -> No
                     await call
                 assert (await next_of(raw, "tool.cancel"))["toolRequestId"] == rid
                 assert len(lost) == 1
+            await raw.close()
+
+    run(main())
+
+
+def test_a_holder_remembers_cancels_before_their_calls_within_bounds(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancels that overtake their calls (pub/sub over several connections may reorder)
+    are remembered, at most MAX_CANCELS (here 2) and ROUTE_LIMIT_SECONDS (here 1 s): a
+    call whose cancel is remembered never runs; one whose cancel was forgotten (the
+    oldest, over the count; or past the time) runs."""
+    monkeypatch.setattr(relay, "MAX_CANCELS", 2)
+    monkeypatch.setattr(relay, "ROUTE_LIMIT_SECONDS", 1.0)
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            here, there = a.registry.node, b.registry.node
+
+            async def send(message: dict[str, Any]) -> None:
+                await b.registry.store.publish(here, json.dumps(
+                    {**message, "ask": "x", "from": there}))
+
+            def call(key: str, n: int) -> dict[str, Any]:
+                return {"mcpCall": {"session": sid, "tool": "slow", "args": {"n": n},
+                                    "key": key}}
+
+            for key in ("k1", "k2", "k3"):
+                await send({"mcpCancel": key, "session": sid})
+            await send(call("k3", 3))  # remembered: never runs
+            await send(call("k1", 1))  # the oldest, forgotten: runs
+            assert (await next_of(raw, "tool.request"))["args"] == {"n": 1}
+            started = time.monotonic()
+            await send(call("k2", 2))  # remembered: never runs
+            await until(lambda: time.monotonic() - started > 1.0, "the cancels' time")
+            await send(call("k3", 3))  # forgotten by now: runs
+            assert (await next_of(raw, "tool.request"))["args"] == {"n": 3}
             await raw.close()
 
     run(main())
