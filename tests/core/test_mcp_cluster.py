@@ -551,3 +551,44 @@ def test_a_holder_remembers_cancels_before_their_calls_within_bounds(
             await raw.close()
 
     run(main())
+
+
+def test_a_node_keeps_at_most_max_cancels_on_their_way(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MAX_CANCELS (here 1): B's client cancels two calls while the page's node is dead;
+    B keeps only the newer cancel, which reaches the page where it resumes (C); the
+    older one is dropped, and its request runs to its result there."""
+    monkeypatch.setattr(relay, "MAX_CANCELS", 1)
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with core_process(redis_server.url, free_port()) as a, \
+                running_core(config(**cfg)) as b, running_core(config(**cfg)) as c:
+            first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
+            welcome = await first.hello([tool_meta("a")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            keeping = b.registry.handlers["mcpCancel"].__self__._cancelling
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                calls, ids = [], []
+                for n in (1, 2):
+                    calls.append(asyncio.create_task(client.call_tool("a", {"n": n})))
+                    ids.append((await next_of(first, "tool.request"))["toolRequestId"])
+                a.kill()
+                await asyncio.to_thread(a.wait, WAIT)
+                kept: list[str] = []
+                for call in calls:
+                    call.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await call
+                    await until(lambda: len(keeping) == 1 and next(iter(keeping)) not in kept,
+                                "the newest cancel kept")
+                    kept.append(next(iter(keeping)))
+                page = await RawClient.open(c.ws_url)
+                assert (await page.hello([tool_meta("a")], sessionId=sid,
+                                         resumeToken=token))["resumed"]
+                assert (await next_of(page, "tool.cancel"))["toolRequestId"] == ids[1]
+                session = c.registry.sessions[sid]
+                assert list(session.pending) == [ids[0]]  # its cancel dropped: it runs
+                await page.close()
+
+    run(main(), timeout=90)
