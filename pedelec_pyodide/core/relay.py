@@ -16,10 +16,10 @@ A cancel (the client's ``notifications/cancelled``) is routed as the call is: to
 node holding the page (asked again while unanswered), again after that node died, until a
 node applies it (the page gets ``tool.cancel``; a request not sent yet never is) or no
 node holds the session (this node takes it and cancels the request there, as the call
-would have been taken). A node keeps
-at most :data:`MAX_CANCELS` cancels on their way, each for at most
-:data:`ROUTE_LIMIT_SECONDS` (as long as a call is routed); a holder that gets a cancel
-before its call remembers the key as long, as many, and never runs that call.
+would have been taken). A node keeps at most :data:`MAX_CANCELS` cancels on their way,
+each for at most :data:`ROUTE_LIMIT_SECONDS` (as long as a call is routed), the newest
+when over; a holder that gets a cancel before its call remembers the key as long, as
+many, and never runs that call.
 
 Messages (JSON, to a node's inbox): ``{"mcpCall": {...}, "ask", "from"}`` to the holder;
 ``{"mcpProgress": key, "progress": {...}}`` back, for each new progress; the holder's
