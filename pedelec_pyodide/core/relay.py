@@ -215,7 +215,8 @@ class ToolRelay:
         died or let go, until :data:`ROUTE_LIMIT_SECONDS`; nobody holding it: this node
         takes the session (and waits for its page). :class:`NoSession` if none has it.
         ``checked``: the args checked on this node already (:func:`checked_call`).
-        Cancelled, the cancel is passed on (:meth:`_pass_cancel`)."""
+        Cancelled, or failed as Redis is out of reach, the call is cancelled wherever
+        it reached (:meth:`_pass_cancel`, once Redis is back)."""
         registry = self.registry
         key = _KEY_PREFIX + secrets.token_hex(16)
         deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
@@ -254,7 +255,9 @@ class ToolRelay:
                     result = reply.get("result")
                 if not _moved(result):
                     return result
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, StoreError):
+            # the client cancelled, or is told Redis is out of reach (and may retry): the
+            # call it no longer waits for must not run on
             if sent:
                 self._keep_cancel(session_id, key)
             raise
