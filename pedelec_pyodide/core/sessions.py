@@ -27,6 +27,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from .. import protocol
 from ..results import INVALID_ARGS, TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
+from ..text import excerpt
 from .agent import Agent
 from .config import CoreConfig
 from .idempotency import CallerMemory
@@ -1091,7 +1092,7 @@ class Registry:
         except Exception as exc:  # whatever a message holds (JSON nested past the
             # recursion limit, a number no float holds): dropped, the inbox serves on
             log_event("cluster.bad_message", level=logging.WARNING,
-                      error=f"{type(exc).__name__}: {str(exc)[:200]}")
+                      error=excerpt(f"{type(exc).__name__}: {exc}"))
 
     async def _renew_leases(self) -> None:
         while True:
