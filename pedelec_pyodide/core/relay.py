@@ -13,21 +13,24 @@ reached, so a call the page would refuse is answered at once, wherever the page 
 once more by the node that sends the request, on its own limits; never twice on one node.
 
 A cancel (the client's ``notifications/cancelled``) is routed as the call is: to the
-node holding the page (asked again while unanswered), again after that node died, until a
-node applies it (the page gets ``tool.cancel``; a request not sent yet never is) or no
-node holds the session (this node takes it and cancels the request there, as the call
-would have been taken). A node keeps at most :data:`MAX_CANCELS` cancels on their way,
-each for at most :data:`ROUTE_LIMIT_SECONDS` (as long as a call is routed), the newest
-when over; a holder that gets a cancel before its call remembers the key as long, as
-many, and never runs that call.
+node holding the page, again after that node died, until a node applies it (the page
+gets ``tool.cancel``; a request not sent yet never is) or no node holds the session (this
+node takes it and cancels the request there, as the call would have been taken). A node
+keeps at most :data:`MAX_CANCELS` cancels on their way, each for at most
+:data:`ROUTE_LIMIT_SECONDS` (as long as a call is routed), the newest when over; a holder
+that gets a cancel before its call remembers the key as long, as many, and never runs
+that call.
 
-Messages (JSON, to a node's inbox): ``{"mcpCall": {...}, "ask", "from"}`` to the holder;
-``{"mcpProgress": key, "progress": {...}}`` back, for each new progress; the holder's
-``{"reply": ask, "result": ...}`` (``"moved": true`` if it does not hold the page);
-``{"mcpCancel": key, "session", "ask", "from"}`` to the holder when the client cancels,
-answered ``{"reply": ask}`` once applied (``"moved": true`` as above). A page's tool
-change is published, as its id, to one channel all nodes with MCP clients hear
-(``list_changed``). A malformed message is logged and dropped (sessions.py).
+Messages (JSON, to a node's inbox): ``{"mcpCall": {...}, "ask", "from"}`` to the holder,
+sent again every third of a lease until the holder answers ``{"mcpReceived": key, "by"}``
+(pub/sub loses what is sent while a node's inbox reconnects; a copy of a call running
+there is not run again); ``{"mcpProgress": key, "progress": {...}}`` back, for each new
+progress; the holder's ``{"reply": ask, "result": ...}`` (``"moved": true`` if it does
+not hold the page); ``{"mcpCancel": key, "session", "ask", "from"}`` to the holder when
+the client cancels, sent again until answered ``{"reply": ask}`` once applied
+(``"moved": true`` as above). A page's tool change is published, as its id, to one
+channel all nodes with MCP clients hear (``list_changed``). A malformed message is
+logged and dropped (sessions.py).
 """
 
 from __future__ import annotations
@@ -181,11 +184,14 @@ def _cancel_keyed(session: CoreSession, hashed: str) -> bool:
 
 
 class _Watch:
-    """A relayed call's latest progress, and a wake-up for its waiter."""
+    """A relayed call's latest progress, a wake-up for its waiter, and whether the node
+    it was last sent to (``target``) said it has it."""
 
     def __init__(self) -> None:
         self.latest: Progress | None = None
         self.woken = asyncio.Event()
+        self.target = ""
+        self.received = False
 
 
 class ToolRelay:
@@ -196,6 +202,8 @@ class ToolRelay:
         self.registry = registry
         # calls relayed from here, by key (one entry per MCP call in flight here)
         self._watching: dict[str, _Watch] = {}
+        # calls relayed to here and running, by key (a copy sent again is not run again)
+        self._serving: dict[str, asyncio.Task[None]] = {}
         # cancels on their way from here, by key, oldest first (at most MAX_CANCELS)
         self._cancelling: OrderedDict[str, asyncio.Task[None]] = OrderedDict()
         # keys cancelled here before their call came: key -> when (monotonic), oldest
@@ -203,6 +211,7 @@ class ToolRelay:
         self._cancelled: OrderedDict[str, float] = OrderedDict()
         registry.handlers["mcpCall"] = self._serve
         registry.handlers["mcpProgress"] = self._on_progress
+        registry.handlers["mcpReceived"] = self._on_received
         registry.handlers["mcpCancel"] = self._on_cancel
         registry.on_tools_changed = self._tools_changed
 
@@ -270,9 +279,14 @@ class ToolRelay:
                      deadline: float, watch: _Watch | None = None,
                      on_progress: OnProgress | None = None) -> dict[str, Any] | None:
         """``holder``'s reply to ``message``, ``watch``'s progress passed on meanwhile;
-        None once another node (or none) holds the session, or at ``deadline``."""
+        None once another node (or none) holds the session, or at ``deadline``. Sent
+        again every third of a lease until ``holder`` says it has it (a reply, or for a
+        call, ``mcpReceived``): pub/sub loses a message sent while a node's inbox
+        reconnects to Redis, and a copy is not run twice."""
         registry = self.registry
         with registry.asking(holder, message) as reply:
+            if watch is not None:
+                watch.target, watch.received = holder, False
             await registry.store.publish(holder, reply.message)
             checked = time.monotonic()
             while (left := deadline - time.monotonic()) > 0:
@@ -297,6 +311,8 @@ class ToolRelay:
                     checked = time.monotonic()
                     if await registry.store.holder(session_id) != holder:
                         return None  # it died or let go: routed again
+                    if watch is None or not watch.received:
+                        await registry.store.publish(holder, reply.message)
         return None
 
     def _on_progress(self, message: dict[str, Any]) -> None:
@@ -304,6 +320,11 @@ class ToolRelay:
         if watch is not None:
             watch.latest = _progress(message["progress"])
             watch.woken.set()
+
+    def _on_received(self, message: dict[str, Any]) -> None:
+        watch = self._watching.get(str(message["mcpReceived"]))
+        if watch is not None and watch.target == str(message["by"]):  # not a late one
+            watch.received = True
 
     def _keep_cancel(self, session_id: str, key: str) -> None:
         """Pass the cancel of call ``key`` on, in the background (its client is gone)."""
@@ -335,13 +356,9 @@ class ToolRelay:
                         self._cancel_here(session_id, key)
                         return
                 else:
-                    # answered at once when heard: unanswered for a third of a lease, it
-                    # is asked again (pub/sub loses a message sent while a node's inbox
-                    # reconnects)
-                    reply = await self._asked(session_id, holder, message, min(
-                        deadline, time.monotonic() + LEASE_SECONDS / 3))
+                    reply = await self._asked(session_id, holder, message, deadline)
                     if reply is None:
-                        continue  # unheard, or another node (or none) holds it: at once
+                        continue  # another node (or none) holds it: at once
                     if not reply.get("moved"):
                         return
             except StoreError as exc:  # Redis out of reach: the cancel waits for it
@@ -380,7 +397,16 @@ class ToolRelay:
         call = message["mcpCall"]
         relayed = _RelayedCall(str(call["session"]), str(call["tool"]), call["args"],
                                str(call["key"]), str(message["ask"]), str(message["from"]))
-        self.registry.spawn(self._run(relayed))
+        key, registry = relayed.key, self.registry
+        # said each time: the caller sends the call again until it hears this
+        registry.spawn(registry.store.publish(relayed.caller, json.dumps(
+            {"mcpReceived": key, "by": registry.node})))
+        if key in self._serving:  # a copy sent again: the run under way answers it
+            return
+        task = self._serving[key] = registry.spawn(self._run(relayed))
+        # only its own entry: a copy that came once this one ended has its own
+        task.add_done_callback(
+            lambda done: self._serving.pop(key) if self._serving.get(key) is done else None)
 
     async def _run(self, call: _RelayedCall) -> None:
         registry = self.registry

@@ -284,32 +284,36 @@ def nested(depth: int) -> Any:
     return deep
 
 
-def test_the_same_call_reaching_a_node_twice_can_still_be_cancelled(
+def test_a_copy_of_a_call_reaching_its_node_again_is_not_run_again(
         redis_server: RedisServer) -> None:
-    """One call (one key) reaches the page's node twice: the first copy ends at once
-    (refused: its args nest too deep), the second waits on the page. The client's cancel
-    still reaches the second: the page gets ``tool.cancel``, and the call is over."""
+    """One call (one key) reaches the page's node twice (its caller sends it again until
+    the node says it has it): the copy that comes while the first is served is not run
+    on its own, whatever it holds; a call under another key is. The first copy here
+    ends at once (refused: its args nest too deep) and the second would wait on the
+    page: the page's first request is the other call's. A cancel for the key then
+    finds nothing to cancel, and nothing of the key runs later either."""
 
     async def main() -> None:
         cfg = {"store": redis_server.url}
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             raw, welcome = await page_with(a)
             sid = welcome["sessionId"]
-            key = "pedelec-mcp-" + "0" * 32
 
-            def relayed(args: Any, ask: str) -> str:
+            def relayed(key: str, args: Any, ask: str) -> str:
                 return json.dumps({"mcpCall": {"session": sid, "tool": "slow", "args": args,
                                                "key": key}, "ask": ask, "from": b.registry.node})
 
-            # both taken from A's inbox before either runs, as from one read of Redis
-            a.registry._on_message(relayed(nested(150), "first"))
-            a.registry._on_message(relayed({"n": 1}, "second"))
-            rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+            key = "pedelec-mcp-" + "0" * 32
+            # taken from A's inbox before either runs, as from one read of Redis
+            a.registry._on_message(relayed(key, nested(150), "first"))
+            a.registry._on_message(relayed(key, {"n": 1}, "second"))
+            a.registry._on_message(relayed("pedelec-mcp-" + "1" * 32, {"n": 2}, "other"))
+            assert (await next_of(raw, "tool.request"))["args"] == {"n": 2}
             await b.registry.store.publish(a.registry.node, json.dumps(
                 {"mcpCancel": key, "session": sid, "ask": "cancel", "from": b.registry.node}))
-            assert (await next_of(raw, "tool.cancel"))["toolRequestId"] == rid
-            kept = a.registry.sessions[sid].callers.result(rid)
-            assert kept is not None and kept.result["error"]["code"] == "TOOL_CANCELLED"
+            a.registry._on_message(relayed(key, {"n": 1}, "third"))  # cancelled: never runs
+            a.registry._on_message(relayed("pedelec-mcp-" + "2" * 32, {"n": 3}, "last"))
+            assert (await next_of(raw, "tool.request"))["args"] == {"n": 3}
             await raw.close()
 
     run(main())
@@ -616,5 +620,42 @@ def test_a_relayed_call_failed_as_redis_is_away_is_cancelled_once_it_is_back(
                 assert (await next_of(raw, "tool.cancel"))["toolRequestId"] == rid
                 assert sid in a.registry.sessions
             await raw.close()
+
+    run(main())
+
+
+def test_a_relayed_call_lost_on_its_way_is_sent_again_and_runs_once(
+        redis_server: RedisServer) -> None:
+    """Pub/sub delivers at most once: A loses the first copy of B's relayed call; B, not
+    told A has it, sends it again, and the call is answered. A hears every later copy
+    while it serves the call: the page gets the request once."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            heard = a.registry.handlers["mcpCall"]
+            lost: list[dict[str, Any]] = []
+
+            def losing_the_first(message: dict[str, Any]) -> None:
+                if lost:
+                    heard(message)
+                else:
+                    lost.append(message)
+
+            a.registry.handlers["mcpCall"] = losing_the_first
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(client.call_tool("a", {"n": 1}))
+                sent = await next_of(page, "tool.request")
+                assert len(lost) == 1
+                await page.send({"type": "tool.result", "toolRequestId": sent["toolRequestId"],
+                                 "result": {"ok": True, "data": {"n": 1}}, "handledBy": "named"})
+                answer = await asyncio.wait_for(call, WAIT)
+                assert answer.structured_content == {"ok": True, "data": {"n": 1}}, answer
+            await page.send({"type": "tool.result", "toolRequestId": "nope",
+                             "result": {}, "handledBy": "named"})
+            assert (await page.recv())["type"] == "error"  # no second tool.request before it
+            await page.close()
 
     run(main())
