@@ -287,7 +287,8 @@ class McpEndpoint:
 
         if registry.store.shared:  # wherever the page is, again after its node died
             try:
-                result = await self.relay.call(session_id, params.name, args, on_progress)
+                result = await self.relay.call(session_id, params.name, args, on_progress,
+                                               checked)
             except NoSession:
                 raise _no_session(session_id) from None
             except StoreError as exc:  # which node holds the page cannot be known

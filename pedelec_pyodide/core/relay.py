@@ -8,11 +8,29 @@ messages rather than sockets. Each call is given an idempotency key
 page resumes on another node, the call is relayed again there (or taken over here) and
 waits for the same request instead of sending a new one, so its handler runs once.
 
-Messages (JSON, to a node's inbox): ``{"mcpCall": {...}, "ask", "from"}`` to the holder;
-``{"mcpProgress": key, "progress": {...}}`` back, for each new progress; the holder's
-``{"reply": ask, "result": ...}`` (``"moved": true`` if it does not hold the page);
-``{"mcpCancel": key}`` to the holder when the client cancels. A page's tool change is
-published, as its id, to one channel all nodes with MCP clients hear (``list_changed``).
+The call's args are checked (the frame the page would take) once on the node the client
+reached, so a call the page would refuse is answered at once, wherever the page is, and
+once more by the node that sends the request, on its own limits; never twice on one node.
+
+A cancel (the client's ``notifications/cancelled``) is routed as the call is: to the
+node holding the page, again after that node died, until a node applies it (the page
+gets ``tool.cancel``; a request not sent yet never is) or no node holds the session (this
+node takes it and cancels the request there, as the call would have been taken). A node
+keeps at most :data:`MAX_CANCELS` cancels on their way, each for at most
+:data:`ROUTE_LIMIT_SECONDS` (as long as a call is routed), the newest when over; a holder
+that gets a cancel before its call remembers the key as long, as many, and never runs
+that call.
+
+Messages (JSON, to a node's inbox): ``{"mcpCall": {...}, "ask", "from"}`` to the holder,
+sent again every third of a lease until the holder answers ``{"mcpReceived": key, "by"}``
+(pub/sub loses what is sent while a node's inbox reconnects; a copy of a call running
+there is not run again); ``{"mcpProgress": key, "progress": {...}}`` back, for each new
+progress; the holder's ``{"reply": ask, "result": ...}`` (``"moved": true`` if it does
+not hold the page); ``{"mcpCancel": key, "session", "ask", "from"}`` to the holder when
+the client cancels, sent again until answered ``{"reply": ask}`` once applied
+(``"moved": true`` as above). A page's tool change is published, as its id, to one
+channel all nodes with MCP clients hear (``list_changed``). A malformed message is
+logged and dropped (sessions.py).
 """
 
 from __future__ import annotations
@@ -20,10 +38,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import math
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import protocol
 from ..results import tool_error
@@ -32,7 +53,9 @@ from .log import log_event
 from .routing import ADOPT_RETRY_SECONDS, ROUTE_LIMIT_SECONDS, ROUTE_TIMEOUT
 from .sessions import (
     LEASE_SECONDS,
+    MAX_PROGRESS_MESSAGE_CHARS,
     SESSION_MOVED,
+    CheckedRequest,
     CoreSession,
     Progress,
     Registry,
@@ -46,10 +69,28 @@ _KEY_PREFIX = "pedelec-mcp-"
 # the channel every node with MCP clients hears pages' tool changes on (a node's own
 # channel is named by 16 hex digits: no node has this name)
 _TOOL_CHANGES = "mcp-tool-changes"
+#: most cancels a node passes on at once, and most keys of calls it has not seen that a
+#: holder remembers cancelled (the oldest go first); each kept ROUTE_LIMIT_SECONDS
+MAX_CANCELS = 1024
+_CANCEL_REASON = "the MCP client cancelled the call"
+# how long Core, stopping, lets the cancels on their way land (its inbox is closed by
+# then: a cancel's first message goes out, its answer is not heard)
+_STOP_SECONDS = 0.5
 
 
 class NoSession(Exception):
     """No node holds, and the store has no, session of that id."""
+
+
+class _RelayedCall(NamedTuple):
+    """An ``mcpCall`` message, its fields checked before anything runs."""
+
+    session: str
+    tool: str
+    args: Any
+    key: str
+    ask: str
+    caller: str
 
 
 def _moved(result: Any) -> bool:
@@ -57,37 +98,100 @@ def _moved(result: Any) -> bool:
     return isinstance(error, dict) and error.get("code") == SESSION_MOVED
 
 
+def _progress(data: Any) -> Progress:
+    """A progress another node sent, checked as the page's ``tool.progress`` is (a finite
+    number, a total or none, a message or none, cut as Core keeps it)."""
+    value, total, message = data["progress"], data.get("total"), data.get("message")
+    progress = _finite(value)
+    if progress is None or (total is not None and _finite(total) is None) or not (
+            message is None or isinstance(message, str)):
+        raise ValueError("mcpProgress: progress, total or message is not what it must be")
+    return Progress(progress, None if total is None else _finite(total),
+                    None if message is None else message[:MAX_PROGRESS_MESSAGE_CHARS])
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float; None if it is not a number or not finite (an int of
+    400 digits is a JSON number, but no float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _rising(on_progress: OnProgress) -> OnProgress:
+    """``on_progress`` told only of progress that increases: a call relayed again, or
+    taken over, hears the page's last progress once more (MCP: it must increase)."""
+    last = -math.inf
+
+    async def forward(update: Progress) -> None:
+        nonlocal last
+        if update.progress > last:
+            last = update.progress
+            await on_progress(update)
+    return forward
+
+
 async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
-                     on_progress: OnProgress | None) -> Any:
+                     on_progress: OnProgress | None,
+                     checked: CheckedRequest | None = None) -> Any:
     """``tool`` on the page (this node holds it) under ``key``: a key the session has
     seen waits for that request (or gives its kept result), never sending another.
+    ``checked``: its id and frame, from :func:`checked_call` on this node already.
     Cancelled, the request is cancelled and the page told (``tool.cancel``)."""
     hashed = key_hash(session.id, key)
-    known = session.callers.key(hashed)
-    if known is not None:
-        request_id = known.target_id
-    else:
-        try:
-            checked = checked_call(tool, args, session.registry.config.max_frame_bytes)
-        except protocol.ProtocolError as exc:
-            return refused_request(exc)
-        claim = IdempotencyRecord(hashed, session.id, TOOL_CALL, fingerprint(
-            TOOL_CALL, {"tool": tool, "args": args, "timeoutMs": None}), "", time.time())
-        request_id = (await session.start_call(tool, args, checked=checked, key=claim)).id
-    pending = session.pending.get(request_id)
-    if pending is None:
-        done = session.callers.result(request_id)
-        return None if done is None else done.result
     try:
+        known = session.callers.key(hashed)
+        if known is not None:
+            request_id = known.target_id
+        else:
+            if checked is None:
+                try:
+                    checked = checked_call(tool, args, session.registry.config.max_frame_bytes)
+                except protocol.ProtocolError as exc:
+                    return refused_request(exc)
+            claim = IdempotencyRecord(hashed, session.id, TOOL_CALL, fingerprint(
+                TOOL_CALL, {"tool": tool, "args": args, "timeoutMs": None}), "", time.time())
+            request_id = (await session.start_call(tool, args, checked=checked, key=claim)).id
+        pending = session.pending.get(request_id)
+        if pending is None:
+            done = session.callers.result(request_id)
+            return None if done is None else done.result
         if on_progress is not None:
             async for progress in pending.updates():
                 await on_progress(progress)
         # shielded: a call relayed again may wait for the same request here
         result, _ = await asyncio.shield(pending.future)
-    except BaseException:  # the client cancelled, or its progress stream failed
-        session.cancel_request(pending, "the MCP client cancelled the call")
+    except BaseException:  # the client cancelled (even while the request was stored)
+        _cancel_keyed(session, hashed)
         raise
     return result
+
+
+def _cancel_keyed(session: CoreSession, hashed: str) -> bool:
+    """Cancel the request ``hashed`` (a key's hash) started, if pending; False if the
+    session has not seen the key."""
+    known = session.callers.key(hashed)
+    if known is None:
+        return False
+    pending = session.pending.get(known.target_id)
+    if pending is not None:
+        session.cancel_request(pending, _CANCEL_REASON)
+    return True
+
+
+class _Watch:
+    """A relayed call's latest progress, a wake-up for its waiter, and whether the node
+    it was last sent to (``target``) said it has it."""
+
+    def __init__(self) -> None:
+        self.latest: Progress | None = None
+        self.woken = asyncio.Event()
+        self.target = ""
+        self.received = False
 
 
 class ToolRelay:
@@ -96,98 +200,182 @@ class ToolRelay:
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        # calls relayed from here, by key: their latest progress, and a wake-up
-        self._watching: dict[str, tuple[list[Progress], asyncio.Event]] = {}
-        # calls relayed to here, by key
+        # calls relayed from here, by key (one entry per MCP call in flight here)
+        self._watching: dict[str, _Watch] = {}
+        # calls relayed to here and running, by key (a copy sent again is not run again)
         self._serving: dict[str, asyncio.Task[None]] = {}
+        # cancels on their way from here, by key, oldest first (at most MAX_CANCELS)
+        self._cancelling: OrderedDict[str, asyncio.Task[None]] = OrderedDict()
+        # keys cancelled here before their call came: key -> when (monotonic), oldest
+        # first (at most MAX_CANCELS, each ROUTE_LIMIT_SECONDS)
+        self._cancelled: OrderedDict[str, float] = OrderedDict()
         registry.handlers["mcpCall"] = self._serve
         registry.handlers["mcpProgress"] = self._on_progress
+        registry.handlers["mcpReceived"] = self._on_received
         registry.handlers["mcpCancel"] = self._on_cancel
         registry.on_tools_changed = self._tools_changed
 
     # --- the node the MCP client reached --------------------------------------------------
 
     async def call(self, session_id: str, tool: str, args: Any,
-                   on_progress: OnProgress | None) -> Any:
+                   on_progress: OnProgress | None,
+                   checked: CheckedRequest | None = None) -> Any:
         """The call's result, from whichever node holds the page, again after a holder
         died or let go, until :data:`ROUTE_LIMIT_SECONDS`; nobody holding it: this node
-        takes the session (and waits for its page). :class:`NoSession` if none has it."""
+        takes the session (and waits for its page). :class:`NoSession` if none has it.
+        ``checked``: the args checked on this node already (:func:`checked_call`).
+        Cancelled, or failed as Redis is out of reach, the call is cancelled wherever
+        it reached (:meth:`_pass_cancel`, once Redis is back)."""
         registry = self.registry
         key = _KEY_PREFIX + secrets.token_hex(16)
         deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
-        while time.monotonic() < deadline:
-            # held here: no need to ask Redis (a session this node lost is handed over)
-            holder = registry.node if session_id in registry.sessions else (
-                await registry.store.holder(session_id))
-            if holder is None or holder == registry.node:
-                if not await registry.adopt(session_id):
-                    await asyncio.sleep(ADOPT_RETRY_SECONDS)
-                    continue
-                session = registry.get(session_id)
-                if session is None or session.closed:
-                    raise NoSession(session_id)
-                result = await keyed_call(session, key, tool, args, on_progress)
-            else:
-                log_event("mcp.relay", session=session_id, node=holder)
-                reply = await self._relayed(session_id, holder, key, tool, args,
-                                            on_progress, deadline)
-                if reply is None:
-                    continue
-                if reply.get("moved"):  # the holder is still taking it over, or let go
-                    await asyncio.sleep(ADOPT_RETRY_SECONDS)
-                    continue
-                result = reply.get("result")
-            if not _moved(result):
-                return result
-        return tool_error(ROUTE_TIMEOUT, f"no node answered this call within "
-                          f"{ROUTE_LIMIT_SECONDS:g} s", retryable=True)
-
-    async def _relayed(self, session_id: str, holder: str, key: str, tool: str, args: Any,
-                       on_progress: OnProgress | None, deadline: float
-                       ) -> dict[str, Any] | None:
-        """``holder``'s reply, its progress passed on meanwhile; None once another node
-        (or none) holds the session."""
-        registry = self.registry
-        latest: list[Progress] = []
-        woken = asyncio.Event()
-        self._watching[key] = (latest, woken)
-        call = {"session": session_id, "tool": tool, "args": args, "key": key}
+        forward = None if on_progress is None else _rising(on_progress)
+        watch = self._watching[key] = _Watch()
+        sent = False  # the call may have reached a node: a cancel must follow it
         try:
-            with registry.asking(holder, {"mcpCall": call}) as reply:
-                await registry.store.publish(holder, reply.message)
-                checked = time.monotonic()
-                while time.monotonic() < deadline:
-                    wake = asyncio.ensure_future(woken.wait())
-                    either: list[asyncio.Future[Any]] = [reply.future, wake]
-                    try:
-                        await asyncio.wait(either, timeout=LEASE_SECONDS / 3,
-                                           return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        wake.cancel()
-                    if woken.is_set():  # sent before the reply: passed on before it
-                        woken.clear()
-                        if on_progress is not None:
-                            await on_progress(latest[-1])
-                    if reply.future.done():
-                        return reply.future.result()
-                    if time.monotonic() - checked >= LEASE_SECONDS / 3:
-                        checked = time.monotonic()
-                        if await registry.store.holder(session_id) != holder:
-                            return None  # it died or let go: the call is routed again
-        except asyncio.CancelledError:  # the client cancelled: the holder cancels it
-            registry.spawn(registry.store.publish(holder, json.dumps({"mcpCancel": key})))
+            while time.monotonic() < deadline:
+                # held here: no need to ask Redis (a session this node lost is handed over)
+                holder = registry.node if session_id in registry.sessions else (
+                    await registry.store.holder(session_id))
+                if holder is None or holder == registry.node:
+                    if not await registry.adopt(session_id):
+                        await asyncio.sleep(ADOPT_RETRY_SECONDS)
+                        continue
+                    session = registry.get(session_id)
+                    if session is None or session.closed:
+                        raise NoSession(session_id)
+                    sent = True
+                    # checked here for this node's first request; a key it has seen
+                    # is not checked again
+                    result = await keyed_call(session, key, tool, args, forward, checked)
+                    checked = None
+                else:
+                    log_event("mcp.relay", session=session_id, node=holder)
+                    sent = True
+                    message = {"mcpCall": {"session": session_id, "tool": tool,
+                                           "args": args, "key": key}}
+                    reply = await self._asked(session_id, holder, message, deadline,
+                                              watch, forward)
+                    if reply is None:
+                        continue
+                    if reply.get("moved"):  # the holder is still taking it over, or let go
+                        await asyncio.sleep(ADOPT_RETRY_SECONDS)
+                        continue
+                    result = reply.get("result")
+                if not _moved(result):
+                    return result
+        except (asyncio.CancelledError, StoreError):
+            # the client cancelled, or is told Redis is out of reach (and may retry): the
+            # call it no longer waits for must not run on
+            if sent:
+                self._keep_cancel(session_id, key)
             raise
         finally:
             del self._watching[key]
+        return tool_error(ROUTE_TIMEOUT, f"no node answered this call within "
+                          f"{ROUTE_LIMIT_SECONDS:g} s", retryable=True)
+
+    async def _asked(self, session_id: str, holder: str, message: dict[str, Any],
+                     deadline: float, watch: _Watch | None = None,
+                     on_progress: OnProgress | None = None) -> dict[str, Any] | None:
+        """``holder``'s reply to ``message``, ``watch``'s progress passed on meanwhile;
+        None once another node (or none) holds the session, or at ``deadline``. Sent
+        again every third of a lease until ``holder`` says it has it (a reply, or for a
+        call, ``mcpReceived``): pub/sub loses a message sent while a node's inbox
+        reconnects to Redis, and a copy is not run twice."""
+        registry = self.registry
+        with registry.asking(holder, message) as reply:
+            if watch is not None:
+                watch.target, watch.received = holder, False
+            await registry.store.publish(holder, reply.message)
+            checked = time.monotonic()
+            while (left := deadline - time.monotonic()) > 0:
+                either: list[asyncio.Future[Any]] = [reply.future]
+                wake = None if watch is None else asyncio.ensure_future(watch.woken.wait())
+                if wake is not None:
+                    either.append(wake)
+                try:
+                    await asyncio.wait(either, timeout=min(LEASE_SECONDS / 3, left),
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if wake is not None:
+                        wake.cancel()
+                if watch is not None and watch.woken.is_set():
+                    # sent before the reply: passed on before it
+                    watch.woken.clear()
+                    if on_progress is not None and watch.latest is not None:
+                        await on_progress(watch.latest)
+                if reply.future.done():
+                    return reply.future.result()
+                if time.monotonic() - checked >= LEASE_SECONDS / 3:
+                    checked = time.monotonic()
+                    if await registry.store.holder(session_id) != holder:
+                        return None  # it died or let go: routed again
+                    if watch is None or not watch.received:
+                        await registry.store.publish(holder, reply.message)
         return None
 
     def _on_progress(self, message: dict[str, Any]) -> None:
-        watching = self._watching.get(str(message["mcpProgress"]))
-        if watching is not None:
-            data = message["progress"]
-            watching[0][:] = [Progress(float(data["progress"]), data.get("total"),
-                                       data.get("message"))]
-            watching[1].set()
+        watch = self._watching.get(str(message["mcpProgress"]))
+        if watch is not None:
+            watch.latest = _progress(message["progress"])
+            watch.woken.set()
+
+    def _on_received(self, message: dict[str, Any]) -> None:
+        watch = self._watching.get(str(message["mcpReceived"]))
+        if watch is not None and watch.target == str(message["by"]):  # not a late one
+            watch.received = True
+
+    def _keep_cancel(self, session_id: str, key: str) -> None:
+        """Pass the cancel of call ``key`` on, in the background (its client is gone)."""
+        cancelling = self._cancelling
+        if len(cancelling) >= MAX_CANCELS:
+            _, task = cancelling.popitem(last=False)
+            task.cancel()
+            log_event("mcp.cancel_dropped", level=logging.WARNING,
+                      why=f"over {MAX_CANCELS} cancels on their way")
+        task = cancelling[key] = self.registry.spawn(self._pass_cancel(session_id, key))
+        task.add_done_callback(
+            lambda done: cancelling.pop(key) if cancelling.get(key) is done else None)
+
+    async def _pass_cancel(self, session_id: str, key: str) -> None:
+        """Cancel call ``key`` wherever the session is held, again after its holder died
+        or let go, until applied or :data:`ROUTE_LIMIT_SECONDS`; nobody holding it: this
+        node takes the session and cancels it here."""
+        registry = self.registry
+        deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
+        message = {"mcpCancel": key, "session": session_id}
+        while time.monotonic() < deadline:
+            pause = ADOPT_RETRY_SECONDS
+            try:
+                holder = registry.node if session_id in registry.sessions else (
+                    await registry.store.holder(session_id))
+                if holder is None or holder == registry.node:
+                    if await registry.adopt(session_id):
+                        # False: no such session any more (nothing to cancel)
+                        self._cancel_here(session_id, key)
+                        return
+                else:
+                    reply = await self._asked(session_id, holder, message, deadline)
+                    if reply is None:
+                        continue  # another node (or none) holds it: at once
+                    if not reply.get("moved"):
+                        return
+            except StoreError as exc:  # Redis out of reach: the cancel waits for it
+                log_event("cluster.failed", level=logging.WARNING, error=str(exc))
+                pause = LEASE_SECONDS / 3
+            await asyncio.sleep(pause)
+        log_event("mcp.cancel_dropped", level=logging.WARNING, session=session_id,
+                  why=f"no node took it within {ROUTE_LIMIT_SECONDS:g} s")
+
+    async def stop(self) -> None:
+        """Core stops: the cancels on their way get :data:`_STOP_SECONDS` to be sent,
+        then end (none outlives Core's store)."""
+        tasks = list(self._cancelling.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=_STOP_SECONDS)
+            for task in tasks:
+                task.cancel()
 
     async def tool_changes(self) -> AsyncIterator[str]:
         """The ids of pages whose tools changed, on any node, for Core's life."""
@@ -207,28 +395,63 @@ class ToolRelay:
 
     def _serve(self, message: dict[str, Any]) -> None:
         call = message["mcpCall"]
-        key = str(call["key"])
-        task = self._serving[key] = self.registry.spawn(self._run(message, call, key))
-        task.add_done_callback(lambda _: self._serving.pop(key, None))
+        relayed = _RelayedCall(str(call["session"]), str(call["tool"]), call["args"],
+                               str(call["key"]), str(message["ask"]), str(message["from"]))
+        key, registry = relayed.key, self.registry
+        # said each time: the caller sends the call again until it hears this
+        registry.spawn(registry.store.publish(relayed.caller, json.dumps(
+            {"mcpReceived": key, "by": registry.node})))
+        if key in self._serving:  # a copy sent again: the run under way answers it
+            return
+        task = self._serving[key] = registry.spawn(self._run(relayed))
+        # only its own entry: a copy that came once this one ended has its own
+        task.add_done_callback(
+            lambda done: self._serving.pop(key) if self._serving.get(key) is done else None)
 
-    async def _run(self, message: dict[str, Any], call: dict[str, Any], key: str) -> None:
+    async def _run(self, call: _RelayedCall) -> None:
         registry = self.registry
-        caller = str(message["from"])
-        session = registry.get(str(call["session"]))
+        if self._was_cancelled(call.key):  # its cancel overtook it: nobody waits for it
+            log_event("mcp.cancelled_before_call", session=call.session)
+            return
+        session = registry.get(call.session)
         if session is None or session.closed:
             answer: dict[str, Any] = {"moved": True}
         else:
             async def relay_progress(update: Progress) -> None:
                 # best effort, as pub/sub is: Redis out of reach cancels nothing
                 with contextlib.suppress(StoreError):
-                    await registry.store.publish(caller, json.dumps(
-                        {"mcpProgress": key, "progress": update.as_json()}))
+                    await registry.store.publish(call.caller, json.dumps(
+                        {"mcpProgress": call.key, "progress": update.as_json()}))
 
-            answer = {"result": await keyed_call(session, key, str(call["tool"]),
-                                                 call["args"], relay_progress)}
-        await registry.store.publish(caller, json.dumps({"reply": message["ask"], **answer}))
+            answer = {"result": await keyed_call(session, call.key, call.tool, call.args,
+                                                 relay_progress)}
+        await registry.store.publish(call.caller, json.dumps({"reply": call.ask, **answer}))
 
     def _on_cancel(self, message: dict[str, Any]) -> None:
-        task = self._serving.get(str(message["mcpCancel"]))
-        if task is not None:
-            task.cancel()
+        key, session_id = str(message["mcpCancel"]), str(message["session"])
+        ask, caller = str(message["ask"]), str(message["from"])
+        answer = {} if self._cancel_here(session_id, key) else {"moved": True}
+        self.registry.spawn(self.registry.store.publish(
+            caller, json.dumps({"reply": ask, **answer})))
+
+    def _cancel_here(self, session_id: str, key: str) -> bool:
+        """Cancel call ``key`` of a session this node holds (its request, if pending; a
+        key not seen yet is remembered, so its call never runs); False if not held."""
+        session = self.registry.get(session_id)
+        if session is None or session.closed:
+            return False
+        if not _cancel_keyed(session, key_hash(session_id, key)):
+            self._was_cancelled(key)  # drops what is past its time
+            self._cancelled[key] = time.monotonic()
+            if len(self._cancelled) > MAX_CANCELS:
+                self._cancelled.popitem(last=False)
+        return True
+
+    def _was_cancelled(self, key: str) -> bool:
+        """Whether ``key`` was cancelled here before its call came (entries past
+        :data:`ROUTE_LIMIT_SECONDS` are forgotten first, the oldest first)."""
+        cancelled = self._cancelled
+        horizon = time.monotonic() - ROUTE_LIMIT_SECONDS
+        while cancelled and next(iter(cancelled.values())) < horizon:
+            cancelled.popitem(last=False)
+        return key in cancelled

@@ -271,6 +271,7 @@ def create_app(config: CoreConfig) -> Starlette:
             if provisioning is not None:
                 provisioning.cancel()
             await mcp_endpoint.stop()
+            await mcp_endpoint.relay.stop()  # its calls' cancels, passed on meanwhile
             await registry.shutdown(SHUTDOWN_SECONDS)
             await store.close(CLOSE_SECONDS)
             log_event("core.stopped")

@@ -27,6 +27,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from .. import protocol
 from ..results import INVALID_ARGS, TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
+from ..text import excerpt
 from .agent import Agent
 from .clock import Timer
 from .config import CoreConfig
@@ -1092,8 +1093,10 @@ class Registry:
                 for kind, handle in self.handlers.items():
                     if kind in message:
                         handle(message)
-        except (ValueError, TypeError, KeyError) as exc:
-            log_event("cluster.bad_message", level=logging.WARNING, error=str(exc)[:200])
+        except Exception as exc:  # whatever a message holds (JSON nested past the
+            # recursion limit, a number no float holds): dropped, the inbox serves on
+            log_event("cluster.bad_message", level=logging.WARNING,
+                      error=excerpt(f"{type(exc).__name__}: {exc}"))
 
     async def _renew_leases(self) -> None:
         while True:

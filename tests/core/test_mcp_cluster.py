@@ -8,12 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from clusterkit import cluster
-from corekit import WAIT, Page, RawClient, config, run, running_core, tool_meta, until
+from corekit import (
+    WAIT,
+    Page,
+    RawClient,
+    config,
+    run,
+    running_core,
+    start_core,
+    tool_meta,
+    until,
+)
 from mcp import types
 from mcp.shared.subscriptions import ToolsListChanged
 from storekit import RedisServer, free_port
@@ -23,6 +35,7 @@ from test_mcp import mcp_client, modern_client, page_session
 from test_progress import next_of, page_with, progress, result
 
 from pedelec_pyodide import define_tool
+from pedelec_pyodide.core import mcp, relay
 from pedelec_pyodide.core.store import STORE_UNAVAILABLE
 
 
@@ -207,5 +220,442 @@ def test_clients_on_another_node_hear_of_the_pages_new_tools(
                 await asyncio.wait_for(heard.__anext__(), WAIT)
                 assert "greet" not in [t.name for t in (await modern.list_tools()).tools]
             assert sid not in b.registry.sessions
+
+    run(main())
+
+
+@pytest.mark.parametrize("resume", ["at_once", "after_the_lease"])
+def test_a_cancel_sent_while_the_pages_node_is_dead_is_applied_where_the_page_resumes(
+        redis_server: RedisServer, resume: str) -> None:
+    """The page is on A; B's client calls, the call is relayed to A, A is SIGKILLed and
+    the client cancels: the cancel is kept on B and passed on once another node holds
+    the page. ``at_once``: the page resumes on C, which sends the request again (its
+    id); then C tells the page ``tool.cancel`` for it. ``after_the_lease``: A's lease runs
+    out first, B takes the session and cancels the request there; the page resumes on C
+    and the request is never sent again. Either way the page's late result is refused
+    and the request's kept result is TOOL_CANCELLED: nothing ran to a result."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with core_process(redis_server.url, free_port()) as a, \
+                running_core(config(**cfg)) as b, running_core(config(**cfg)) as c:
+            first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
+            welcome = await first.hello([tool_meta("a")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(client.call_tool("a", {"n": 1}))
+                rid = (await next_of(first, "tool.request"))["toolRequestId"]
+                a.kill()
+                await asyncio.to_thread(a.wait, WAIT)
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await call
+                if resume == "after_the_lease":
+                    await until(lambda: sid in b.registry.sessions, "B taking the session")
+                    await until(lambda: b.registry.sessions[sid].pending == {},
+                                "the cancel applied on B")
+
+                page = await RawClient.open(c.ws_url)
+                assert (await page.hello([tool_meta("a")], sessionId=sid,
+                                         resumeToken=token))["resumed"]
+                if resume == "at_once":
+                    assert (await next_of(page, "tool.request"))["toolRequestId"] == rid
+                    cancel = await next_of(page, "tool.cancel")
+                    assert cancel["toolRequestId"] == rid
+                # the handler started on A ends: its result comes too late for anyone
+                await page.send({"type": "tool.result", "toolRequestId": rid,
+                                 "result": {"ok": True, "data": {}}, "handledBy": "named"})
+                refused = await asyncio.wait_for(page.recv(), WAIT)
+                assert refused["type"] == "error", refused  # not a tool.request again
+                session = c.registry.sessions[sid]
+                assert session.pending == {}
+                kept = session.callers.result(rid)
+                assert kept is not None and kept.result["error"]["code"] == "TOOL_CANCELLED"
+                assert sid not in b.registry.sessions
+                await page.close()
+
+    run(main(), timeout=90)
+
+
+def nested(depth: int) -> Any:
+    deep: Any = 1
+    for _ in range(depth):
+        deep = [deep]
+    return deep
+
+
+def test_a_copy_of_a_call_reaching_its_node_again_is_not_run_again(
+        redis_server: RedisServer) -> None:
+    """One call (one key) reaches the page's node twice (its caller sends it again until
+    the node says it has it): the copy that comes while the first is served is not run
+    on its own, whatever it holds; a call under another key is. The first copy here
+    ends at once (refused: its args nest too deep) and the second would wait on the
+    page: the page's first request is the other call's. A cancel for the key then
+    finds nothing to cancel, and nothing of the key runs later either."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+
+            def relayed(key: str, args: Any, ask: str) -> str:
+                return json.dumps({"mcpCall": {"session": sid, "tool": "slow", "args": args,
+                                               "key": key}, "ask": ask, "from": b.registry.node})
+
+            key = "pedelec-mcp-" + "0" * 32
+            # taken from A's inbox before either runs, as from one read of Redis
+            a.registry._on_message(relayed(key, nested(150), "first"))
+            a.registry._on_message(relayed(key, {"n": 1}, "second"))
+            a.registry._on_message(relayed("pedelec-mcp-" + "1" * 32, {"n": 2}, "other"))
+            assert (await next_of(raw, "tool.request"))["args"] == {"n": 2}
+            await b.registry.store.publish(a.registry.node, json.dumps(
+                {"mcpCancel": key, "session": sid, "ask": "cancel", "from": b.registry.node}))
+            a.registry._on_message(relayed(key, {"n": 1}, "third"))  # cancelled: never runs
+            a.registry._on_message(relayed("pedelec-mcp-" + "2" * 32, {"n": 3}, "last"))
+            assert (await next_of(raw, "tool.request"))["args"] == {"n": 3}
+            await raw.close()
+
+    run(main())
+
+
+def test_args_are_checked_once_on_each_node_a_call_passes(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Redis: a call to the page's own node checks its args once (not once by the MCP
+    handler, then again for its request); a call relayed from another node once there
+    (to refuse bad args at once, wherever the page is) and once by the node that sends
+    the request; bad args relayed: one INVALID_ARGS, checked once, nothing sent."""
+    checks: list[str] = []
+    real = relay.checked_call
+
+    def counted(tool: str, args: Any, max_frame_bytes: int) -> Any:
+        checks.append(tool)
+        return real(tool, args, max_frame_bytes)
+
+    monkeypatch.setattr(relay, "checked_call", counted)
+    monkeypatch.setattr(mcp, "checked_call", counted)
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_requests(page, ran))
+            try:
+                async with modern_client(mcp_at(a.port, sid)) as here, \
+                        modern_client(mcp_at(b.port, sid)) as there:
+                    answer = await asyncio.wait_for(here.call_tool("a", {"n": 1}), WAIT)
+                    assert answer.structured_content == {"ok": True, "data": {"n": 1}}
+                    assert len(checks) == 1, checks
+                    answer = await asyncio.wait_for(there.call_tool("a", {"n": 2}), WAIT)
+                    assert answer.structured_content == {"ok": True, "data": {"n": 2}}
+                    assert len(checks) == 3, checks
+                    refused = await asyncio.wait_for(
+                        there.call_tool("a", {"n": nested(150)}), WAIT)
+                    assert refused.is_error is True
+                    assert len(refused.content) == 1
+                    assert getattr(refused.content[0], "text", "").startswith(
+                        "INVALID_ARGS: the page would refuse this tool.request: "
+                        "frame nests deeper"), refused
+                    assert len(checks) == 4, checks
+                assert len(ran) == 2
+            finally:
+                handlers.cancel()
+                await page.close()
+
+    run(main())
+
+
+def test_bad_messages_in_a_nodes_inbox_are_dropped_and_it_serves_on(
+        redis_server: RedisServer) -> None:
+    """Messages no node sends, published to both nodes' inboxes (JSON nested past the
+    recursion limit, a progress no float holds, one of the wrong types) while a call is
+    relayed from B to A: each is dropped, and the call's progress and result get through."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            updates: list[float] = []
+
+            async def on_progress(value: float, total: float | None,
+                                  message: str | None) -> None:
+                updates.append(value)
+
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(
+                    client.call_tool("slow", {"n": 1}, progress_callback=on_progress))
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                key = next(iter(b.registry.handlers["mcpProgress"].__self__._watching))
+                bad = ["[" * 100_000 + "]" * 100_000, "not json", "[1]", '"mcpCall"',
+                       json.dumps({"mcpCall": {"session": sid}}),
+                       json.dumps({"mcpCancel": key}),
+                       json.dumps({"mcpProgress": key, "progress": {"progress": 10 ** 400}}),
+                       json.dumps({"mcpProgress": key, "progress": {"progress": 2,
+                                                                    "total": "all"}}),
+                       json.dumps({"mcpProgress": key, "progress": [2]})]
+                for node in (a, b):
+                    for text in bad:
+                        await b.registry.store.publish(node.registry.node, text)
+                await progress(raw, rid, 1)
+                await until(lambda: updates == [1], "the page's progress")
+                await result(raw, rid, {"done": True})
+                answer = await asyncio.wait_for(call, WAIT)
+                assert answer.structured_content == {"done": True}, answer
+                assert updates == [1]
+            await raw.close()
+
+    run(main())
+
+
+def test_a_call_relayed_again_passes_on_only_progress_that_increases(
+        redis_server: RedisServer) -> None:
+    """The page reports progress 1 on A, B's client hears it; A is SIGKILLed, the page
+    resumes on C and reports its progress again (as a page does after a welcome); B
+    relays the call to C, which passes that progress on: B's client does not hear 1
+    twice (MCP: progress increases with each notification)."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with core_process(redis_server.url, free_port()) as a, \
+                running_core(config(**cfg)) as b, running_core(config(**cfg)) as c:
+            first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
+            welcome = await first.hello([tool_meta("a")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            updates: list[float] = []
+
+            async def on_progress(value: float, total: float | None,
+                                  message: str | None) -> None:
+                updates.append(value)
+
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(
+                    client.call_tool("a", {"n": 1}, progress_callback=on_progress))
+                rid = (await next_of(first, "tool.request"))["toolRequestId"]
+                await progress(first, rid, 1)
+                await until(lambda: updates == [1], "the first progress")
+                a.kill()
+                await asyncio.to_thread(a.wait, WAIT)
+                page = await RawClient.open(c.ws_url)
+                assert (await page.hello([tool_meta("a")], sessionId=sid,
+                                         resumeToken=token))["resumed"]
+                assert (await next_of(page, "tool.request"))["toolRequestId"] == rid
+                await progress(page, rid, 1)
+                # B's call relayed to C waits there: it has had C's progress
+                await until(lambda: bool(c.registry.sessions[sid].pending[rid].watchers),
+                            "the call relayed to C")
+                await result(page, rid, {"done": True})
+                answer = await asyncio.wait_for(call, 2 * WAIT)
+                assert answer.structured_content == {"done": True}, answer
+                assert updates == [1]
+                await page.close()
+
+    run(main(), timeout=90)
+
+
+def test_a_node_stopping_passes_its_clients_cancels_on_and_keeps_none(
+        redis_server: RedisServer) -> None:
+    """B stops while its client's call waits on A's page: the call is cancelled there
+    (the page gets ``tool.cancel``), and no cancel of B's outlives B."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            b = await start_core(config(**cfg))
+            client_relay = b.registry.handlers["mcpCancel"].__self__
+            try:
+                async with modern_client(mcp_at(b.port, sid)) as client:
+                    call = asyncio.create_task(client.call_tool("slow", {"n": 1}))
+                    rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                    await b.stop()
+                    assert (await next_of(raw, "tool.cancel"))["toolRequestId"] == rid
+                    assert client_relay._cancelling == {}
+                    call.cancel()
+                    with contextlib.suppress(BaseException):
+                        await call
+            finally:
+                if not b.task.done():
+                    await b.stop()
+            await raw.close()
+
+    run(main())
+
+
+def test_a_cancel_lost_on_its_way_is_sent_again(redis_server: RedisServer) -> None:
+    """Pub/sub delivers at most once (a message sent while a node's inbox reconnects is
+    lost): A loses the first cancel of B's client; B, unanswered, sends it again, and the
+    page gets ``tool.cancel``."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            heard = a.registry.handlers["mcpCancel"]
+            lost: list[dict[str, Any]] = []
+
+            def losing_the_first(message: dict[str, Any]) -> None:
+                if lost:
+                    heard(message)
+                else:
+                    lost.append(message)
+
+            a.registry.handlers["mcpCancel"] = losing_the_first
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(client.call_tool("slow", {"n": 1}))
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await call
+                assert (await next_of(raw, "tool.cancel"))["toolRequestId"] == rid
+                assert len(lost) == 1
+            await raw.close()
+
+    run(main())
+
+
+def test_a_holder_remembers_cancels_before_their_calls_within_bounds(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancels that overtake their calls (pub/sub over several connections may reorder)
+    are remembered, at most MAX_CANCELS (here 2) and ROUTE_LIMIT_SECONDS (here 1 s): a
+    call whose cancel is remembered never runs; one whose cancel was forgotten (the
+    oldest, over the count; or past the time) runs."""
+    monkeypatch.setattr(relay, "MAX_CANCELS", 2)
+    monkeypatch.setattr(relay, "ROUTE_LIMIT_SECONDS", 1.0)
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            here, there = a.registry.node, b.registry.node
+
+            async def send(message: dict[str, Any]) -> None:
+                await b.registry.store.publish(here, json.dumps(
+                    {**message, "ask": "x", "from": there}))
+
+            def call(key: str, n: int) -> dict[str, Any]:
+                return {"mcpCall": {"session": sid, "tool": "slow", "args": {"n": n},
+                                    "key": key}}
+
+            for key in ("k1", "k2", "k3"):
+                await send({"mcpCancel": key, "session": sid})
+            await send(call("k3", 3))  # remembered: never runs
+            await send(call("k1", 1))  # the oldest, forgotten: runs
+            assert (await next_of(raw, "tool.request"))["args"] == {"n": 1}
+            started = time.monotonic()
+            await send(call("k2", 2))  # remembered: never runs
+            await until(lambda: time.monotonic() - started > 1.0, "the cancels' time")
+            await send(call("k3", 3))  # forgotten by now: runs
+            assert (await next_of(raw, "tool.request"))["args"] == {"n": 3}
+            await raw.close()
+
+    run(main())
+
+
+def test_a_node_keeps_at_most_max_cancels_on_their_way(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MAX_CANCELS (here 1): B's client cancels two calls while the page's node is dead;
+    B keeps only the newer cancel, which reaches the page where it resumes (C); the
+    older one is dropped, and its request runs to its result there."""
+    monkeypatch.setattr(relay, "MAX_CANCELS", 1)
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with core_process(redis_server.url, free_port()) as a, \
+                running_core(config(**cfg)) as b, running_core(config(**cfg)) as c:
+            first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
+            welcome = await first.hello([tool_meta("a")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            keeping = b.registry.handlers["mcpCancel"].__self__._cancelling
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                calls, ids = [], []
+                for n in (1, 2):
+                    calls.append(asyncio.create_task(client.call_tool("a", {"n": n})))
+                    ids.append((await next_of(first, "tool.request"))["toolRequestId"])
+                a.kill()
+                await asyncio.to_thread(a.wait, WAIT)
+                kept: list[str] = []
+                for call in calls:
+                    call.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await call
+                    await until(lambda: len(keeping) == 1 and next(iter(keeping)) not in kept,
+                                "the newest cancel kept")
+                    kept.append(next(iter(keeping)))
+                page = await RawClient.open(c.ws_url)
+                assert (await page.hello([tool_meta("a")], sessionId=sid,
+                                         resumeToken=token))["resumed"]
+                assert (await next_of(page, "tool.cancel"))["toolRequestId"] == ids[1]
+                session = c.registry.sessions[sid]
+                assert list(session.pending) == [ids[0]]  # its cancel dropped: it runs
+                await page.close()
+
+    run(main(), timeout=90)
+
+
+def test_a_relayed_call_failed_as_redis_is_away_is_cancelled_once_it_is_back(
+        redis_server: RedisServer) -> None:
+    """B's client waits on A's page when Redis stops answering: B cannot know which node
+    holds the page and answers STORE_UNAVAILABLE (retryable), so the call must not run
+    on: once Redis is back, A's page gets ``tool.cancel`` for it."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url, "store_timeout": 0.5}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(client.call_tool("slow", {"n": 1}))
+                rid = (await next_of(raw, "tool.request"))["toolRequestId"]
+                with redis_server.paused():  # shorter than a lease: A still holds the page
+                    answer = await asyncio.wait_for(call, WAIT)
+                assert answer.is_error is True
+                assert getattr(answer.content[0], "text", "").startswith(
+                    STORE_UNAVAILABLE), answer
+                assert (await next_of(raw, "tool.cancel"))["toolRequestId"] == rid
+                assert sid in a.registry.sessions
+            await raw.close()
+
+    run(main())
+
+
+def test_a_relayed_call_lost_on_its_way_is_sent_again_and_runs_once(
+        redis_server: RedisServer) -> None:
+    """Pub/sub delivers at most once: A loses the first copy of B's relayed call; B, not
+    told A has it, sends it again, and the call is answered. A hears every later copy
+    while it serves the call: the page gets the request once."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            heard = a.registry.handlers["mcpCall"]
+            lost: list[dict[str, Any]] = []
+
+            def losing_the_first(message: dict[str, Any]) -> None:
+                if lost:
+                    heard(message)
+                else:
+                    lost.append(message)
+
+            a.registry.handlers["mcpCall"] = losing_the_first
+            async with modern_client(mcp_at(b.port, sid)) as client:
+                call = asyncio.create_task(client.call_tool("a", {"n": 1}))
+                sent = await next_of(page, "tool.request")
+                assert len(lost) == 1
+                await page.send({"type": "tool.result", "toolRequestId": sent["toolRequestId"],
+                                 "result": {"ok": True, "data": {"n": 1}}, "handledBy": "named"})
+                answer = await asyncio.wait_for(call, WAIT)
+                assert answer.structured_content == {"ok": True, "data": {"n": 1}}, answer
+            await page.send({"type": "tool.result", "toolRequestId": "nope",
+                             "result": {}, "handledBy": "named"})
+            assert (await page.recv())["type"] == "error"  # no second tool.request before it
+            await page.close()
 
     run(main())
