@@ -154,7 +154,7 @@ class ToolRelay:
         call = {"session": session_id, "tool": tool, "args": args, "key": key}
         try:
             with registry.asking(holder, {"mcpCall": call}) as reply:
-                await registry.store.publish(holder, reply.message)
+                await registry.send(reply)
                 checked = time.monotonic()
                 while time.monotonic() < deadline:
                     wake = asyncio.ensure_future(woken.wait())
@@ -208,6 +208,8 @@ class ToolRelay:
     def _serve(self, message: dict[str, Any]) -> None:
         call = message["mcpCall"]
         key = str(call["key"])
+        if key in self._serving:  # sent again while it runs (Registry._resend)
+            return
         task = self._serving[key] = self.registry.spawn(self._run(message, call, key))
         task.add_done_callback(lambda _: self._serving.pop(key, None))
 

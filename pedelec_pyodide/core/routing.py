@@ -136,7 +136,7 @@ class ClusterRouter:
         """``holder``'s reply; None once another node (or none) holds the session."""
         registry = self.registry
         with registry.asking(holder, {"http": request}) as reply:
-            await registry.store.publish(holder, reply.message)
+            await registry.send(reply)
             while time.monotonic() < deadline:
                 done, _ = await asyncio.wait([reply.future], timeout=LEASE_SECONDS / 3)
                 if done:
