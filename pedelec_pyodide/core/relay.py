@@ -21,16 +21,16 @@ keeps at most :data:`MAX_CANCELS` cancels on their way, each for at most
 that gets a cancel before its call remembers the key as long, as many, and never runs
 that call.
 
-Messages (JSON, to a node's inbox): ``{"mcpCall": {...}, "ask", "from"}`` to the holder,
-sent again every third of a lease until the holder answers ``{"mcpReceived": key, "by"}``
-(pub/sub loses what is sent while a node's inbox reconnects; a copy of a call running
-there is not run again); ``{"mcpProgress": key, "progress": {...}}`` back, for each new
-progress; the holder's ``{"reply": ask, "result": ...}`` (``"moved": true`` if it does
-not hold the page); ``{"mcpCancel": key, "session", "ask", "from"}`` to the holder when
-the client cancels, sent again until answered ``{"reply": ask}`` once applied
-(``"moved": true`` as above). A page's tool change is published, as its id, to one
-channel all nodes with MCP clients hear (``list_changed``). A malformed message is
-logged and dropped (sessions.py).
+Messages (JSON, to a node's inbox): ``{"mcpCall": {...}, "ask", "from"}`` to the holder;
+``{"mcpProgress": key, "progress": {...}}`` back, for each new progress; the holder's
+``{"reply": ask, "result": ...}`` (``"moved": true`` if it does not hold the page);
+``{"mcpCancel": key, "session", "ask", "from"}`` to the holder when the client cancels,
+answered ``{"reply": ask}`` once applied (``"moved": true`` as above). A call and a
+cancel are sent again until their reply comes, as every ask is (pub/sub loses what is
+sent while a node's inbox reconnects: :meth:`Registry.send`); a copy of a call running
+on the holder is not run again, one that comes after it ended is answered from its key.
+A page's tool change is published, as its id, to one channel all nodes with MCP clients
+hear (``list_changed``). A malformed message is logged and dropped (sessions.py).
 """
 
 from __future__ import annotations
@@ -184,14 +184,11 @@ def _cancel_keyed(session: CoreSession, hashed: str) -> bool:
 
 
 class _Watch:
-    """A relayed call's latest progress, a wake-up for its waiter, and whether the node
-    it was last sent to (``target``) said it has it."""
+    """A relayed call's latest progress, and a wake-up for its waiter."""
 
     def __init__(self) -> None:
         self.latest: Progress | None = None
         self.woken = asyncio.Event()
-        self.target = ""
-        self.received = False
 
 
 class ToolRelay:
@@ -211,7 +208,6 @@ class ToolRelay:
         self._cancelled: OrderedDict[str, float] = OrderedDict()
         registry.handlers["mcpCall"] = self._serve
         registry.handlers["mcpProgress"] = self._on_progress
-        registry.handlers["mcpReceived"] = self._on_received
         registry.handlers["mcpCancel"] = self._on_cancel
         registry.on_tools_changed = self._tools_changed
 
@@ -280,14 +276,10 @@ class ToolRelay:
                      on_progress: OnProgress | None = None) -> dict[str, Any] | None:
         """``holder``'s reply to ``message``, ``watch``'s progress passed on meanwhile;
         None once another node (or none) holds the session, or at ``deadline``. Sent
-        again every third of a lease until ``holder`` says it has it (a reply, or for a
-        call, ``mcpReceived``): pub/sub loses a message sent while a node's inbox
-        reconnects to Redis, and a copy is not run twice."""
+        again until its reply comes (:meth:`Registry.send`): a copy is not run twice."""
         registry = self.registry
         with registry.asking(holder, message) as reply:
-            if watch is not None:
-                watch.target, watch.received = holder, False
-            await registry.store.publish(holder, reply.message)
+            await registry.send(reply)
             checked = time.monotonic()
             while (left := deadline - time.monotonic()) > 0:
                 either: list[asyncio.Future[Any]] = [reply.future]
@@ -311,8 +303,6 @@ class ToolRelay:
                     checked = time.monotonic()
                     if await registry.store.holder(session_id) != holder:
                         return None  # it died or let go: routed again
-                    if watch is None or not watch.received:
-                        await registry.store.publish(holder, reply.message)
         return None
 
     def _on_progress(self, message: dict[str, Any]) -> None:
@@ -320,11 +310,6 @@ class ToolRelay:
         if watch is not None:
             watch.latest = _progress(message["progress"])
             watch.woken.set()
-
-    def _on_received(self, message: dict[str, Any]) -> None:
-        watch = self._watching.get(str(message["mcpReceived"]))
-        if watch is not None and watch.target == str(message["by"]):  # not a late one
-            watch.received = True
 
     def _keep_cancel(self, session_id: str, key: str) -> None:
         """Pass the cancel of call ``key`` on, in the background (its client is gone)."""
@@ -398,9 +383,6 @@ class ToolRelay:
         relayed = _RelayedCall(str(call["session"]), str(call["tool"]), call["args"],
                                str(call["key"]), str(message["ask"]), str(message["from"]))
         key, registry = relayed.key, self.registry
-        # said each time: the caller sends the call again until it hears this
-        registry.spawn(registry.store.publish(relayed.caller, json.dumps(
-            {"mcpReceived": key, "by": registry.node})))
         if key in self._serving:  # a copy sent again: the run under way answers it
             return
         task = self._serving[key] = registry.spawn(self._run(relayed))

@@ -138,7 +138,7 @@ class ClusterRouter:
         """``holder``'s reply; None once another node (or none) holds the session."""
         registry = self.registry
         with registry.asking(holder, {"http": request}) as reply:
-            await registry.store.publish(holder, reply.message)
+            await registry.send(reply)
             # logged once it is on its way: the holder works on it meanwhile
             log_event("route.forward", session=session_id, node=holder)
             while time.monotonic() < deadline:

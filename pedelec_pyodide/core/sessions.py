@@ -115,6 +115,9 @@ SHUTDOWN_SECONDS = 1.5
 #: seconds a node's lease on a session lasts (Redis store); renewed every third of it, so
 #: a dead node's sessions are free again within this long
 LEASE_SECONDS = 6.0
+#: how often a call forwarded to another node is sent again until its reply comes (Redis
+#: may have dropped the ask or the reply: Registry._resend)
+RESEND_SECONDS = 1.0
 #: how long a node taking a session over waits for its holder to let go of it (a dead
 #: holder never answers: the node goes on without it)
 HANDOVER_SECONDS = 2.0
@@ -865,6 +868,17 @@ class Asked(NamedTuple):
 
     message: str
     future: asyncio.Future[dict[str, Any]]
+    ask_id: str
+
+
+@dataclasses.dataclass
+class _Ask:
+    """An ask waiting for its reply (:meth:`Registry.send`)."""
+
+    node: str
+    message: str
+    future: asyncio.Future[dict[str, Any]]
+    sent: float | None = None  # when last sent (monotonic); None: not yet
 
 
 # tasks nobody awaits, held until done (the event loop keeps only weak references)
@@ -891,7 +905,9 @@ class Registry:
         # sessions taken over by this node, waiting for their holder to let go of them
         self._handovers: dict[str, asyncio.Future[None]] = {}
         # calls this node forwarded to another, waiting for its reply, by id
-        self._asked: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._asked: dict[str, _Ask] = {}
+        # the ids of the calls another node forwarded here, while they run
+        self._answering: set[str] = set()
         # runs a call another node forwarded here (set by the router, routing.py)
         self.serve_forwarded: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = (
             None)
@@ -1038,11 +1054,40 @@ class Registry:
     def asking(self, node: str, message: dict[str, Any]) -> Iterator[Asked]:
         """A message to ``node`` with a reply expected; the reply's future while inside."""
         ask_id = secrets.token_hex(12)
-        future = self._asked[ask_id] = asyncio.get_running_loop().create_future()
+        text = json.dumps({**message, "ask": ask_id, "from": self.node})
+        ask = self._asked[ask_id] = _Ask(node, text, asyncio.get_running_loop().create_future())
         try:
-            yield Asked(json.dumps({**message, "ask": ask_id, "from": self.node}), future)
+            yield Asked(text, ask.future, ask_id)
         finally:
             del self._asked[ask_id]
+
+    async def send(self, asked: Asked) -> None:
+        """Publish an ask of :meth:`asking`; :meth:`_resend` sends it again while it
+        waits for its reply."""
+        ask = self._asked[asked.ask_id]
+        await self.store.publish(ask.node, ask.message)
+        ask.sent = time.monotonic()
+
+    async def _resend(self) -> None:
+        """Pub/sub delivers a message only to the inboxes subscribed at that moment, and
+        a subscriber cut off loses what it had not read: after Redis dropped its
+        subscribers (a restart, a network cut), an ask sent before its holder's inbox
+        subscribed again, or a reply sent before this node's did, is lost, and its caller
+        would wait until its limit with the holder alive. So every ask is sent again each
+        :data:`RESEND_SECONDS` until its reply comes: the holder ignores one it is still
+        answering (:meth:`_on_message`) and answers a later one from the same request
+        (the call's key), which runs once."""
+        while True:
+            await asyncio.sleep(RESEND_SECONDS / 2)
+            due = time.monotonic() - RESEND_SECONDS
+            for ask in list(self._asked.values()):
+                if ask.sent is None or ask.sent > due or ask.future.done():
+                    continue
+                try:
+                    await self.store.publish(ask.node, ask.message)
+                except StoreError:
+                    break  # out of reach: again next time
+                ask.sent = time.monotonic()
 
     async def _answer(self, message: dict[str, Any]) -> None:
         """A call another node forwarded: run it here, send the reply back."""
@@ -1068,11 +1113,13 @@ class Registry:
         if not self.store.shared:
             return
         renewing = asyncio.ensure_future(self._renew_leases())
+        resending = asyncio.ensure_future(self._resend())
         try:
             async for message in self.store.inbox(self.node):
                 self._on_message(message)
         finally:
             renewing.cancel()
+            resending.cancel()
 
     def _on_message(self, text: str) -> None:
         try:
@@ -1080,11 +1127,15 @@ class Registry:
             if "handOver" in message:
                 self.spawn(self._let_go(str(message["handOver"]), str(message["to"])))
             elif "http" in message:
-                self.spawn(self._answer(message))
+                ask_id = str(message["ask"])
+                if ask_id not in self._answering:  # else an ask sent again (_resend)
+                    self._answering.add(ask_id)
+                    self.spawn(self._answer(message)).add_done_callback(
+                        lambda _: self._answering.discard(ask_id))
             elif "reply" in message:
                 asked = self._asked.get(str(message["reply"]))
-                if asked is not None and not asked.done():
-                    asked.set_result(message)
+                if asked is not None and not asked.future.done():
+                    asked.future.set_result(message)
             elif "handedOver" in message:
                 waiting = self._handovers.get(str(message["handedOver"]))
                 if waiting is not None and not waiting.done():

@@ -28,17 +28,20 @@ def haproxy_config(bind: str, nodes: list[int]) -> str:
 
 
 class Node:
-    """``python core_process.py REDIS PORT``: killed and started again on its port."""
+    """``python core_process.py REDIS PORT [PYODIDE]``: killed and started again on its
+    port; with ``pyodide`` (a provisioned runtime) it serves the demo too."""
 
-    def __init__(self, store: str) -> None:
+    def __init__(self, store: str, pyodide: Path | None = None) -> None:
         self.store = store
         self.port = free_port()
+        self.pyodide = pyodide
         self.process: subprocess.Popen[str] | None = None
 
     async def start(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
+        demo = [] if self.pyodide is None else [str(self.pyodide)]
         self.process = subprocess.Popen(
-            [sys.executable, str(HERE / "core_process.py"), self.store, str(self.port)],
+            [sys.executable, str(HERE / "core_process.py"), self.store, str(self.port), *demo],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         assert self.process.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(self.process.stdout.readline), WAIT)
@@ -56,6 +59,10 @@ class Cluster:
         self.port = port
         self.http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=WAIT,
                                       headers={"Authorization": f"Bearer {TOKEN}"})
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def ws_url(self) -> str:
@@ -77,12 +84,14 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def cluster(store: str, count: int, workdir: Path) -> AsyncIterator[Cluster]:
-    """``count`` Core nodes on ``store`` behind HAProxy, all stopped at the end."""
+async def cluster(store: str, count: int, workdir: Path, pyodide: Path | None = None
+                  ) -> AsyncIterator[Cluster]:
+    """``count`` Core nodes on ``store`` behind HAProxy, all stopped at the end; with
+    ``pyodide``, each serving the demo on that runtime."""
     binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
     if not os.path.exists(binary):
         raise RuntimeError("haproxy is missing: ./scripts/setup.sh installs it")
-    nodes = [Node(store) for _ in range(count)]
+    nodes = [Node(store, pyodide) for _ in range(count)]
     port = free_port()
     config = workdir / "haproxy.cfg"
     config.write_text(haproxy_config(f"127.0.0.1:{port}", [node.port for node in nodes]))

@@ -1,4 +1,6 @@
-"""Core in a process of its own, for the crash tests: ``python core_process.py DB PORT``.
+"""Core in a process of its own, for the crash tests: ``python core_process.py DB PORT
+[PYODIDE]``; with a provisioned runtime directory ``PYODIDE`` it also serves the demo and
+the runtime, as ``pedelec demo --pyodide PYODIDE`` does (real Chromium pages load it).
 
 Runs the same ``pedelec_pyodide.core.server.run`` as the CLI, with the test's PlanAgent
 (two parallel calls, then one), and prints the URL once it listens; then the log lines
@@ -13,6 +15,7 @@ import asyncio
 import logging
 import subprocess
 import sys
+from pathlib import Path
 
 from corekit import TOKEN, WAIT, PlanAgent
 
@@ -47,8 +50,12 @@ async def until_logged(process: subprocess.Popen[str], event: str) -> None:
 
 
 if __name__ == "__main__":
-    cfg = CoreConfig(port=int(sys.argv[2]), admin_token=TOKEN, web_dir=None,
-                     store=sys.argv[1], agent_factory=lambda: PlanAgent(PLAN))
+    pyodide = Path(sys.argv[3]) if len(sys.argv) > 3 else None
+    # without a runtime no web files at all (the default web_dir is the repository's web/)
+    web = {} if pyodide is not None else {"web_dir": None}
+    cfg = CoreConfig(port=int(sys.argv[2]), admin_token=TOKEN, store=sys.argv[1],
+                     pyodide_dir=pyodide, demo=pyodide is not None,
+                     agent_factory=lambda: PlanAgent(PLAN), **web)
     core_logger = logging.getLogger("pedelec.core")
     core_logger.addHandler(Printed())
     core_logger.setLevel(logging.INFO)

@@ -1,12 +1,37 @@
-"""Issue 13's fault run: 3 Core nodes on one redis-server behind HAProxy, simulated pages,
-and callers making control-API tool calls and turns through HAProxy while one node is
-SIGKILLed and started again every few seconds (and, optionally, Redis restarted once).
+"""Issue 13's fault run: 3 Core nodes on one redis-server behind HAProxy, simulated pages
+and real Chromium demo pages, and callers making control-API tool calls, MCP tool calls
+(the official SDK's client) and turns through HAProxy while one node is SIGKILLed and
+started again every few seconds (and, optionally, Redis restarted once).
 
-Each page counts its handler runs by the caller's own call id (carried in the args), keeps
-a delivery ledger like the page runtime (a request Core re-sends after a reconnect gets its
-stored result, it does not run again) and reconnects through HAProxy with its resume token.
-Each call carries an Idempotency-Key and is retried with the same key on a retryable
-answer, until its deadline. :func:`fault_run` returns the figures and what went wrong.
+Each simulated page counts its handler runs by the caller's own call id (carried in the
+args), keeps a delivery ledger like the page runtime (a request Core re-sends after a
+reconnect gets its stored result, it does not run again) and reconnects through HAProxy
+with its resume token. A Chromium page is the demo itself (``fault_browsers.mjs``), whose
+``update_counter`` takes nothing but ``delta``: there each call's delta is unique in the
+run and is its call id, and the demo's log of tool calls (a row per handler run, with its
+args) tells the runs apart.
+
+What "lost" and "run twice" mean:
+
+- A control-API call carries an ``Idempotency-Key`` and is retried with that key on a
+  connection error, a retryable answer or no answer in :data:`ATTEMPT_TIMEOUT`, until
+  :data:`CALL_DEADLINE`. It is lost if it got no final answer by then, or if its handler
+  ran but its answer was not the handler's result.
+- An MCP ``tools/call`` has no idempotency key a client can send: Core gives each call a
+  key of its own, so while the node the client reached lives, the call is routed again
+  when the page's node dies and its handler runs once. If the client's node dies (or
+  its MCP session, then 404) before the answer, the answer is gone with it: the client
+  cannot ask for it again. So a retry of an MCP call is a new call (a new call id, the
+  same delta). A call without an answer that was in flight while a node was killed is
+  *cut*: its handler may have run (at most once; counted as ``cut_ran``) and the page's
+  state must then include it. Any other call without its result (refused: 404, 503) must
+  not have run; one that ran is lost. The operation (the delta the caller wants added) is
+  lost if no call of it was answered within :data:`CALL_DEADLINE`.
+- Run twice: a call id whose handler ran more than once, for either kind of call.
+
+A page's state must equal the sum of the deltas of the calls that ran on it, every
+answered call must have run exactly once, and no call may have run that was not made.
+:func:`fault_run` returns the figures and what went wrong.
 """
 
 from __future__ import annotations
@@ -17,17 +42,28 @@ import itertools
 import json
 import os
 import random
+import subprocess
+import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import websockets
 from clusterkit import Cluster, cluster
 from corekit import TOKEN, tool_meta
+from mcp import Client, ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
 from storekit import RedisServer
+
+HERE = Path(__file__).parent
+BROWSERS = HERE / "fault_browsers.mjs"
+# the runtime the e2e setup provisions (and this run, if it is missing)
+PYODIDE = HERE.parent.parent / ".cache" / "e2e"
 
 COUNTER = {"name": "update_counter", "description": "adds delta to the counter",
            "argsSchema": {"type": "object",
@@ -46,6 +82,58 @@ RETRY_PAUSE = 0.2
 RETRY_STATUS = frozenset({502, 503, 504})
 # latency "during a kill": calls that started this long after a node was killed
 KILL_WINDOW = 2.0
+# an MCP call without an answer counts as cut by a kill if one happened between this long
+# before it was sent and its failure (HAProxy's health check notices a dead node in ~1 s)
+CUT_SLACK = 0.1
+# how long the Chromium pages may take to start (their Pyodide start-ups at once)
+BROWSERS_READY = 240.0
+# the two MCP protocols of the SDK's clients: the initialize handshake (an MCP session,
+# sticky to its node in HAProxy) and the per-request protocol (any node, each request)
+ERAS = ("handshake", "2026-07-28")
+# the kinds of calls, counted apart
+KINDS = ("control", "mcp", "chromium control", "chromium mcp")
+
+
+class Target:
+    """One page, as its callers see it: the calls made to it, by call id, with their delta,
+    by what came of them."""
+
+    def __init__(self, session_id: str, chromium: bool, deltas: itertools.count[int]) -> None:
+        self.session_id = session_id
+        self.chromium = chromium
+        self._deltas = deltas
+        self.answered: dict[str, int] = {}
+        self.cut: dict[str, int] = {}  # MCP calls in flight while a node was killed
+        self.refused: dict[str, int] = {}  # other calls without their result (MCP)
+
+    def new_call(self, rng: random.Random, delta: int | None = None
+                 ) -> tuple[str, int, dict[str, Any]]:
+        """A call id, its delta and the args. On the demo the delta is the call id: the
+        run's next integer (a retry of an MCP call gets the next one)."""
+        if self.chromium:
+            delta = next(self._deltas)
+            return str(delta), delta, {"delta": delta}
+        call = uuid.uuid4().hex
+        delta = rng.randint(1, 9) if delta is None else delta
+        return call, delta, {"delta": delta, "call": call}
+
+    def check(self, runs: dict[str, int], counter: int, figures: Figures) -> None:
+        """The page's handler runs (by call id) and its counter against what was sent."""
+        made = {**self.answered, **self.cut, **self.refused}
+        where = f"{'chromium ' if self.chromium else ''}{self.session_id}"
+        figures.twice += [f"{where} call {call} ran {count}x"
+                          for call, count in runs.items() if count > 1]
+        figures.wrong_state += [f"{where} call {call} ran, never made"
+                                for call in runs if call not in made]
+        figures.wrong_state += [f"{where} call {call} answered, never ran"
+                                for call in self.answered if call not in runs]
+        figures.lost += [f"{where} call {call} ran, its result never came back"
+                         for call in self.refused if call in runs]
+        figures.cut_ran += sum(call in runs for call in self.cut)
+        expected = sum(made[call] for call in runs if call in made)
+        if counter != expected:
+            figures.wrong_state.append(f"{where}: counter {counter}, sum of the deltas "
+                                       f"of the calls that ran {expected}")
 
 
 class FaultPage:
@@ -126,39 +214,57 @@ class FaultPage:
 
 
 @dataclass
-class Figures:
-    calls: int = 0  # calls made (each with its own key)
-    answered: int = 0  # calls that got a final answer
-    succeeded: int = 0  # ... whose answer is the handler's result
-    retried: int = 0  # retries with the same key
+class Counts:
+    calls: int = 0  # calls made (a control-API call: one key; an MCP call: one call id)
+    answered: int = 0  # calls answered with the handler's result
+    # control API: attempts again with the same key; MCP: calls made again as new calls
+    retried: int = 0
     hung: int = 0  # attempts with no answer in ATTEMPT_TIMEOUT (then retried)
+    cut: int = 0  # MCP calls without an answer, in flight while a node was killed
+    # (start, seconds) per answered call
+    latencies: list[tuple[float, float]] = field(default_factory=list)
+
+
+@dataclass
+class Figures:
+    counts: dict[str, Counts] = field(default_factory=lambda: {k: Counts() for k in KINDS})
     turns: int = 0
     turns_answered: int = 0
-    # (start, seconds) per answered call; calls starting up to KILL_WINDOW after a kill
-    latencies: list[tuple[float, float]] = field(default_factory=list)
+    cut_ran: int = 0  # cut MCP calls whose handler had run (their result lost with the node)
     kill_times: list[float] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     twice: list[str] = field(default_factory=list)
     wrong_state: list[str] = field(default_factory=list)
     degraded_seen: bool = False
     kills: int = 0
+    chromium_pages: int = 0
     load: str = ""
 
-    def percentile(self, share: float, after_kill: bool = False) -> float:
-        ordered = sorted(seconds for start, seconds in self.latencies
+    @property
+    def answered(self) -> int:
+        return sum(counts.answered for counts in self.counts.values())
+
+    def percentile(self, share: float, after_kill: bool = False,
+                   kinds: tuple[str, ...] = KINDS) -> float:
+        """Of the answered calls' latencies (those starting up to KILL_WINDOW after a kill)."""
+        ordered = sorted(seconds for kind in kinds for start, seconds in self.counts[kind].latencies
                          if not after_kill or any(0 <= start - kill <= KILL_WINDOW
                                                   for kill in self.kill_times))
         return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
 
     def summary(self) -> str:
-        return (f"calls {self.calls} answered {self.answered} succeeded {self.succeeded} "
-                f"retried {self.retried} hung {self.hung} turns {self.turns}/{self.turns_answered} "
-                f"kills {self.kills} lost {len(self.lost)} twice {len(self.twice)} "
-                f"wrong state {len(self.wrong_state)} "
-                f"p50 {1000 * self.percentile(0.5):.0f} ms "
-                f"p99 {1000 * self.percentile(0.99):.0f} ms, in the {KILL_WINDOW:.0f} s "
-                f"after a kill p50 {1000 * self.percentile(0.5, True):.0f} ms "
-                f"p99 {1000 * self.percentile(0.99, True):.0f} ms "
+        ms = lambda share, after_kill=False, kinds=KINDS: (  # noqa: E731
+            f"{1000 * self.percentile(share, after_kill, kinds):.0f}")
+        kinds = "; ".join(
+            f"{kind}: calls {c.calls} answered {c.answered} retried {c.retried} "
+            f"hung {c.hung} cut {c.cut} p50/p99 {ms(0.5, kinds=(kind,))}/"
+            f"{ms(0.99, kinds=(kind,))} ms" for kind, c in self.counts.items())
+        return (f"{kinds}; cut MCP calls that had run {self.cut_ran}; "
+                f"turns {self.turns}/{self.turns_answered} chromium pages "
+                f"{self.chromium_pages} kills {self.kills} lost {len(self.lost)} twice "
+                f"{len(self.twice)} wrong state {len(self.wrong_state)} "
+                f"p50/p99 {ms(0.5)}/{ms(0.99)} ms, in the {KILL_WINDOW:.0f} s after a kill "
+                f"{ms(0.5, True)}/{ms(0.99, True)} ms; "
                 f"degraded seen {self.degraded_seen} load {self.load}")
 
 
@@ -175,14 +281,14 @@ def _retryable(status: int, answer: Any) -> bool:
 
 
 async def _post(http: httpx.AsyncClient, path: str, body: dict[str, Any], key: str,
-                figures: Figures) -> tuple[int, Any] | str:
+                counts: Counts) -> tuple[int, Any] | str:
     """POST with ``key`` until a final answer or :data:`CALL_DEADLINE` (then the last
     retryable answer, for the report)."""
     deadline = time.monotonic() + CALL_DEADLINE
     last = "no answer"
     for attempt in itertools.count():
         if attempt:
-            figures.retried += 1
+            counts.retried += 1
             await asyncio.sleep(RETRY_PAUSE)
         if time.monotonic() > deadline:
             return last
@@ -190,7 +296,7 @@ async def _post(http: httpx.AsyncClient, path: str, body: dict[str, Any], key: s
             response = await http.post(path, json=body, headers={"Idempotency-Key": key},
                                        timeout=ATTEMPT_TIMEOUT)
         except httpx.HTTPError as exc:
-            figures.hung += isinstance(exc, httpx.ReadTimeout)
+            counts.hung += isinstance(exc, httpx.ReadTimeout)
             last = f"{type(exc).__name__}: {exc}"
             continue
         try:
@@ -203,40 +309,194 @@ async def _post(http: httpx.AsyncClient, path: str, body: dict[str, Any], key: s
     raise AssertionError("unreachable")
 
 
-async def _caller(http: httpx.AsyncClient, page: FaultPage, stop: float, sent: dict[str, int],
-                  figures: Figures, rng: random.Random) -> None:
-    """Tool calls on one page, one after another, until ``stop``."""
+async def _caller(http: httpx.AsyncClient, target: Target, stop: float, figures: Figures,
+                  counts: Counts, rng: random.Random) -> None:
+    """Control-API tool calls on one page, one after another, until ``stop``."""
     while time.monotonic() < stop:
-        call = uuid.uuid4().hex
-        delta = rng.randint(1, 9)
-        figures.calls += 1
+        call, delta, args = target.new_call(rng)
+        counts.calls += 1
         started = time.monotonic()
-        answer = await _post(http, f"/pedelec/v1/sessions/{page.session_id}/tool-calls",
-                             {"tool": "update_counter", "args": {"delta": delta, "call": call}},
-                             call, figures)
+        answer = await _post(http, f"/pedelec/v1/sessions/{target.session_id}/tool-calls",
+                             {"tool": "update_counter", "args": args}, uuid.uuid4().hex,
+                             counts)
         if isinstance(answer, str):
-            figures.lost.append(f"{page.session_id} call {call}: {answer}")
+            target.refused[call] = delta
+            figures.lost.append(f"{target.session_id} call {call}: {answer}")
             continue
-        figures.answered += 1
-        figures.latencies.append((started, time.monotonic() - started))
         status, body = answer
         result = body.get("result") if isinstance(body, dict) else None
-        if status == 200 and isinstance(result, dict) and "value" in result:
-            figures.succeeded += 1
-            sent[call] = delta
+        if status == 200 and isinstance(result, dict) and isinstance(result.get("value"), int):
+            counts.answered += 1
+            counts.latencies.append((started, time.monotonic() - started))
+            target.answered[call] = delta
         else:
-            figures.lost.append(f"{page.session_id} call {call}: {status} {str(body)[:200]}")
+            target.refused[call] = delta
+            figures.lost.append(f"{target.session_id} call {call}: {status} {str(body)[:200]}")
+
+
+@contextlib.asynccontextmanager
+async def _mcp_client(era: str, url: str) -> AsyncIterator[ClientSession | Client]:
+    """The official SDK's client of ``era``'s protocol, its waits bounded."""
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
+                              timeout=httpx2.Timeout(ATTEMPT_TIMEOUT))
+    async with http:
+        if era == "handshake":
+            async with streamable_http_client(url, http_client=http) as (read, write), \
+                    ClientSession(read, write, read_timeout_seconds=ATTEMPT_TIMEOUT) as session:
+                await asyncio.wait_for(session.initialize(), ATTEMPT_TIMEOUT)
+                yield session
+        else:
+            async with Client(streamable_http_client(url, http_client=http),
+                              read_timeout_seconds=ATTEMPT_TIMEOUT) as client:
+                yield client
+
+
+def _value(result: types.CallToolResult) -> int | None:
+    content = result.structured_content
+    value = content.get("value") if isinstance(content, dict) and not result.is_error else None
+    return value if isinstance(value, int) else None
+
+
+async def _mcp_caller(url: str, era: str, target: Target, stop: float, figures: Figures,
+                      counts: Counts, rng: random.Random) -> None:
+    """MCP tool calls on one page, one after another, until ``stop``. A call without its
+    result is made again as a new call (the same delta); the client is opened again (a
+    new MCP session) after a transport error or a 404."""
+    failing_since: float | None = None  # the first call of the operation being retried
+    delta: int | None = None  # ... and its delta
+    last = "no answer"
+
+    def unanswered(call: str, call_delta: int, started: float, hung: bool) -> None:
+        nonlocal failing_since, delta
+        counts.retried += 1
+        counts.hung += hung
+        now = time.monotonic()
+        if any(started - CUT_SLACK <= kill <= now for kill in figures.kill_times):
+            counts.cut += 1
+            target.cut[call] = call_delta
+        else:
+            target.refused[call] = call_delta
+        if failing_since is None:
+            failing_since, delta = started, call_delta
+
+    while failing_since is not None or time.monotonic() < stop:
+        sent: tuple[str, int, float] | None = None
+        try:
+            async with _mcp_client(era, url) as client:
+                while failing_since is not None or time.monotonic() < stop:
+                    if failing_since is not None and (
+                            time.monotonic() - failing_since > CALL_DEADLINE):
+                        figures.lost.append(f"{target.session_id} MCP ({era}): no call of "
+                                            f"delta {delta} answered in {CALL_DEADLINE:g} s: "
+                                            f"{last}")
+                        failing_since = delta = None
+                        continue
+                    call, call_delta, args = target.new_call(rng, delta)
+                    counts.calls += 1
+                    sent = (call, call_delta, time.monotonic())
+                    result = await asyncio.wait_for(client.call_tool("update_counter", args),
+                                                    ATTEMPT_TIMEOUT)
+                    if _value(result) is None:  # an error result: no node answered, ...
+                        last = f"error result {str(result.content)[:300]}"
+                        unanswered(*sent, hung=False)
+                        sent = None
+                        await asyncio.sleep(RETRY_PAUSE)
+                        continue
+                    counts.answered += 1
+                    counts.latencies.append((sent[2], time.monotonic() - sent[2]))
+                    target.answered[call] = call_delta
+                    sent = None
+                    failing_since = delta = None
+        except Exception as exc:  # the client's node died, 404, 503, no answer in time
+            last = f"{type(exc).__name__}: {str(exc)[:300]}"
+            if sent is not None:
+                unanswered(*sent, hung=isinstance(exc, TimeoutError))
+            await asyncio.sleep(RETRY_PAUSE)
+
+
+class Browsers:
+    """``fault_browsers.mjs``: real Chromium demo pages, through HAProxy."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def opened(cls, url: str, count: int, log: Path) -> AsyncIterator[
+            tuple[Browsers, list[str]]]:
+        """``count`` pages ready, and their session ids; the browser closed at the end."""
+        with open(log, "wb") as errors:
+            process = await asyncio.create_subprocess_exec(
+                "node", str(BROWSERS), url, str(count), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=errors, limit=1 << 26)
+        browsers = cls(process)
+        try:
+            ready = await browsers._line(BROWSERS_READY)
+            assert "ready" in ready, f"the Chromium pages did not start: {ready}"
+            yield browsers, ready["ready"]
+        finally:
+            await browsers._close()
+
+    async def _line(self, timeout: float) -> Any:
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), timeout)
+        assert line, "fault_browsers.mjs ended"
+        return json.loads(line)
+
+    async def state(self) -> dict[str, Any]:
+        """Each page's session, state, counter and update_counter runs, as its DOM says."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(b"state\n")
+        await self.process.stdin.drain()
+        answer: dict[str, Any] = await self._line(60)
+        return answer
+
+    async def _close(self) -> None:
+        if self.process.returncode is None:
+            with contextlib.suppress(OSError):
+                assert self.process.stdin is not None
+                self.process.stdin.write(b"close\n")
+                await self.process.stdin.drain()
+            try:
+                await asyncio.wait_for(self.process.wait(), 30)
+            except TimeoutError:
+                self.process.kill()
+                await asyncio.wait_for(self.process.wait(), 30)
+
+
+async def _browser_check(browsers: Browsers, targets: list[Target], figures: Figures) -> None:
+    """Once every page is idle again (bounded): each page's DOM against what was sent."""
+    deadline = time.monotonic() + 30
+    while True:
+        seen = await browsers.state()
+        if all(page["state"] == "idle" for page in seen["pages"]):
+            break
+        if time.monotonic() > deadline:
+            figures.wrong_state.append(f"chromium pages not idle: "
+                                       f"{[page['state'] for page in seen['pages']]}")
+            break
+        await asyncio.sleep(0.5)
+    figures.wrong_state += [f"chromium page error: {error}" for error in seen["errors"]]
+    for target, page in zip(targets, seen["pages"], strict=True):
+        if page["sessionId"] != target.session_id:
+            figures.wrong_state.append(f"chromium {target.session_id}: a new session "
+                                       f"{page['sessionId']}")
+        runs: dict[str, int] = {}
+        for delta, _ in page["runs"]:
+            runs[str(delta)] = runs.get(str(delta), 0) + 1
+        target.check(runs, page["counter"], figures)
 
 
 async def _turner(http: httpx.AsyncClient, page: FaultPage, stop: float, keys: list[str],
                   figures: Figures) -> None:
     """Turns on one page (three tool calls each), one after another, until ``stop``."""
+    counts = Counts()  # a turn's retries are not a tool call's
     while time.monotonic() < stop:
         key = uuid.uuid4().hex
         figures.turns += 1
         keys.append(key)
         answer = await _post(http, f"/pedelec/v1/sessions/{page.session_id}/turns",
-                             {"text": "go"}, key, figures)
+                             {"text": "go"}, key, counts)
         if isinstance(answer, str):
             figures.lost.append(f"{page.session_id} turn {key}: {answer}")
         else:
@@ -270,28 +530,57 @@ async def _redis_restart(server: RedisServer, made: Cluster, at: float, down: fl
     await asyncio.to_thread(server.start)
 
 
+def provision() -> Path:
+    """The Pyodide runtime the nodes serve the demo pages (cached: a second run is fast)."""
+    subprocess.run([sys.executable, "-m", "pedelec_pyodide.core.provision", str(PYODIDE)],
+                   check=True, stdout=subprocess.DEVNULL, timeout=900)
+    return PYODIDE / "pyodide"
+
+
 async def fault_run(server: RedisServer, workdir: Path, *, pages: int, seconds: float,
-                    kill_every: float, restart_redis: bool = False) -> Figures:
+                    kill_every: float, restart_redis: bool = False,
+                    chromium: int = 0) -> Figures:
     """The whole run; every process it started is stopped when it returns or raises."""
-    figures = Figures()
+    figures = Figures(chromium_pages=chromium)
     rng = random.Random(13)
-    async with cluster(server.url, 3, workdir) as made:
+    deltas = itertools.count(1)
+    pyodide = await asyncio.to_thread(provision) if chromium else None
+    async with cluster(server.url, 3, workdir, pyodide) as made, \
+            contextlib.AsyncExitStack() as stack:
+        browser_targets: list[Target] = []
+        browsers: Browsers | None = None
+        if chromium:
+            browsers, ids = await stack.enter_async_context(
+                Browsers.opened(made.url, chromium, workdir / "browsers.log"))
+            browser_targets = [Target(sid, True, deltas) for sid in ids]
         opened = [FaultPage(made.ws_url) for _ in range(pages)]
         try:
             await asyncio.gather(*(page.open() for page in opened))
+            targets = [Target(page.session_id, False, deltas) for page in opened]
             stop = time.monotonic() + seconds
-            sent: list[dict[str, int]] = [{} for _ in opened]
             turn_keys: list[list[str]] = [[] for _ in opened]
             # HAProxy's keep-alive connections may die with a node: a fresh pool per caller
-            clients = [httpx.AsyncClient(base_url=str(made.http.base_url),
+            clients = [httpx.AsyncClient(base_url=made.url,
                                          headers={"Authorization": f"Bearer {TOKEN}"})
-                       for _ in opened]
+                       for _ in [*opened, *browser_targets]]
+
+            def mcp_url(target: Target) -> str:
+                return f"{made.url}/pedelec/v1/sessions/{target.session_id}/mcp"
+
+            control, mcp, c_control, c_mcp = (figures.counts[kind] for kind in KINDS)
             try:
                 work = [
-                    *(_caller(clients[i], page, stop, sent[i], figures, rng)
-                      for i, page in enumerate(opened)),
+                    *(_caller(clients[i], target, stop, figures, control, rng)
+                      for i, target in enumerate(targets)),
+                    # MCP callers on every other page, of both protocols in turn
+                    *(_mcp_caller(mcp_url(target), ERAS[i % 2], target, stop, figures, mcp,
+                                  rng) for i, target in enumerate(targets[::2])),
                     *(_turner(clients[i], page, stop, turn_keys[i], figures)
                       for i, page in enumerate(opened[:max(1, pages // 4)])),
+                    *(_caller(clients[pages + i], target, stop, figures, c_control, rng)
+                      for i, target in enumerate(browser_targets)),
+                    *(_mcp_caller(mcp_url(target), ERAS[i % 2], target, stop, figures,
+                                  c_mcp, rng) for i, target in enumerate(browser_targets)),
                     _killer(made, stop, kill_every, figures),
                 ]
                 if restart_redis:
@@ -302,17 +591,12 @@ async def fault_run(server: RedisServer, workdir: Path, *, pages: int, seconds: 
                     await client.aclose()
             figures.load = " ".join(f"{x:.2f}" for x in os.getloadavg())
             for i, page in enumerate(opened):
-                figures.twice += [f"{page.session_id} call {call} ran {count}x"
-                                  for call, count in page.runs.items() if count > 1]
-                figures.twice += [f"{page.session_id} call {call} ran, never answered"
-                                  for call in page.runs if call not in sent[i]]
+                targets[i].check(page.runs, page.counter, figures)
                 if page.turn_runs > 3 * len(turn_keys[i]):
                     figures.twice.append(f"{page.session_id}: {page.turn_runs} turn tool "
                                          f"runs for {len(turn_keys[i])} turns")
-                if page.counter != sum(sent[i].values()):
-                    figures.wrong_state.append(
-                        f"{page.session_id}: counter {page.counter}, "
-                        f"sum of answered deltas {sum(sent[i].values())}")
+            if browsers is not None:
+                await _browser_check(browsers, browser_targets, figures)
         finally:
             for page in opened:
                 await page.close()

@@ -1,0 +1,132 @@
+"""A message between nodes that Redis drops (pub/sub delivers only to whoever is
+subscribed at that moment): after Redis dropped its subscribers (a restart, a network cut;
+here ``CLIENT KILL TYPE pubsub``), each node's inbox subscribes again only a moment later.
+A call's ask published to a holder not yet subscribed, or the holder's reply published to
+an asker not yet subscribed, is lost; the asker, still seeing the same live holder, used
+to wait for the reply until the call's 600 s limit (the fault run's attempts with no
+answer in 15 s after a Redis restart). The asker now sends its ask again, with the call's
+key, when nobody heard it or when its own inbox subscribed again after sending: the
+holder answers it from the same request, which runs once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta, until
+from storekit import RedisServer
+from test_mcp import modern_client
+from test_mcp_cluster import mcp_at
+from test_progress import next_of, result
+
+from pedelec_pyodide.core.sessions import RESEND_SECONDS
+
+
+def subscribers(redis_server: RedisServer, core: Core) -> int:
+    """How many of Redis's clients listen to ``core``'s inbox."""
+    with contextlib.closing(redis_server.client()) as client:
+        [(_, count)] = client.pubsub_numsub(
+            f"{core.registry.store.prefix}node:{core.registry.node}")
+        return int(count)
+
+
+def pubsub_clients(redis_server: RedisServer) -> set[int]:
+    """The ids of Redis's clients that are subscribed to something (the nodes' inboxes)."""
+    with contextlib.closing(redis_server.client()) as client:
+        return {int(entry["id"]) for entry in client.client_list(_type="pubsub")}
+
+
+def drop(redis_server: RedisServer, ids: set[int]) -> None:
+    """Redis drops these subscribers, as a restart drops them all."""
+    with contextlib.closing(redis_server.client()) as client:
+        for client_id in ids:
+            client.client_kill_filter(_id=str(client_id))
+
+
+@pytest.mark.parametrize("lost", ["reply", "ask"])
+@pytest.mark.parametrize("kind", ["control", "mcp"])
+def test_a_call_whose_message_redis_dropped_is_answered_and_runs_once(
+        redis_server: RedisServer, kind: str, lost: str) -> None:
+    """The page is on A; its call arrives at B and is forwarded (control API) or relayed
+    (MCP) to A. ``reply``: Redis drops B's inbox after A sent the page the request and the
+    page answers at once, so A's reply reaches nobody (B's inbox subscribes again, and B
+    asks again). ``ask``: Redis drops A's inbox just before the call, so B's ask reaches
+    nobody (B hears that nobody heard it, and asks again)."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, contextlib.AsyncExitStack() as stack:
+            await until(lambda: subscribers(redis_server, a) == 1, "A's inbox subscribed")
+            of_a = pubsub_clients(redis_server)
+            b = await stack.enter_async_context(running_core(config(**cfg)))
+            await until(lambda: subscribers(redis_server, b) == 1, "B's inbox subscribed")
+            page = await RawClient.open(a.ws_url)
+            stack.push_async_callback(page.close)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            await until(lambda: sid in a.registry.sessions)
+            if kind == "mcp":
+                client = await stack.enter_async_context(modern_client(mcp_at(b.port, sid)))
+                await client.list_tools()
+
+            async def call() -> Any:
+                if kind == "control":
+                    response = await b.http.post(f"/pedelec/v1/sessions/{sid}/tool-calls",
+                                                 json={"tool": "a", "args": {"n": 1}})
+                    assert response.status_code == 200, response.text
+                    return response.json()["result"]
+                answer = await client.call_tool("a", {"n": 1})
+                return answer.structured_content
+
+            if lost == "ask":
+                drop(redis_server, of_a)
+                assert subscribers(redis_server, a) == 0
+                assert subscribers(redis_server, b) == 1
+            answer = asyncio.ensure_future(call())
+            stack.callback(answer.cancel)
+            request = await next_of(page, "tool.request")
+            if lost == "reply":
+                drop(redis_server, pubsub_clients(redis_server) - of_a)
+                assert subscribers(redis_server, b) == 0
+            await result(page, request["toolRequestId"], {"ok": True})
+            assert await asyncio.wait_for(answer, WAIT) == {"ok": True}
+            # once: no second tool.request for the ask sent again
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(next_of(page, "tool.request"), 1.0)
+
+    run(main(), timeout=60)
+
+
+def test_an_ask_sent_again_while_its_call_runs_is_not_run_again(
+        redis_server: RedisServer) -> None:
+    """A call the page answers only after several resends: the holder runs the
+    forwarded call once (the asks sent again meanwhile are ignored), and the caller gets
+    the page's one result."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            await until(lambda: sid in a.registry.sessions)
+            serve = a.registry.serve_forwarded
+            assert serve is not None
+            served: list[str] = []
+
+            async def counted(request: dict[str, Any]) -> dict[str, Any]:
+                served.append(request["path"])
+                return await serve(request)
+
+            a.registry.serve_forwarded = counted
+            answer = asyncio.ensure_future(b.http.post(
+                f"/pedelec/v1/sessions/{sid}/tool-calls", json={"tool": "a", "args": {}}))
+            request = await next_of(page, "tool.request")
+            await asyncio.sleep(3 * RESEND_SECONDS)  # sent again two or three times
+            await result(page, request["toolRequestId"], {"ok": True})
+            response = await asyncio.wait_for(answer, WAIT)
+            assert response.json()["result"] == {"ok": True}, response.text
+            assert served == [f"/pedelec/v1/sessions/{sid}/tool-calls"]
+            await page.close()
+
+    run(main())
