@@ -54,7 +54,7 @@ from typing import Any
 import httpx
 import httpx2
 import websockets
-from clusterkit import Cluster, cluster
+from clusterkit import Cluster, Node, cluster
 from corekit import TOKEN, tool_meta
 from mcp import Client, ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
@@ -238,6 +238,7 @@ class Figures:
     degraded_seen: bool = False
     kills: int = 0
     chromium_pages: int = 0
+    chromium_cut: int = 0  # Chromium pages whose socket's node was killed (once per kill)
     load: str = ""
 
     @property
@@ -261,7 +262,8 @@ class Figures:
             f"{ms(0.99, kinds=(kind,))} ms" for kind, c in self.counts.items())
         return (f"{kinds}; cut MCP calls that had run {self.cut_ran}; "
                 f"turns {self.turns}/{self.turns_answered} chromium pages "
-                f"{self.chromium_pages} kills {self.kills} lost {len(self.lost)} twice "
+                f"{self.chromium_pages} (their node killed {self.chromium_cut}x) "
+                f"kills {self.kills} lost {len(self.lost)} twice "
                 f"{len(self.twice)} wrong state {len(self.wrong_state)} "
                 f"p50/p99 {ms(0.5)}/{ms(0.99)} ms, in the {KILL_WINDOW:.0f} s after a kill "
                 f"{ms(0.5, True)}/{ms(0.99, True)} ms; "
@@ -504,11 +506,31 @@ async def _turner(http: httpx.AsyncClient, page: FaultPage, stop: float, keys: l
         await asyncio.sleep(0.5)
 
 
-async def _killer(made: Cluster, stop: float, every: float, figures: Figures) -> None:
-    for node in itertools.cycle(made.nodes):
+async def _sockets_on(made: Cluster, node: Node, sessions: set[str]) -> int:
+    """How many of ``sessions`` have their page's socket on ``node`` (0 if it cannot say)."""
+    if not sessions:
+        return 0
+    try:
+        response = await made.http.get(f"http://127.0.0.1:{node.port}/pedelec/v1/sessions",
+                                       params={"connected": "true"}, timeout=2)
+        listed = {info["sessionId"] for info in response.json()["sessions"]}
+    except (httpx.HTTPError, ValueError, KeyError):
+        return 0
+    return len(listed & sessions)
+
+
+async def _killer(made: Cluster, stop: float, every: float, figures: Figures,
+                  chromium: set[str]) -> None:
+    """Every ``every`` seconds the next node, in turn, starting with one holding a
+    Chromium page's socket (so that even a short run kills one under a real page)."""
+    nodes = list(made.nodes)
+    held = [await _sockets_on(made, node, chromium) for node in nodes]
+    first = held.index(max(held))
+    for node in itertools.cycle(nodes[first:] + nodes[:first]):
         await asyncio.sleep(every)
         if time.monotonic() >= stop:
             return
+        figures.chromium_cut += await _sockets_on(made, node, chromium)
         figures.kill_times.append(time.monotonic())
         await node.kill()
         figures.kills += 1
@@ -581,7 +603,8 @@ async def fault_run(server: RedisServer, workdir: Path, *, pages: int, seconds: 
                       for i, target in enumerate(browser_targets)),
                     *(_mcp_caller(mcp_url(target), ERAS[i % 2], target, stop, figures,
                                   c_mcp, rng) for i, target in enumerate(browser_targets)),
-                    _killer(made, stop, kill_every, figures),
+                    _killer(made, stop, kill_every, figures,
+                            {target.session_id for target in browser_targets}),
                 ]
                 if restart_redis:
                     work.append(_redis_restart(server, made, seconds / 2, 3.0, figures))

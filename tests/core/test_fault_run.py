@@ -32,6 +32,7 @@ def test_nothing_lost_nothing_twice_while_nodes_die(
     print(f"\nfault run ({'long' if LONG else 'short'}, redis restart {restart_redis}): "
           f"{figures.summary()}")
     assert figures.kills >= 2, figures.summary()
+    assert figures.chromium_cut >= 1, f"no Chromium page's node killed: {figures.summary()}"
     for kind, counts in figures.counts.items():
         assert counts.answered > 0, f"no {kind} call answered: {figures.summary()}"
     assert figures.lost == [], figures.lost[:10]
