@@ -521,13 +521,15 @@ async def _sockets_on(made: Cluster, node: Node, sessions: set[str]) -> int:
 
 async def _killer(made: Cluster, stop: float, every: float, figures: Figures,
                   chromium: set[str]) -> None:
-    """Every ``every`` seconds the next node, in turn, starting with one holding a
+    """Every ``every`` seconds (on a fixed schedule: a node slow to start again, waiting
+    for Redis, delays no later kill) the next node, in turn, starting with one holding a
     Chromium page's socket (so that even a short run kills one under a real page)."""
     nodes = list(made.nodes)
     held = [await _sockets_on(made, node, chromium) for node in nodes]
     first = held.index(max(held))
-    for node in itertools.cycle(nodes[first:] + nodes[:first]):
-        await asyncio.sleep(every)
+    started = time.monotonic()
+    for count, node in enumerate(itertools.cycle(nodes[first:] + nodes[:first]), 1):
+        await asyncio.sleep(max(0.0, started + count * every - time.monotonic()))
         if time.monotonic() >= stop:
             return
         figures.chromium_cut += await _sockets_on(made, node, chromium)
