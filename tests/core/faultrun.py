@@ -253,20 +253,23 @@ class Figures:
                                                   for kill in self.kill_times))
         return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
 
+    def _ms(self, after_kill: bool = False, kinds: tuple[str, ...] = KINDS) -> str:
+        """p50/p99 in ms."""
+        return "/".join(f"{1000 * self.percentile(share, after_kill, kinds):.0f}"
+                        for share in (0.5, 0.99))
+
     def summary(self) -> str:
-        ms = lambda share, after_kill=False, kinds=KINDS: (  # noqa: E731
-            f"{1000 * self.percentile(share, after_kill, kinds):.0f}")
         kinds = "; ".join(
             f"{kind}: calls {c.calls} answered {c.answered} retried {c.retried} "
-            f"hung {c.hung} cut {c.cut} p50/p99 {ms(0.5, kinds=(kind,))}/"
-            f"{ms(0.99, kinds=(kind,))} ms" for kind, c in self.counts.items())
+            f"hung {c.hung} cut {c.cut} p50/p99 {self._ms(kinds=(kind,))} ms"
+            for kind, c in self.counts.items())
         return (f"{kinds}; cut MCP calls that had run {self.cut_ran}; "
                 f"turns {self.turns}/{self.turns_answered} chromium pages "
                 f"{self.chromium_pages} (their node killed {self.chromium_cut}x) "
                 f"kills {self.kills} lost {len(self.lost)} twice "
                 f"{len(self.twice)} wrong state {len(self.wrong_state)} "
-                f"p50/p99 {ms(0.5)}/{ms(0.99)} ms, in the {KILL_WINDOW:.0f} s after a kill "
-                f"{ms(0.5, True)}/{ms(0.99, True)} ms; "
+                f"p50/p99 {self._ms()} ms, in the {KILL_WINDOW:.0f} s after a kill "
+                f"{self._ms(True)} ms; "
                 f"degraded seen {self.degraded_seen} load {self.load}")
 
 
@@ -521,22 +524,29 @@ async def _sockets_on(made: Cluster, node: Node, sessions: set[str]) -> int:
 
 async def _killer(made: Cluster, stop: float, every: float, figures: Figures,
                   chromium: set[str]) -> None:
-    """Every ``every`` seconds (on a fixed schedule: a node slow to start again, waiting
-    for Redis, delays no later kill) the next node, in turn, starting with one holding a
-    Chromium page's socket (so that even a short run kills one under a real page)."""
+    """Every ``every`` seconds the next node, in turn, starting with one holding a
+    Chromium page's socket (so that even a short run kills one under a real page). Each
+    is started again in the background: a node slow to start (waiting for Redis) delays
+    no later kill, only its own next one."""
     nodes = list(made.nodes)
     held = [await _sockets_on(made, node, chromium) for node in nodes]
     first = held.index(max(held))
+    starting: dict[int, asyncio.Task[None]] = {}  # by node port
     started = time.monotonic()
-    for count, node in enumerate(itertools.cycle(nodes[first:] + nodes[:first]), 1):
-        await asyncio.sleep(max(0.0, started + count * every - time.monotonic()))
-        if time.monotonic() >= stop:
-            return
-        figures.chromium_cut += await _sockets_on(made, node, chromium)
-        figures.kill_times.append(time.monotonic())
-        await node.kill()
-        figures.kills += 1
-        await node.start()
+    try:
+        for count, node in enumerate(itertools.cycle(nodes[first:] + nodes[:first]), 1):
+            await asyncio.sleep(max(0.0, started + count * every - time.monotonic()))
+            if time.monotonic() >= stop:
+                return
+            if node.port in starting:
+                await starting.pop(node.port)
+            figures.chromium_cut += await _sockets_on(made, node, chromium)
+            figures.kill_times.append(time.monotonic())
+            await node.kill()
+            figures.kills += 1
+            starting[node.port] = asyncio.ensure_future(node.start())
+    finally:
+        await asyncio.gather(*starting.values())
 
 
 async def _redis_restart(server: RedisServer, made: Cluster, at: float, down: float,
