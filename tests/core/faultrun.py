@@ -21,12 +21,13 @@ What "lost" and "run twice" mean:
   key of its own, so while the node the client reached lives, the call is routed again
   when the page's node dies and its handler runs once. If the client's node dies (or
   its MCP session, then 404) before the answer, the answer is gone with it: the client
-  cannot ask for it again. So a retry of an MCP call is a new call (a new call id, the
-  same delta). A call without an answer that was in flight while a node was killed is
-  *cut*: its handler may have run (at most once; counted as ``cut_ran``) and the page's
-  state must then include it. Any other call without its result (refused: 404, 503) must
-  not have run; one that ran is lost. The operation (the delta the caller wants added) is
-  lost if no call of it was answered within :data:`CALL_DEADLINE`.
+  cannot ask for it again. So a retry of an MCP call is a new call (a new call id; on
+  a simulated page the same delta). A call without an answer that was in flight while a
+  node was killed is *cut*: its handler may have run (at most once; counted as
+  ``cut_ran``) and the page's state must then include it. Any other call without its
+  result (refused: 404, 503; an error result) must not have run; one that ran is lost.
+  The operation (the delta the caller wants added) is lost if no call of it was answered
+  within :data:`CALL_DEADLINE`.
 - Run twice: a call id whose handler ran more than once, for either kind of call.
 
 A page's state must equal the sum of the deltas of the calls that ran on it, every
@@ -104,7 +105,7 @@ class Target:
         self._deltas = deltas
         self.answered: dict[str, int] = {}
         self.cut: dict[str, int] = {}  # MCP calls in flight while a node was killed
-        self.refused: dict[str, int] = {}  # other calls without their result (MCP)
+        self.refused: dict[str, int] = {}  # other calls without their result
 
     def new_call(self, rng: random.Random, delta: int | None = None
                  ) -> tuple[str, int, dict[str, Any]]:
