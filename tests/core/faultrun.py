@@ -21,12 +21,13 @@ What "lost" and "run twice" mean:
   key of its own, so while the node the client reached lives, the call is routed again
   when the page's node dies and its handler runs once. If the client's node dies (or
   its MCP session, then 404) before the answer, the answer is gone with it: the client
-  cannot ask for it again. So a retry of an MCP call is a new call (a new call id, the
-  same delta). A call without an answer that was in flight while a node was killed is
-  *cut*: its handler may have run (at most once; counted as ``cut_ran``) and the page's
-  state must then include it. Any other call without its result (refused: 404, 503) must
-  not have run; one that ran is lost. The operation (the delta the caller wants added) is
-  lost if no call of it was answered within :data:`CALL_DEADLINE`.
+  cannot ask for it again. So a retry of an MCP call is a new call (a new call id; on
+  a simulated page the same delta). A call without an answer that was in flight while a
+  node was killed is *cut*: its handler may have run (at most once; counted as
+  ``cut_ran``) and the page's state must then include it. Any other call without its
+  result (refused: 404, 503; an error result) must not have run; one that ran is lost.
+  The operation (the delta the caller wants added) is lost if no call of it was answered
+  within :data:`CALL_DEADLINE`.
 - Run twice: a call id whose handler ran more than once, for either kind of call.
 
 A page's state must equal the sum of the deltas of the calls that ran on it, every
@@ -54,7 +55,7 @@ from typing import Any
 import httpx
 import httpx2
 import websockets
-from clusterkit import Cluster, cluster
+from clusterkit import Cluster, Node, cluster
 from corekit import TOKEN, tool_meta
 from mcp import Client, ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
@@ -104,7 +105,7 @@ class Target:
         self._deltas = deltas
         self.answered: dict[str, int] = {}
         self.cut: dict[str, int] = {}  # MCP calls in flight while a node was killed
-        self.refused: dict[str, int] = {}  # other calls without their result (MCP)
+        self.refused: dict[str, int] = {}  # other calls without their result
 
     def new_call(self, rng: random.Random, delta: int | None = None
                  ) -> tuple[str, int, dict[str, Any]]:
@@ -238,6 +239,7 @@ class Figures:
     degraded_seen: bool = False
     kills: int = 0
     chromium_pages: int = 0
+    chromium_cut: int = 0  # Chromium pages whose socket's node was killed (once per kill)
     load: str = ""
 
     @property
@@ -252,19 +254,23 @@ class Figures:
                                                   for kill in self.kill_times))
         return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
 
+    def _ms(self, after_kill: bool = False, kinds: tuple[str, ...] = KINDS) -> str:
+        """p50/p99 in ms."""
+        return "/".join(f"{1000 * self.percentile(share, after_kill, kinds):.0f}"
+                        for share in (0.5, 0.99))
+
     def summary(self) -> str:
-        ms = lambda share, after_kill=False, kinds=KINDS: (  # noqa: E731
-            f"{1000 * self.percentile(share, after_kill, kinds):.0f}")
         kinds = "; ".join(
             f"{kind}: calls {c.calls} answered {c.answered} retried {c.retried} "
-            f"hung {c.hung} cut {c.cut} p50/p99 {ms(0.5, kinds=(kind,))}/"
-            f"{ms(0.99, kinds=(kind,))} ms" for kind, c in self.counts.items())
+            f"hung {c.hung} cut {c.cut} p50/p99 {self._ms(kinds=(kind,))} ms"
+            for kind, c in self.counts.items())
         return (f"{kinds}; cut MCP calls that had run {self.cut_ran}; "
                 f"turns {self.turns}/{self.turns_answered} chromium pages "
-                f"{self.chromium_pages} kills {self.kills} lost {len(self.lost)} twice "
+                f"{self.chromium_pages} (their node killed {self.chromium_cut}x) "
+                f"kills {self.kills} lost {len(self.lost)} twice "
                 f"{len(self.twice)} wrong state {len(self.wrong_state)} "
-                f"p50/p99 {ms(0.5)}/{ms(0.99)} ms, in the {KILL_WINDOW:.0f} s after a kill "
-                f"{ms(0.5, True)}/{ms(0.99, True)} ms; "
+                f"p50/p99 {self._ms()} ms, in the {KILL_WINDOW:.0f} s after a kill "
+                f"{self._ms(True)} ms; "
                 f"degraded seen {self.degraded_seen} load {self.load}")
 
 
@@ -504,15 +510,44 @@ async def _turner(http: httpx.AsyncClient, page: FaultPage, stop: float, keys: l
         await asyncio.sleep(0.5)
 
 
-async def _killer(made: Cluster, stop: float, every: float, figures: Figures) -> None:
-    for node in itertools.cycle(made.nodes):
-        await asyncio.sleep(every)
-        if time.monotonic() >= stop:
-            return
-        figures.kill_times.append(time.monotonic())
-        await node.kill()
-        figures.kills += 1
-        await node.start()
+async def _sockets_on(made: Cluster, node: Node, sessions: set[str]) -> int:
+    """How many of ``sessions`` have their page's socket on ``node`` (0 if it cannot say)."""
+    if not sessions:
+        return 0
+    try:
+        response = await made.http.get(f"http://127.0.0.1:{node.port}/pedelec/v1/sessions",
+                                       params={"connected": "true"}, timeout=2)
+        listed = {info["sessionId"] for info in response.json()["sessions"]}
+    except (httpx.HTTPError, ValueError, KeyError):
+        return 0
+    return len(listed & sessions)
+
+
+async def _killer(made: Cluster, stop: float, every: float, figures: Figures,
+                  chromium: set[str]) -> None:
+    """Every ``every`` seconds the next node, in turn, starting with one holding a
+    Chromium page's socket (so that even a short run kills one under a real page). Each
+    is started again in the background: a node slow to start (waiting for Redis) delays
+    no later kill, only its own next one."""
+    nodes = list(made.nodes)
+    held = [await _sockets_on(made, node, chromium) for node in nodes]
+    first = held.index(max(held))
+    starting: dict[int, asyncio.Task[None]] = {}  # by node port
+    started = time.monotonic()
+    try:
+        for count, node in enumerate(itertools.cycle(nodes[first:] + nodes[:first]), 1):
+            await asyncio.sleep(max(0.0, started + count * every - time.monotonic()))
+            if time.monotonic() >= stop:
+                return
+            if node.port in starting:
+                await starting.pop(node.port)
+            figures.chromium_cut += await _sockets_on(made, node, chromium)
+            figures.kill_times.append(time.monotonic())
+            await node.kill()
+            figures.kills += 1
+            starting[node.port] = asyncio.ensure_future(node.start())
+    finally:
+        await asyncio.gather(*starting.values())
 
 
 async def _redis_restart(server: RedisServer, made: Cluster, at: float, down: float,
@@ -581,7 +616,8 @@ async def fault_run(server: RedisServer, workdir: Path, *, pages: int, seconds: 
                       for i, target in enumerate(browser_targets)),
                     *(_mcp_caller(mcp_url(target), ERAS[i % 2], target, stop, figures,
                                   c_mcp, rng) for i, target in enumerate(browser_targets)),
-                    _killer(made, stop, kill_every, figures),
+                    _killer(made, stop, kill_every, figures,
+                            {target.session_id for target in browser_targets}),
                 ]
                 if restart_redis:
                     work.append(_redis_restart(server, made, seconds / 2, 3.0, figures))
