@@ -223,8 +223,8 @@ class McpEndpoint:
         if not registry.store.shared or registry.get(session_id) is not None:
             return path_session(request)
         try:
-            if await registry.store.holder(session_id) is None and not (
-                    await registry.store.load_session(session_id)).sessions:
+            if await registry.store.holder(session_id) is None and (
+                    await registry.store.load_session_record(session_id)) is None:
                 return path_session(request)  # no node holds it, none stored it: 404
         except StoreError as exc:
             raise ApiError(503, STORE_UNAVAILABLE, f"Core cannot reach its store to find "
@@ -247,11 +247,12 @@ class McpEndpoint:
         session = self.registry.get(session_id)
         if session is not None and not session.closed:
             tools = session.tools
-        elif self.registry.store.shared:  # another node's page: its tools as stored
-            stored = (await self.registry.store.load_session(session_id)).sessions
-            if not stored:
+        elif self.registry.store.shared:  # another node's page: its tools as stored (the
+            # session's row alone: a 2026-07-28 client's every call reads them)
+            stored = await self.registry.store.load_session_record(session_id)
+            if stored is None:
                 raise _no_session(session_id)
-            tools = json.loads(stored[0].tools)
+            tools = json.loads(stored.tools)
         else:
             raise _no_session(session_id)
         return types.ListToolsResult(tools=[mcp_tool(t) for t in tools])

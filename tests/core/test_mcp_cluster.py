@@ -659,3 +659,48 @@ def test_a_relayed_call_lost_on_its_way_is_sent_again_and_runs_once(
             await page.close()
 
     run(main())
+
+
+def test_calls_on_a_node_without_the_page_read_its_tools_alone_not_its_history(
+        redis_server: RedisServer) -> None:
+    """A client of the per-request protocol has each ``tools/call`` checked against the
+    tool's input schema (the SDK lists the tools for it): on a node without the page that
+    reads the session's row from Redis, never the whole session with every request it
+    kept, so a call costs the same after 1 call as after 10,000."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_requests(page, ran))
+            store = b.registry.store
+            loaded, rows = 0, 0
+            load_session, load_record = store.load_session, store.load_session_record
+
+            async def counted_load(session_id: str) -> Any:
+                nonlocal loaded
+                loaded += 1
+                return await load_session(session_id)
+
+            async def counted_record(session_id: str) -> Any:
+                nonlocal rows
+                rows += 1
+                return await load_record(session_id)
+
+            store.load_session = counted_load  # type: ignore[method-assign]
+            store.load_session_record = counted_record  # type: ignore[method-assign]
+            try:
+                async with modern_client(mcp_at(b.port, sid)) as client:
+                    for n in range(3):
+                        answer = await client.call_tool("a", {"n": n})
+                        assert answer.structured_content == {"ok": True, "data": {"n": n}}
+            finally:
+                handlers.cancel()
+                await page.close()
+            assert len(ran) == 3
+            assert rows >= 3  # each call's input schema, from the session's row
+            assert loaded == 0
+
+    run(main())
