@@ -661,12 +661,15 @@ def test_a_relayed_call_lost_on_its_way_is_sent_again_and_runs_once(
     run(main())
 
 
-def test_calls_on_a_node_without_the_page_read_its_tools_alone_not_its_history(
-        redis_server: RedisServer) -> None:
-    """A client of the per-request protocol has each ``tools/call`` checked against the
-    tool's input schema (the SDK lists the tools for it): on a node without the page that
-    reads the session's row from Redis, never the whole session with every request it
-    kept, so a call costs the same after 1 call as after 10,000."""
+@pytest.mark.parametrize("era", ["handshake", "2026-07-28"])
+def test_a_relayed_call_asks_redis_once_for_the_holder_and_never_for_the_history(
+        redis_server: RedisServer, era: str) -> None:
+    """On a node without the page, each ``tools/call`` asks Redis which node holds the
+    page once (before the SDK sees the request; the relay goes there without asking
+    again), and a client of the per-request protocol, whose every call the SDK checks
+    against the tool's input schema, has the tools read from the session's row alone,
+    never the whole session with every request it kept: a call costs the same after
+    one call as after 10,000."""
 
     async def main() -> None:
         cfg = {"store": redis_server.url}
@@ -676,31 +679,32 @@ def test_calls_on_a_node_without_the_page_read_its_tools_alone_not_its_history(
             ran: list[str] = []
             handlers = asyncio.ensure_future(answer_requests(page, ran))
             store = b.registry.store
-            loaded, rows = 0, 0
-            load_session, load_record = store.load_session, store.load_session_record
+            counts = {"holder": 0, "load_session": 0, "load_session_record": 0}
 
-            async def counted_load(session_id: str) -> Any:
-                nonlocal loaded
-                loaded += 1
-                return await load_session(session_id)
+            def counted(name: str) -> None:
+                method = getattr(store, name)
 
-            async def counted_record(session_id: str) -> Any:
-                nonlocal rows
-                rows += 1
-                return await load_record(session_id)
+                async def count(*args: Any) -> Any:
+                    counts[name] += 1
+                    return await method(*args)
+                setattr(store, name, count)
 
-            store.load_session = counted_load  # type: ignore[method-assign]
-            store.load_session_record = counted_record  # type: ignore[method-assign]
+            for name in counts:
+                counted(name)
             try:
-                async with modern_client(mcp_at(b.port, sid)) as client:
-                    for n in range(3):
+                async with client_of(era, mcp_at(b.port, sid)) as client:
+                    await client.call_tool("a", {"n": 0})  # the SDK lists the tools once
+                    before = dict(counts)
+                    for n in range(1, 4):
                         answer = await client.call_tool("a", {"n": n})
                         assert answer.structured_content == {"ok": True, "data": {"n": n}}
+                    after = dict(counts)  # (closing the client is a request too)
             finally:
                 handlers.cancel()
                 await page.close()
-            assert len(ran) == 3
-            assert rows >= 3  # each call's input schema, from the session's row
-            assert loaded == 0
+            assert len(ran) == 4
+            assert {name: after[name] - before[name] for name in counts} == {
+                "holder": 3, "load_session": 0,
+                "load_session_record": 3 if era == "2026-07-28" else 0}
 
     run(main())
