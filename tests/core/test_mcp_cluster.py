@@ -668,8 +668,7 @@ def test_a_relayed_call_asks_redis_once_for_the_holder_and_never_for_the_history
     page once (before the SDK sees the request; the relay goes there without asking
     again), and a client of the per-request protocol, whose every call the SDK checks
     against the tool's input schema, has the tools read from the session's row alone,
-    never the whole session with every request it kept: a call costs the same after
-    one call as after 10,000."""
+    never the whole session with the results (``--kept-results``) and keys it keeps."""
 
     async def main() -> None:
         cfg = {"store": redis_server.url}

@@ -45,7 +45,7 @@ class Store(Protocol):
         """The session's own stored row (its tools), without its requests, turns or
         keys, or None: what a node serving another node's page reads, on each MCP call
         of the per-request protocol (its tool's input schema), so it costs the same
-        however many calls the session has had."""
+        however many results and keys the session keeps."""
 
     def save_session(self, record: SessionRecord) -> None: ...
 
