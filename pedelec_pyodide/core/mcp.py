@@ -71,6 +71,8 @@ MAX_LISTENS_PER_PAGE = 16
 LISTEN_BACKLOG = 16
 # the key of a page's listen streams among its session's tool listeners
 _LISTEN_KEY = "mcp:subscriptions/listen"
+# in an HTTP request's scope: the node holding its page, as found before the SDK saw it
+_HOLDER = "pedelec.mcp_holder"
 
 Context = ServerRequestContext[Any, Any]
 
@@ -223,12 +225,14 @@ class McpEndpoint:
         if not registry.store.shared or registry.get(session_id) is not None:
             return path_session(request)
         try:
-            if await registry.store.holder(session_id) is None and not (
-                    await registry.store.load_session(session_id)).sessions:
+            holder = await registry.store.holder(session_id)
+            if holder is None and (
+                    await registry.store.load_session_record(session_id)) is None:
                 return path_session(request)  # no node holds it, none stored it: 404
         except StoreError as exc:
             raise ApiError(503, STORE_UNAVAILABLE, f"Core cannot reach its store to find "
                            f"this session's node: {exc}") from None
+        request.scope[_HOLDER] = holder  # this request's tool call asks Redis no more
         return None
 
     # --- MCP handlers -------------------------------------------------------------------
@@ -247,11 +251,12 @@ class McpEndpoint:
         session = self.registry.get(session_id)
         if session is not None and not session.closed:
             tools = session.tools
-        elif self.registry.store.shared:  # another node's page: its tools as stored
-            stored = (await self.registry.store.load_session(session_id)).sessions
-            if not stored:
+        elif self.registry.store.shared:  # another node's page: its tools as stored (the
+            # session's row alone: a 2026-07-28 client's every call reads them)
+            stored = await self.registry.store.load_session_record(session_id)
+            if stored is None:
                 raise _no_session(session_id)
-            tools = json.loads(stored[0].tools)
+            tools = json.loads(stored.tools)
         else:
             raise _no_session(session_id)
         return types.ListToolsResult(tools=[mcp_tool(t) for t in tools])
@@ -288,7 +293,7 @@ class McpEndpoint:
         if registry.store.shared:  # wherever the page is, again after its node died
             try:
                 result = await self.relay.call(session_id, params.name, args, on_progress,
-                                               checked)
+                                               checked, _http_request(ctx).scope.get(_HOLDER))
             except NoSession:
                 raise _no_session(session_id) from None
             except StoreError as exc:  # which node holds the page cannot be known

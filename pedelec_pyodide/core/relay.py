@@ -215,11 +215,13 @@ class ToolRelay:
 
     async def call(self, session_id: str, tool: str, args: Any,
                    on_progress: OnProgress | None,
-                   checked: CheckedRequest | None = None) -> Any:
+                   checked: CheckedRequest | None = None, holder: str | None = None) -> Any:
         """The call's result, from whichever node holds the page, again after a holder
         died or let go, until :data:`ROUTE_LIMIT_SECONDS`; nobody holding it: this node
         takes the session (and waits for its page). :class:`NoSession` if none has it.
         ``checked``: the args checked on this node already (:func:`checked_call`).
+        ``holder``: the node this call's request found holding the page a moment ago
+        (mcp.py asks before the SDK sees it): tried first, without asking Redis again.
         Cancelled, or failed as Redis is out of reach, the call is cancelled wherever
         it reached (:meth:`_pass_cancel`, once Redis is back)."""
         registry = self.registry
@@ -227,12 +229,17 @@ class ToolRelay:
         deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
         forward = None if on_progress is None else _rising(on_progress)
         watch = self._watching[key] = _Watch()
+        found = holder
         sent = False  # the call may have reached a node: a cancel must follow it
         try:
             while time.monotonic() < deadline:
                 # held here: no need to ask Redis (a session this node lost is handed over)
-                holder = registry.node if session_id in registry.sessions else (
-                    await registry.store.holder(session_id))
+                if session_id in registry.sessions:
+                    holder = registry.node
+                elif found is not None:
+                    holder, found = found, None
+                else:
+                    holder = await registry.store.holder(session_id)
                 if holder is None or holder == registry.node:
                     if not await registry.adopt(session_id):
                         await asyncio.sleep(ADOPT_RETRY_SECONDS)

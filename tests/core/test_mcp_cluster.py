@@ -659,3 +659,51 @@ def test_a_relayed_call_lost_on_its_way_is_sent_again_and_runs_once(
             await page.close()
 
     run(main())
+
+
+@pytest.mark.parametrize("era", ["handshake", "2026-07-28"])
+def test_a_relayed_call_asks_redis_once_for_the_holder_and_never_for_the_history(
+        redis_server: RedisServer, era: str) -> None:
+    """On a node without the page, each ``tools/call`` asks Redis which node holds the
+    page once (before the SDK sees the request; the relay goes there without asking
+    again), and a client of the per-request protocol, whose every call the SDK checks
+    against the tool's input schema, has the tools read from the session's row alone,
+    never the whole session with the results (``--kept-results``) and keys it keeps."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_requests(page, ran))
+            store = b.registry.store
+            counts = {"holder": 0, "load_session": 0, "load_session_record": 0}
+
+            def counted(name: str) -> None:
+                method = getattr(store, name)
+
+                async def count(*args: Any) -> Any:
+                    counts[name] += 1
+                    return await method(*args)
+                setattr(store, name, count)
+
+            for name in counts:
+                counted(name)
+            try:
+                async with client_of(era, mcp_at(b.port, sid)) as client:
+                    await client.call_tool("a", {"n": 0})  # the SDK lists the tools once
+                    before = dict(counts)
+                    for n in range(1, 4):
+                        answer = await client.call_tool("a", {"n": n})
+                        assert answer.structured_content == {"ok": True, "data": {"n": n}}
+                    after = dict(counts)  # (closing the client is a request too)
+            finally:
+                handlers.cancel()
+                await page.close()
+            assert len(ran) == 4
+            assert {name: after[name] - before[name] for name in counts} == {
+                "holder": 3, "load_session": 0,
+                "load_session_record": 3 if era == "2026-07-28" else 0}
+
+    run(main())

@@ -138,6 +138,7 @@ def test_the_memory_store_keeps_nothing(memory: Backend) -> None:
         store = memory.open()
         await store_all(store, session("s1"), request("r1"))
         assert not store.durable
+        assert await store.load_session_record("s1") is None
         assert await restarted(memory, store) == Snapshot()
 
     run(main())
@@ -448,6 +449,23 @@ def test_load_session_gives_one_sessions_records(durable: DurableBackend) -> Non
             assert [(r.id, t.id, k.target_id) for r, t, k in zip(
                 one.requests, one.turns, one.keys, strict=True)] == [("r2", "t2", "t2")]
             assert await other.load_session("nope") == Snapshot()
+        finally:
+            await other.close()
+            await store.close()
+
+    run(main())
+
+
+def test_load_session_record_gives_the_sessions_row_alone(durable: DurableBackend) -> None:
+    async def main() -> None:
+        store = durable.open()
+        await store_all(store, session("s1"), session("s2", 2.0, '[{"role": "user"}]'),
+                        request("r2", "s2"))
+        other = durable.reopen()  # another node
+        try:
+            assert await other.load_session_record("s2") == session(
+                "s2", 2.0, '[{"role": "user"}]')
+            assert await other.load_session_record("nope") is None
         finally:
             await other.close()
             await store.close()

@@ -41,6 +41,12 @@ class Store(Protocol):
         """One session's stored records, as :meth:`load` gives them (empty if it has
         none): what a node taking over a session another node held needs."""
 
+    async def load_session_record(self, session_id: str) -> SessionRecord | None:
+        """The session's own stored row (its tools), without its requests, turns or
+        keys, or None: what a node serving another node's page reads, on each MCP call
+        of the per-request protocol (its tool's input schema), so it costs the same
+        however many results and keys the session keeps."""
+
     def save_session(self, record: SessionRecord) -> None: ...
 
     def delete_session(self, session_id: str) -> None:

@@ -28,6 +28,9 @@ class MemoryStore(LocalLeases):
     async def load_session(self, session_id: str) -> Snapshot:
         return Snapshot()
 
+    async def load_session_record(self, session_id: str) -> SessionRecord | None:
+        return None
+
     def save_session(self, record: SessionRecord) -> None:
         pass
 

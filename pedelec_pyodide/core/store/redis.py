@@ -42,7 +42,7 @@ from . import rows
 from .errors import StoreUnavailable, reason
 from .leases import RENEW_CHUNK
 from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
-from .records import TURN, Snapshot
+from .records import TURN, SessionRecord, Snapshot
 from .writer import DEFAULT_STORE_TIMEOUT, QueuedStore
 
 # seconds an inbox waits for a message before it looks again (and a lost Redis is
@@ -170,6 +170,15 @@ class RedisStore(QueuedStore):
 
     async def load_session(self, session_id: str) -> Snapshot:
         return await self._patiently(lambda: self._read([session_id]))
+
+    async def load_session_record(self, session_id: str) -> SessionRecord | None:
+        key = self._key("session", session_id)
+        stored = await self._patiently(lambda: self._call(lambda: self._redis.get(key)))
+        if stored is None:
+            return None
+        made = rows.records("sessions", [(key, stored)],
+                            _columns(rows.session, len(SESSION_COLUMNS)))
+        return made[0] if made else None
 
     async def _read(self, only: list[str] | None = None) -> Snapshot:
         ids = await self._session_ids() if only is None else only

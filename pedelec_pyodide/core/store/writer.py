@@ -136,6 +136,10 @@ class QueuedStore(ABC):
             [record for record in whole.turns if record.session_id == session_id],
             [record for record in whole.keys if record.session_id == session_id])
 
+    async def load_session_record(self, session_id: str) -> SessionRecord | None:
+        """From :meth:`load_session` (a store one process uses has no need of it)."""
+        return next(iter((await self.load_session(session_id)).sessions), None)
+
     def save_session(self, record: SessionRecord) -> None:
         self._submit(record.id, session_op, record)
 
