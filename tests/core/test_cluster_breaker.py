@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 from typing import Any
 
 import pytest
+import websockets
 from corekit import WAIT, RawClient, config, run, running_core, tool_meta, until
 from storekit import RedisServer
 from test_progress import next_of
@@ -249,6 +251,74 @@ def test_bad_callers_at_a_node_without_the_page_get_structured_errors(
             huge = await b.http.post(path, content=b" " * (b.registry.config.max_frame_bytes
                                                            + 1))
             assert huge.status_code == 413, huge.text
+            await page.close()
+
+    run(main())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "sessions.py:1029: take_over logs a StoreError and returns; connection.py:333"
+    " resume() then refuses (RESUME_REFUSED), and the page drops its session for a new"
+    " one"))
+def test_a_page_resuming_on_another_node_while_redis_is_away_keeps_its_session(
+        redis_server: RedisServer) -> None:
+    """The page's socket drops and it resumes on B while Redis is down (it comes back a
+    second later): the page is not told RESUME_REFUSED (which makes it start a new
+    session, its pending calls and history gone): it is asked to try again, or resumed."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url, "store_timeout": 0.5}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            first = await RawClient.open(a.ws_url)
+            welcome = await first.hello([tool_meta("echo")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            await a.registry.store.flush()
+            redis_server.kill()
+            back = asyncio.get_running_loop().call_later(1.0, redis_server.start)
+            try:
+                second = await RawClient.open(b.ws_url)
+                try:
+                    frame = await second.hello([tool_meta("echo")], sessionId=sid,
+                                               resumeToken=token)
+                except websockets.ConnectionClosed as exc:  # "try again later" is fine
+                    frame = {"closed": exc.rcvd.code if exc.rcvd is not None else None}
+            finally:
+                back.cancel()
+                if redis_server.process is None or redis_server.process.poll() is not None:
+                    redis_server.start()
+            assert frame.get("code") != "RESUME_REFUSED", frame
+            await first.close()
+            await second.close()
+
+    run(main())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "nothing stores a session again once Redis lost it (redis.py keeps no check of"
+    " what it wrote); mcp.py:250 _list_tools reads only the stored row: 'no session'"))
+def test_tools_list_on_another_node_after_redis_lost_its_data_finds_the_connected_page(
+        redis_server: RedisServer) -> None:
+    """Redis restarts without its append-only file (its data gone) while the page stays
+    connected to A: an MCP client on B still lists the page's tools."""
+    from test_mcp import modern_client
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            await a.registry.store.flush()
+            redis_server.kill()
+            for path in redis_server.workdir.iterdir():
+                if path.name.startswith("appendonly"):
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            redis_server.start()
+            await until(lambda: a.registry.store.problem is None, "A reaches Redis again")
+            await asyncio.sleep(3)  # a lease renewal (every 2 s) has run
+            url = f"http://127.0.0.1:{b.port}/pedelec/v1/sessions/{sid}/mcp"
+            async with modern_client(url) as client:
+                listed = await client.list_tools()
+            assert [tool.name for tool in listed.tools] == ["echo"]
             await page.close()
 
     run(main())
