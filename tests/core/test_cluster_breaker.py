@@ -410,3 +410,33 @@ def test_through_haproxy_redis_away_10_s_costs_no_page_its_session(
             assert answered and len(ran) == len(set(ran))
 
     run(main(), timeout=90)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "sessions.py:1008 take_over overwrites the _handovers entry of a take-over under"
+    " way, and its finally (sessions.py:1032) deletes it: the live holder's handedOver"
+    " finds no waiter, and adopt() no longer sees the take-over"))
+def test_a_wrong_token_hello_does_not_spoil_a_take_over_under_way(
+        redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """The page resumes on B (A holds it, alive) while a stranger sends B a hello for the
+    same session with a wrong token: B still hears A let go (no ``holder_silent``)."""
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            first = await RawClient.open(a.ws_url)
+            welcome = await first.hello([tool_meta("echo")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            page, stranger = [await RawClient.open(b.ws_url) for _ in range(2)]
+            resumed, refused = await asyncio.gather(
+                page.hello([tool_meta("echo")], sessionId=sid, resumeToken=token),
+                stranger.hello([tool_meta("echo")], sessionId=sid, resumeToken="x" * 43))
+            assert resumed.get("resumed") and refused["code"] == "RESUME_REFUSED"
+            silent = [r.getMessage() for r in caplog.records
+                      if "session.holder_silent" in r.getMessage()]
+            assert not silent, silent
+            for client in (first, page, stranger):
+                await client.close()
+
+    run(main())
