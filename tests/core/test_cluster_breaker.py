@@ -42,8 +42,8 @@ async def answer(page: RawClient, frame: dict[str, Any]) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "redis.py:188: a WRONGTYPE reply (redis ResponseError) is neither a damaged row nor a"
-    " StoreError: startup fails with a traceback, on every node"))
+    "redis.py:188: a WRONGTYPE reply fails the whole read, not one damaged row: every node"
+    " refuses to start (exit 2) until someone deletes the key"))
 def test_a_node_starts_past_a_session_key_of_the_wrong_type(
         redis_server: RedisServer) -> None:
     """A key of a stored session holding another Redis type (a string where a hash is)
@@ -60,20 +60,18 @@ def test_a_node_starts_past_a_session_key_of_the_wrong_type(
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "redis.py:145 maps only unreachable errors to StoreError; routing.py:124 catches "
-    "StoreError only: a ResponseError is a bare 500"))
 def test_a_call_for_a_session_whose_lease_key_is_of_the_wrong_type_is_a_structured_error(
         redis_server: RedisServer) -> None:
     """A session's lease key of another type: the call is answered with a structured
-    error, not a bare 500."""
+    error (503 ``STORE_FAILED``), not a bare 500."""
     with redis_server.client() as client:
         client.hset(PREFIX + "lease:y", "a", "b")
 
     async def main() -> None:
         async with running_core(config(store=redis_server.url)) as a:
             response = await a.tool_call("y", "echo", {})
-            assert response.status_code != 500 and "error" in response.json(), response.text
+            assert response.status_code == 503, response.text
+            assert response.json()["error"]["code"] == "STORE_FAILED", response.text
 
     run(main())
 
@@ -444,10 +442,6 @@ def test_a_wrong_token_hello_does_not_spoil_a_take_over_under_way(
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sessions.py:1163 _renew_leases catches only StoreError; redis.py:145 passes a"
-    " refusal (NOREPLICAS, OOM, MISCONF: a ResponseError) through, so the loop dies, and"
-    " serve_cluster (sessions.py:1117) never looks at it: the node's leases all lapse"))
 def test_lease_renewal_outlives_redis_refusing_writes_for_a_while(
         redis_server: RedisServer) -> None:
     """Redis refuses writes for 3 s (``min-replicas-to-write`` with no replica: a refusal
