@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import websockets
 from clusterkit import cluster
-from corekit import WAIT, RawClient, config, run, running_core, tool_meta, until
+from corekit import WAIT, RawClient, config, run, running_core, start_core, tool_meta, until
 from storekit import RedisServer
 from test_progress import next_of
 
@@ -498,5 +498,44 @@ def test_a_page_moving_to_another_node_after_redis_lost_its_data_keeps_its_sessi
             assert resumed.get("resumed"), resumed
             await first.close()
             await second.close()
+
+    run(main())
+
+
+def test_one_key_two_bodies_at_two_nodes_for_a_session_no_node_holds_run_one_call(
+        redis_server: RedisServer) -> None:
+    """The page's node stopped (its lease let go) and the page is away; the same
+    Idempotency-Key with two bodies arrives at B and C at once: one of them takes the
+    session, the other's call is forwarded there and refused 422; the page, back, runs
+    one request."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as b, running_core(config(**cfg)) as c:
+            a = await start_core(config(**cfg))
+            try:
+                first = await RawClient.open(a.ws_url)
+                welcome = await first.hello([tool_meta("echo")])
+                sid, token = welcome["sessionId"], welcome["resumeToken"]
+            finally:
+                await a.stop()
+            calls = [asyncio.ensure_future(node.http.post(
+                f"/pedelec/v1/sessions/{sid}/tool-calls",
+                json={"tool": "echo", "args": {"n": n}}, headers={"Idempotency-Key": "k"}))
+                for n, node in ((1, b), (2, c))]
+            await until(lambda: sid in b.registry.sessions or sid in c.registry.sessions,
+                        "a node took the session")
+            holder = b if sid in b.registry.sessions else c
+            page = await RawClient.open(holder.ws_url)
+            assert (await page.hello([tool_meta("echo")], sessionId=sid,
+                                     resumeToken=token)).get("resumed")
+            frame = await next_of(page, "tool.request")
+            await answer(page, frame)
+            responses = await asyncio.wait_for(asyncio.gather(*calls), WAIT)
+            assert sorted(r.status_code for r in responses) == [200, 422], [
+                r.text for r in responses]
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(next_of(page, "tool.request"), 1)
+            await page.close()
 
     run(main())
