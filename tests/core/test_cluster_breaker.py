@@ -42,7 +42,7 @@ async def answer(page: RawClient, frame: dict[str, Any]) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "redis.py:188: a WRONGTYPE reply fails the whole read, not one damaged row: every node"
+    "redis.py:192: a WRONGTYPE reply fails the whole read, not one damaged row: every node"
     " refuses to start (exit 2) until someone deletes the key"))
 def test_a_node_starts_past_a_session_key_of_the_wrong_type(
         redis_server: RedisServer) -> None:
@@ -190,8 +190,8 @@ def test_one_key_two_bodies_at_two_nodes_at_once_run_one_call(
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "routing.py:82 gives every forwarded POST its own Idempotency-Key (control.py:318:"
-    " a keyed request outlives its caller) and routing.py:92 never watches the caller's"
+    "routing.py:89 gives every forwarded POST its own Idempotency-Key (control.py:309:"
+    " a keyed request outlives its caller) and routing.py:96 never watches the caller's"
     " connection: the page is never told tool.cancel"))
 def test_a_caller_hanging_up_on_a_node_without_the_page_cancels_the_request(
         redis_server: RedisServer) -> None:
@@ -310,7 +310,7 @@ def test_a_page_resuming_on_another_node_while_redis_is_away_keeps_its_session(
 
 @pytest.mark.xfail(strict=True, reason=(
     "nothing stores a session again once Redis lost it (redis.py keeps no check of"
-    " what it wrote); mcp.py:250 _list_tools reads only the stored row: 'no session'"))
+    " what it wrote); mcp.py:251 _list_tools reads only the stored row: 'no session'"))
 def test_tools_list_on_another_node_after_redis_lost_its_data_finds_the_connected_page(
         redis_server: RedisServer) -> None:
     """Redis restarts without its append-only file (its data gone) while the page stays
@@ -336,8 +336,8 @@ def test_tools_list_on_another_node_after_redis_lost_its_data_finds_the_connecte
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "sessions.py:985 adopt() takes a session whose lease is gone for one whose node"
-    " died, without asking the node that held it; sessions.py:1176 then hands it over"
+    "sessions.py:1035 adopt() takes a session whose lease is gone for one whose node"
+    " died, without asking the node that held it; sessions.py:1163 then hands it over"
     " there, closing the live page CLOSE_SUPERSEDED (browser.py:329: it starts afresh)"))
 def test_a_call_after_a_live_nodes_lease_lapsed_leaves_the_page_its_session(
         redis_server: RedisServer) -> None:
@@ -369,8 +369,8 @@ def test_a_call_after_a_live_nodes_lease_lapsed_leaves_the_page_its_session(
 
 @pytest.mark.xfail(strict=True, reason=(
     "leases (6 s) lapse while Redis is away 10 s; once it is back, a call at a node"
-    " without the page adopts it (sessions.py:985) before its node renews, and that node"
-    " closes the page CLOSE_SUPERSEDED (sessions.py:1176)"))
+    " without the page adopts it (sessions.py:1035) before its node renews, and that node"
+    " closes the page CLOSE_SUPERSEDED (sessions.py:1163)"))
 def test_through_haproxy_redis_away_10_s_costs_no_page_its_session(
         redis_server: RedisServer, tmp_path: Path) -> None:
     """Three node processes behind HAProxy, a page on one of them; redis-server is
@@ -409,7 +409,7 @@ def test_through_haproxy_redis_away_10_s_costs_no_page_its_session(
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "sessions.py:1008 take_over overwrites the _handovers entry of a take-over under"
+    "sessions.py:1009 take_over overwrites the _handovers entry of a take-over under"
     " way, and its finally (sessions.py:1032) deletes it: the live holder's handedOver"
     " finds no waiter, and adopt() no longer sees the take-over"))
 def test_a_wrong_token_hello_does_not_spoil_a_take_over_under_way(
