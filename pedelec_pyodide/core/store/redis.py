@@ -39,7 +39,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from . import rows
-from .errors import StoreUnavailable, reason
+from .errors import StoreError, StoreUnavailable, reason
 from .leases import RENEW_CHUNK
 from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
 from .records import TURN, SessionRecord, Snapshot
@@ -139,12 +139,16 @@ class RedisStore(QueuedStore):
         return f"{self.prefix}{kind}:{session_id}" if session_id else f"{self.prefix}{kind}"
 
     async def _call(self, make: Callable[[], Awaitable[_T]]) -> _T:
-        """``make()`` awaited; a store out of reach raised as StoreUnavailable."""
+        """``make()`` awaited; a store out of reach raised as StoreUnavailable, a command
+        Redis refused (out of memory, no replica, a key of another type) as StoreError,
+        which every caller of a lease or message operation handles."""
         try:  # a deadline, not wait_for: no task per command (a crossing call makes four)
             async with asyncio.timeout(2 * self.timeout):
                 return await make()
         except _UNREACHABLE as exc:
             raise StoreUnavailable(f"cannot reach {self.label} ({reason(exc)})") from None
+        except redis_errors.ResponseError as exc:
+            raise StoreError(f"{self.label} refused it ({reason(exc)})") from None
 
     # --- reading ------------------------------------------------------------------------
 
