@@ -115,9 +115,11 @@ SHUTDOWN_SECONDS = 1.5
 #: seconds a node's lease on a session lasts (Redis store); renewed every third of it, so
 #: a dead node's sessions are free again within this long
 LEASE_SECONDS = 6.0
-#: how often a call forwarded to another node is sent again until its reply comes (Redis
-#: may have dropped the ask or the reply: Registry._resend)
+#: how soon a call forwarded to another node is first sent again while its reply has not
+#: come (Redis may have dropped the ask or the reply: Registry._resend); each gap after is
+#: twice the last, up to RESEND_MAX_SECONDS (a long call's body is not sent every second)
 RESEND_SECONDS = 1.0
+RESEND_MAX_SECONDS = 8.0
 #: how long a node taking a session over waits for its holder to let go of it (a dead
 #: holder never answers: the node goes on without it)
 HANDOVER_SECONDS = 2.0
@@ -878,6 +880,7 @@ class _Ask:
     node: str
     message: str
     future: asyncio.Future[dict[str, Any]]
+    gap: float  # how long after ``sent`` it is sent again
     sent: float | None = None  # when last sent (monotonic); None: not yet
 
 
@@ -1055,7 +1058,8 @@ class Registry:
         """A message to ``node`` with a reply expected; the reply's future while inside."""
         ask_id = secrets.token_hex(12)
         text = json.dumps({**message, "ask": ask_id, "from": self.node})
-        ask = self._asked[ask_id] = _Ask(node, text, asyncio.get_running_loop().create_future())
+        ask = self._asked[ask_id] = _Ask(node, text, asyncio.get_running_loop().create_future(),
+                                         RESEND_SECONDS)
         try:
             yield Asked(text, ask.future, ask_id)
         finally:
@@ -1073,21 +1077,23 @@ class Registry:
         a subscriber cut off loses what it had not read: after Redis dropped its
         subscribers (a restart, a network cut), an ask sent before its holder's inbox
         subscribed again, or a reply sent before this node's did, is lost, and its caller
-        would wait until its limit with the holder alive. So every ask is sent again each
-        :data:`RESEND_SECONDS` until its reply comes: the holder ignores one it is still
+        would wait until its limit with the holder alive. So every ask is sent again
+        until its reply comes, :data:`RESEND_SECONDS` after it was sent, then at twice the
+        last gap up to :data:`RESEND_MAX_SECONDS`: the holder ignores one it is still
         answering (:meth:`_on_message`) and answers a later one from the same request
         (the call's key), which runs once."""
         while True:
             await asyncio.sleep(RESEND_SECONDS / 2)
-            due = time.monotonic() - RESEND_SECONDS
+            now = time.monotonic()
             for ask in list(self._asked.values()):
-                if ask.sent is None or ask.sent > due or ask.future.done():
+                if ask.sent is None or now - ask.sent < ask.gap or ask.future.done():
                     continue
                 try:
                     await self.store.publish(ask.node, ask.message)
                 except StoreError:
                     break  # out of reach: again next time
                 ask.sent = time.monotonic()
+                ask.gap = min(2 * ask.gap, RESEND_MAX_SECONDS)
 
     async def _answer(self, message: dict[str, Any]) -> None:
         """A call another node forwarded: run it here, send the reply back."""

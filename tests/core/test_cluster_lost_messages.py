@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from test_mcp import modern_client
 from test_mcp_cluster import mcp_at
 from test_progress import next_of, result
 
+from pedelec_pyodide.core import sessions
 from pedelec_pyodide.core.sessions import RESEND_SECONDS
 
 
@@ -127,6 +129,46 @@ def test_an_ask_sent_again_while_its_call_runs_is_not_run_again(
             response = await asyncio.wait_for(answer, WAIT)
             assert response.json()["result"] == {"ok": True}, response.text
             assert served == [f"/pedelec/v1/sessions/{sid}/tool-calls"]
+            await page.close()
+
+    run(main())
+
+
+def test_a_long_call_is_sent_again_ever_less_often(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forwarded call the page takes long to answer is sent again with gaps that double
+    up to RESEND_MAX_SECONDS (its whole body each time), not at every RESEND_SECONDS."""
+    monkeypatch.setattr(sessions, "RESEND_SECONDS", 0.2)
+    monkeypatch.setattr(sessions, "RESEND_MAX_SECONDS", 0.8)
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            await until(lambda: sid in a.registry.sessions)
+            heard: list[str] = []
+            on_message = a.registry._on_message
+
+            def counted(text: str) -> None:
+                if '"http"' in text:
+                    heard.append(text)
+                on_message(text)
+
+            a.registry._on_message = counted  # type: ignore[method-assign]
+            started = time.monotonic()
+            answer = asyncio.ensure_future(b.http.post(
+                f"/pedelec/v1/sessions/{sid}/tool-calls", json={"tool": "a", "args": {}}))
+            request = await next_of(page, "tool.request")
+            await asyncio.sleep(3.0)
+            await result(page, request["toolRequestId"], {"ok": True})
+            response = await asyncio.wait_for(answer, WAIT)
+            elapsed = time.monotonic() - started
+            assert response.json()["result"] == {"ok": True}, response.text
+            # sent at 0, then after gaps of 0.2, 0.4, 0.8, 0.8, ...: at most 3 copies in
+            # the first 1.4 s, one per 0.8 s after (a gap of 0.2 s would give ~15)
+            assert 3 <= len(heard) <= 4 + max(0.0, elapsed - 1.4) / 0.8 + 1, (
+                len(heard), elapsed)
             await page.close()
 
     run(main())
