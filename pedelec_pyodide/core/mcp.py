@@ -59,7 +59,7 @@ from .control import ApiError, authorize, path_session
 from .log import log_event
 from .relay import NoSession, ToolRelay
 from .sessions import CoreSession, Progress, Registry, checked_call, refused_request
-from .store import STORE_UNAVAILABLE, StoreError
+from .store import StoreError
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
 #: pages other nodes hold whose tool changes one node passes on to its MCP clients
@@ -227,8 +227,8 @@ class McpEndpoint:
                     await registry.store.load_session(session_id)).sessions:
                 return path_session(request)  # no node holds it, none stored it: 404
         except StoreError as exc:
-            raise ApiError(503, STORE_UNAVAILABLE, f"Core cannot reach its store to find "
-                           f"this session's node: {exc}") from None
+            raise ApiError(503, exc.code, "Core could not find this session's node in its "
+                           f"store: {exc}") from None
         return None
 
     # --- MCP handlers -------------------------------------------------------------------
@@ -292,8 +292,8 @@ class McpEndpoint:
             except NoSession:
                 raise _no_session(session_id) from None
             except StoreError as exc:  # which node holds the page cannot be known
-                result = tool_error(STORE_UNAVAILABLE, f"Core cannot reach its store to "
-                                    f"find this page's node: {exc}", retryable=True)
+                result = tool_error(exc.code, "Core could not find this page's node in its "
+                                    f"store: {exc}", retryable=True)
             return call_result(result)
         _, result, _ = await self._session(ctx).call_tool(
             params.name, args, checked=checked, on_progress=on_progress)

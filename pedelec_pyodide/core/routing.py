@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .control import PAYLOAD_TOO_LARGE, RETRY_AFTER_SECONDS, ROUTE_KEY, ApiError, authorize
 from .log import log_event
 from .sessions import LEASE_SECONDS, SESSION_MOVED, Registry
-from .store import STORE_UNAVAILABLE, StoreError, StoreUnavailable
+from .store import StoreError
 
 # the control-API paths that name a session (MCP keeps per-client state on its node)
 _SESSION_PATH = re.compile(r"^/pedelec/v1/sessions/([^/]+)(?:/tool-calls(?:/[^/]+)?|/turns)?$")
@@ -121,9 +121,9 @@ class ClusterRouter:
                         return status, answer
                     continue
                 reply = await self._forwarded(session_id, holder, request, deadline)
-            except StoreError as exc:  # Redis out of reach: as the control API says it
-                code = STORE_UNAVAILABLE if isinstance(exc, StoreUnavailable) else exc.code
-                return 503, json.dumps({"error": {"code": code, "message": str(exc)}})
+            except StoreError as exc:  # Redis out of reach or refusing: as the control API
+                # says it
+                return 503, json.dumps({"error": {"code": exc.code, "message": str(exc)}})
             if reply is not None:
                 status, answer = int(reply["status"]), str(reply["body"])
                 if not _moved(status, answer, here=False):

@@ -41,9 +41,6 @@ async def answer(page: RawClient, frame: dict[str, Any]) -> None:
                      "result": {"ok": True, "data": frame["args"]}, "handledBy": "named"})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "redis.py:188: a WRONGTYPE reply (redis ResponseError) is neither a damaged row nor a"
-    " StoreError: startup fails with a traceback, on every node"))
 def test_a_node_starts_past_a_session_key_of_the_wrong_type(
         redis_server: RedisServer) -> None:
     """A key of a stored session holding another Redis type (a string where a hash is)
@@ -60,9 +57,6 @@ def test_a_node_starts_past_a_session_key_of_the_wrong_type(
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "redis.py:145 maps only unreachable errors to StoreError; routing.py:124 catches "
-    "StoreError only: a ResponseError is a bare 500"))
 def test_a_call_for_a_session_whose_lease_key_is_of_the_wrong_type_is_a_structured_error(
         redis_server: RedisServer) -> None:
     """A session's lease key of another type: the call is answered with a structured
@@ -444,10 +438,6 @@ def test_a_wrong_token_hello_does_not_spoil_a_take_over_under_way(
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sessions.py:1163 _renew_leases catches only StoreError; redis.py:145 passes a"
-    " refusal (NOREPLICAS, OOM, MISCONF: a ResponseError) through, so the loop dies, and"
-    " serve_cluster (sessions.py:1117) never looks at it: the node's leases all lapse"))
 def test_lease_renewal_outlives_redis_refusing_writes_for_a_while(
         redis_server: RedisServer) -> None:
     """Redis refuses writes for 3 s (``min-replicas-to-write`` with no replica: a refusal

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
@@ -38,8 +39,9 @@ from redis.asyncio.client import Pipeline, PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from ..log import log_event
 from . import rows
-from .errors import StoreUnavailable, reason
+from .errors import StoreRefused, StoreUnavailable, reason
 from .leases import RENEW_CHUNK
 from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
 from .records import TURN, Snapshot
@@ -139,12 +141,16 @@ class RedisStore(QueuedStore):
         return f"{self.prefix}{kind}:{session_id}" if session_id else f"{self.prefix}{kind}"
 
     async def _call(self, make: Callable[[], Awaitable[_T]]) -> _T:
-        """``make()`` awaited; a store out of reach raised as StoreUnavailable."""
+        """``make()`` awaited; a store out of reach raised as StoreUnavailable, a command
+        Redis refused (WRONGTYPE, OOM, NOREPLICAS, MISCONF...) as StoreRefused: callers
+        see only StoreErrors."""
         try:  # a deadline, not wait_for: no task per command (a crossing call makes four)
             async with asyncio.timeout(2 * self.timeout):
                 return await make()
         except _UNREACHABLE as exc:
             raise StoreUnavailable(f"cannot reach {self.label} ({reason(exc)})") from None
+        except redis_errors.RedisError as exc:
+            raise StoreRefused(f"{self.label} refused a command ({reason(exc)})") from None
 
     # --- reading ------------------------------------------------------------------------
 
@@ -185,8 +191,10 @@ class RedisStore(QueuedStore):
                 pipe.hgetall(self._key("turns", sid))
                 pipe.hgetall(self._key("delivered", sid))
                 pipe.hgetall(self._key("keys", sid))
-            replies = await self._call(pipe.execute)
+            replies = await self._call(partial(pipe.execute, raise_on_error=False))
             for n, sid in enumerate(chunk):
+                if _refused(replies[6 * n:6 * n + 6], self._key("session", sid)):
+                    continue
                 session, requests, order, turns, delivered, keys = replies[6 * n:6 * n + 6]
                 if session is not None:
                     found["sessions"].append((self._key("session", sid), session))
@@ -257,6 +265,9 @@ class RedisStore(QueuedStore):
                         yield bytes(message["data"]).decode("utf-8", "replace")
             except StoreUnavailable:
                 await asyncio.sleep(INBOX_POLL)  # subscribed again once Redis is back
+            except StoreRefused as exc:  # the writer does not see it: said here
+                log_event("store.inbox_failed", level=logging.WARNING, error=str(exc))
+                await asyncio.sleep(INBOX_POLL)
             finally:
                 with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
@@ -333,9 +344,11 @@ class RedisStore(QueuedStore):
                 pipe.smembers(self._key("running", sid))
                 pipe.smembers(self._key("undelivered", sid))
                 pipe.hvals(self._key("keys", sid))
-            replies = await self._call(pipe.execute)
+            replies = await self._call(partial(pipe.execute, raise_on_error=False))
             deletes = self._redis.pipeline(transaction=True)
             for n, sid in enumerate(chunk):
+                if _refused(replies[4 * n:4 * n + 4], self._key("session", sid)):
+                    continue  # left as it is
                 older, running, undelivered, keys = replies[4 * n:4 * n + 4]
                 kept = running | undelivered | _keyed_turns(keys)
                 gone = [tid for tid in older if tid not in kept]
@@ -352,6 +365,17 @@ class RedisStore(QueuedStore):
     async def _release(self) -> None:
         with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
             await self._redis.aclose()  # the connection is gone either way
+
+
+def _refused(replies: list[Any], where: str) -> bool:
+    """Whether Redis refused a read of one session's keys (one of them is of another
+    type): the whole session is left out, as a damaged row is (read without its
+    requests or keys, a call could run twice)."""
+    for reply in replies:
+        if isinstance(reply, redis_errors.RedisError):
+            rows.skipped("sessions", where, f"Redis refused to read it ({reason(reply)})")
+            return True
+    return False
 
 
 def _text(value: Any) -> str | None:
