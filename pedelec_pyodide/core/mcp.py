@@ -58,7 +58,14 @@ from .bridge import origin_allowed
 from .control import ApiError, authorize, path_session
 from .log import log_event
 from .relay import NoSession, ToolRelay
-from .sessions import CoreSession, Progress, Registry, checked_call, refused_request
+from .sessions import (
+    CoreSession,
+    Progress,
+    Registry,
+    checked_call,
+    read_forever,
+    refused_request,
+)
 from .store import StoreError
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
@@ -193,9 +200,11 @@ class McpEndpoint:
     async def _hear_changes(self) -> None:
         """On a shared store: the tool changes of pages other nodes hold."""
         if self.registry.store.shared:
-            async for session_id in self.relay.tool_changes():
-                for listener in list(self._remote.get(session_id, {}).values()):
-                    listener()
+            await read_forever("tool_changes", self.relay.tool_changes, self._tools_changed)
+
+    def _tools_changed(self, session_id: str) -> None:
+        for listener in list(self._remote.get(session_id, {}).values()):
+            listener()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)

@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .control import PAYLOAD_TOO_LARGE, RETRY_AFTER_SECONDS, ROUTE_KEY, ApiError, authorize
 from .log import log_event
-from .sessions import LEASE_SECONDS, SESSION_MOVED, Registry
+from .sessions import LEASE_SECONDS, SESSION_MOVED, BadMessage, Registry
 from .store import StoreError
 
 # the control-API paths that name a session (MCP keeps per-client state on its node)
@@ -125,7 +125,7 @@ class ClusterRouter:
                 # says it
                 return 503, json.dumps({"error": {"code": exc.code, "message": str(exc)}})
             if reply is not None:
-                status, answer = int(reply["status"]), str(reply["body"])
+                status, answer = reply["status"], reply["body"]  # checked (_check_reply)
                 if not _moved(status, answer, here=False):
                     self._remember(session_id, holder)
                     return status, answer
@@ -137,7 +137,7 @@ class ClusterRouter:
                          deadline: float) -> dict[str, Any] | None:
         """``holder``'s reply; None once another node (or none) holds the session."""
         registry = self.registry
-        with registry.asking(holder, {"http": request}) as reply:
+        with registry.asking(holder, {"http": request}, _check_reply) as reply:
             await registry.send(reply)
             # logged once it is on its way: the holder works on it meanwhile
             log_event("route.forward", session=session_id, node=holder)
@@ -148,6 +148,41 @@ class ClusterRouter:
                 if await registry.store.holder(session_id) != holder:
                     return None  # it died or let go: the caller routes the call again
         return None
+
+def _check_reply(reply: dict[str, Any]) -> None:
+    """A forwarded call's reply is an HTTP status and a body, or :class:`BadMessage`
+    (anyone publishing on Redis can forge one with the ask's id)."""
+    status = reply.get("status")
+    if type(status) is not int or not 100 <= status <= 599:
+        raise BadMessage("a forwarded call's reply has no HTTP status ('status')")
+    if not isinstance(reply.get("body"), str):
+        raise BadMessage("a forwarded call's reply has no text body ('body')")
+
+
+def _check_request(request: Any) -> dict[str, Any]:
+    """A forwarded call as :class:`ClusterRouter` sends it, or :class:`BadMessage`
+    naming the field: nothing of a forged one reaches Core's routes."""
+    if not isinstance(request, dict):
+        raise BadMessage("'http' is not an object")
+    for field in ("method", "path", "query", "body"):
+        if not isinstance(request.get(field), str):
+            raise BadMessage(f"'http.{field}' is not text")
+    headers = request.get("headers")
+    if not isinstance(headers, list) or not all(
+            isinstance(header, list) and len(header) == 2
+            and all(isinstance(part, str) for part in header) for header in headers):
+        raise BadMessage("'http.headers' is not a list of [name, value] texts")
+    if not isinstance(request.get("routeKey", False), bool):
+        raise BadMessage("'http.routeKey' is not true or false")
+    try:  # as run_here encodes them
+        request["path"].encode()
+        request["body"].encode("utf-8", "surrogateescape")
+        for text in (request["query"], *(part for header in headers for part in header)):
+            text.encode("latin-1")
+    except UnicodeEncodeError:
+        raise BadMessage("'http' holds text HTTP cannot carry") from None
+    return request
+
 
 def _moved(status: int, answer: str, *, here: bool) -> bool:
     """The node that ran it let the session go meanwhile: route the call again (a 404
@@ -176,9 +211,10 @@ async def _body(receive: Receive, limit: int) -> bytes | None:
             return b"".join(chunks)
 
 
-async def serve_forwarded(core: Starlette, request: dict[str, Any]) -> dict[str, Any]:
-    """Another node's call, run here: its status and body."""
-    status, body = await run_here(core, request)
+async def serve_forwarded(core: Starlette, request: Any) -> dict[str, Any]:
+    """Another node's call, run here: its status and body; :class:`BadMessage` if it
+    is not one."""
+    status, body = await run_here(core, _check_request(request))
     return {"status": status, "body": body}
 
 

@@ -879,10 +879,44 @@ class _Ask:
     message: str
     future: asyncio.Future[dict[str, Any]]
     sent: float | None = None  # when last sent (monotonic); None: not yet
+    # raises if a reply is not of the shape its asker reads (a forged one): dropped
+    check: Callable[[dict[str, Any]], None] | None = None
+
+
+class BadMessage(ValueError):
+    """A message from another node (or whoever publishes on Redis) of the wrong shape."""
 
 
 # tasks nobody awaits, held until done (the event loop keeps only weak references)
 _BACKGROUND: set[asyncio.Task[None]] = set()
+# seconds a node's inbox waits before it is read again after it failed
+INBOX_RETRY_SECONDS = 0.5
+
+
+def background_failed(task: str, exc: Exception) -> None:
+    """A round of one of Core's background loops failed: said, and the loop carries on
+    (none may die: a node whose lease renewal stopped would lose all its pages)."""
+    log_event("cluster.failed", level=logging.WARNING, task=task,
+              error=excerpt(f"{type(exc).__name__}: {exc}"))
+
+
+async def read_forever(task: str, inbox: Callable[[], AsyncIterator[str]],
+                       on_message: Callable[[str], None]) -> None:
+    """Each message of ``inbox()`` to ``on_message``, for Core's life: if reading fails,
+    that is said, and the inbox read again after a pause."""
+    while True:
+        try:
+            async for message in inbox():
+                on_message(message)
+        except Exception as exc:
+            background_failed(task, exc)
+        await asyncio.sleep(INBOX_RETRY_SECONDS)
+
+
+def bad_message(exc: Exception) -> None:
+    """A message between nodes that makes no sense: said, and dropped."""
+    log_event("cluster.bad_message", level=logging.WARNING,
+              error=excerpt(f"{type(exc).__name__}: {exc}"))
 
 
 class Registry:
@@ -975,12 +1009,15 @@ class Registry:
     # --- the cluster (a shared store) ----------------------------------------------------
 
     def spawn(self, work: Awaitable[Any]) -> asyncio.Task[None]:
-        """``work`` on its own: a store out of reach is logged (the lease expires)."""
+        """``work`` on its own: a failure is logged (a store out of reach: the lease
+        expires)."""
         async def run() -> None:
             try:
                 await work
-            except StoreError as exc:
-                log_event("cluster.failed", level=logging.WARNING, error=str(exc))
+            except BadMessage as exc:
+                bad_message(exc)
+            except Exception as exc:
+                background_failed("spawned", exc)
         _BACKGROUND.add(task := asyncio.ensure_future(run()))
         task.add_done_callback(_BACKGROUND.discard)
         return task
@@ -1051,11 +1088,15 @@ class Registry:
         return True
 
     @contextlib.contextmanager
-    def asking(self, node: str, message: dict[str, Any]) -> Iterator[Asked]:
-        """A message to ``node`` with a reply expected; the reply's future while inside."""
+    def asking(self, node: str, message: dict[str, Any],
+               check: Callable[[dict[str, Any]], None] | None = None) -> Iterator[Asked]:
+        """A message to ``node`` with a reply expected; the reply's future while inside.
+        ``check`` raises for a reply not of the shape the asker reads: that one is
+        dropped (logged) and the future waits on for the real one."""
         ask_id = secrets.token_hex(12)
         text = json.dumps({**message, "ask": ask_id, "from": self.node})
-        ask = self._asked[ask_id] = _Ask(node, text, asyncio.get_running_loop().create_future())
+        ask = self._asked[ask_id] = _Ask(node, text, asyncio.get_running_loop().create_future(),
+                                         check=check)
         try:
             yield Asked(text, ask.future, ask_id)
         finally:
@@ -1080,14 +1121,14 @@ class Registry:
         while True:
             await asyncio.sleep(RESEND_SECONDS / 2)
             due = time.monotonic() - RESEND_SECONDS
-            for ask in list(self._asked.values()):
-                if ask.sent is None or ask.sent > due or ask.future.done():
-                    continue
-                try:
+            try:
+                for ask in list(self._asked.values()):
+                    if ask.sent is None or ask.sent > due or ask.future.done():
+                        continue
                     await self.store.publish(ask.node, ask.message)
-                except StoreError:
-                    break  # out of reach: again next time
-                ask.sent = time.monotonic()
+                    ask.sent = time.monotonic()
+            except Exception as exc:  # out of reach, refused: again next time
+                background_failed("resend", exc)
 
     async def _answer(self, message: dict[str, Any]) -> None:
         """A call another node forwarded: run it here, send the reply back."""
@@ -1115,8 +1156,8 @@ class Registry:
         renewing = asyncio.ensure_future(self._renew_leases())
         resending = asyncio.ensure_future(self._resend())
         try:
-            async for message in self.store.inbox(self.node):
-                self._on_message(message)
+            await read_forever("inbox", lambda: self.store.inbox(self.node),
+                               lambda text: self._on_message(text))
         finally:
             renewing.cancel()
             resending.cancel()
@@ -1135,6 +1176,8 @@ class Registry:
             elif "reply" in message:
                 asked = self._asked.get(str(message["reply"]))
                 if asked is not None and not asked.future.done():
+                    if asked.check is not None:
+                        asked.check(message)
                     asked.future.set_result(message)
             elif "handedOver" in message:
                 waiting = self._handovers.get(str(message["handedOver"]))
@@ -1146,16 +1189,15 @@ class Registry:
                         handle(message)
         except Exception as exc:  # whatever a message holds (JSON nested past the
             # recursion limit, a number no float holds): dropped, the inbox serves on
-            log_event("cluster.bad_message", level=logging.WARNING,
-                      error=excerpt(f"{type(exc).__name__}: {exc}"))
+            bad_message(exc)
 
     async def _renew_leases(self) -> None:
         while True:
             await asyncio.sleep(LEASE_SECONDS / 3)
             try:
                 lost = await self.store.renew(list(self.sessions), self.node, LEASE_SECONDS)
-            except StoreError as exc:
-                log_event("cluster.failed", level=logging.WARNING, error=str(exc))
+            except Exception as exc:  # out of reach, refused: renewed next round
+                background_failed("renew", exc)
                 continue
             for session_id in lost:
                 session = self.sessions.get(session_id)

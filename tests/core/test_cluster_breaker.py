@@ -72,10 +72,6 @@ def test_a_call_for_a_session_whose_lease_key_is_of_the_wrong_type_is_a_structur
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sessions.py:1097 runs message['http'] in a spawned task that catches only StoreError"
-    " (sessions.py:979): asyncio logs 'Task exception was never retrieved' instead of "
-    "cluster.bad_message"))
 def test_a_forged_http_message_of_the_wrong_type_is_logged_as_a_bad_message(
         redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     """``{"http": "x"}`` in a node's inbox: logged ``cluster.bad_message`` and dropped,
@@ -93,9 +89,6 @@ def test_a_forged_http_message_of_the_wrong_type_is_logged_as_a_bad_message(
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sessions.py:1138 takes any message with a known reply id; routing.py:128 reads "
-    "reply['status'] unchecked: KeyError, HTTP 500 for the caller"))
 def test_a_forged_reply_without_a_status_does_not_fail_the_forwarded_call(
         redis_server: RedisServer) -> None:
     """A reply to a forwarded call missing its fields (what any publisher on Redis can
