@@ -940,11 +940,12 @@ class Registry:
         self._handovers: dict[str, asyncio.Future[None]] = {}
         # calls this node forwarded to another, waiting for its reply, by id
         self._asked: dict[str, _Ask] = {}
-        # the ids of the calls another node forwarded here, while they run
-        self._answering: set[str] = set()
+        # the ask ids of the calls another node forwarded here, while they run: each
+        # one's future is done once its caller hung up at that node
+        self._answering: dict[str, asyncio.Future[None]] = {}
         # runs a call another node forwarded here (set by the router, routing.py)
-        self.serve_forwarded: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = (
-            None)
+        self.serve_forwarded: Callable[[Any, asyncio.Future[None]],
+                                       Awaitable[dict[str, Any]]] | None = None
         # other messages between nodes, by the field naming their kind (relay.py's)
         self.handlers: dict[str, Callable[[dict[str, Any]], None]] = {}
         # told of every change of a session's tools, by its id (relay.py, for other nodes)
@@ -1130,12 +1131,13 @@ class Registry:
             except Exception as exc:  # out of reach, refused: again next time
                 background_failed("resend", exc)
 
-    async def _answer(self, message: dict[str, Any]) -> None:
-        """A call another node forwarded: run it here, send the reply back."""
+    async def _answer(self, message: dict[str, Any], hung_up: asyncio.Future[None]) -> None:
+        """A call another node forwarded: run it here (its caller hanging up once
+        ``hung_up`` is done), send the reply back."""
         serve = self.serve_forwarded
         if serve is None:
             return
-        reply = await serve(message["http"])
+        reply = await serve(message["http"], hung_up)
         await self.store.publish(str(message["from"]), json.dumps(
             {"reply": message["ask"], **reply}))
 
@@ -1170,9 +1172,14 @@ class Registry:
             elif "http" in message:
                 ask_id = str(message["ask"])
                 if ask_id not in self._answering:  # else an ask sent again (_resend)
-                    self._answering.add(ask_id)
-                    self.spawn(self._answer(message)).add_done_callback(
-                        lambda _: self._answering.discard(ask_id))
+                    hung_up = self._answering[ask_id] = (
+                        asyncio.get_running_loop().create_future())
+                    self.spawn(self._answer(message, hung_up)).add_done_callback(
+                        lambda _: self._answering.pop(ask_id, None))
+            elif "hungUp" in message:  # the caller of a call answered here hung up
+                answering = self._answering.get(str(message["hungUp"]))
+                if answering is not None and not answering.done():
+                    answering.set_result(None)
             elif "reply" in message:
                 asked = self._asked.get(str(message["reply"]))
                 if asked is not None and not asked.future.done():

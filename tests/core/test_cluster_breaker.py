@@ -178,10 +178,6 @@ def test_one_key_two_bodies_at_two_nodes_at_once_run_one_call(
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "routing.py:82 gives every forwarded POST its own Idempotency-Key (control.py:318:"
-    " a keyed request outlives its caller) and routing.py:92 never watches the caller's"
-    " connection: the page is never told tool.cancel"))
 def test_a_caller_hanging_up_on_a_node_without_the_page_cancels_the_request(
         redis_server: RedisServer) -> None:
     """A caller without an Idempotency-Key hangs up on B while its call waits on the
