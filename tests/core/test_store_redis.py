@@ -5,6 +5,7 @@ and a real Core on it (the store contract itself: test_store_contract.py)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import subprocess
 import sys
@@ -236,5 +237,32 @@ def test_a_deleted_session_leaves_no_key_behind(redis_server: RedisServer) -> No
             keys = sorted(key.decode() for key in client.keys("*"))
             assert keys and not [key for key in keys if "gone" in key], keys
             assert client.zrange("pedelec:main:sessions", 0, -1) == [b"kept"]
+
+    run(main())
+
+
+def test_an_idle_store_outlives_redis_refusing_its_check(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Redis answers the idle check with a refusal (here an ACL taking PING away; Redis
+    busy with a script says BUSY alike): logged, and the writer stores what comes next."""
+    monkeypatch.setattr(writer, "PROBE_SECONDS", 0.2)
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+
+    async def main() -> None:
+        store = open_store(redis_server.url, timeout=1.0)
+        store.save_session(SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0))
+        await store.flush()
+        with redis_server.client() as client:
+            client.execute_command("ACL", "SETUSER", "default", "-ping")
+            try:
+                await until(lambda: any("event=store.probe_failed" in r.getMessage()
+                                        for r in caplog.records), "a refused check")
+            finally:
+                client.execute_command("ACL", "SETUSER", "default", "+ping")
+        store.save_session(SessionRecord("s2", hash_token("t"), "[]", "[]", 2.0))
+        await store.flush("s2")
+        assert [r.id for r in (await store.load()).sessions] == ["s1", "s2"]
+        await store.close()
 
     run(main())
