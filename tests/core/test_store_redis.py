@@ -266,3 +266,21 @@ def test_an_idle_store_outlives_redis_refusing_its_check(
         await store.close()
 
     run(main())
+
+
+def test_a_node_starts_past_a_list_of_sessions_of_the_wrong_type(
+        redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """The cluster's list of sessions holds another Redis type: reported as a damaged
+    row is (``store.row_skipped``), and the node starts and answers."""
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+    with redis_server.client() as client:
+        client.set("pedelec:main:sessions", "garbage")
+
+    async def main() -> None:
+        async with running_core(config(store=redis_server.url)) as a:
+            response = await a.http.get("/pedelec/v1/health")
+            assert response.status_code == 200, response.text
+        assert any("event=store.row_skipped table=sessions rowid=pedelec:main:sessions "
+                   in r.getMessage() for r in caplog.records)
+
+    run(main())

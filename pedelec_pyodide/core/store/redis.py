@@ -178,7 +178,7 @@ class RedisStore(QueuedStore):
         return await self._patiently(lambda: self._read([session_id]))
 
     async def _read(self, only: list[str] | None = None) -> Snapshot:
-        ids = await self._session_ids() if only is None else only
+        ids = await self._listed() if only is None else only
         found: dict[str, list[tuple[Any, ...]]] = {
             "sessions": [], "requests": [], "turns": [], "idempotency_keys": []}
         for start in range(0, len(ids), CHUNK):
@@ -326,6 +326,15 @@ class RedisStore(QueuedStore):
             pipe.hdel(self._key("keys", sid), target)
         else:
             raise ValueError(f"no such write: {op.kind}")
+
+    async def _listed(self) -> list[str]:
+        """The stored sessions' ids; none if the list of them is of another type (it is
+        reported as a damaged row is: the node starts, its writes of sessions fail)."""
+        try:
+            return await self._session_ids()
+        except StoreRefused as exc:
+            rows.skipped("sessions", self._key("sessions"), str(exc))
+            return []
 
     async def _session_ids(self) -> list[str]:
         raw: list[bytes] = await self._call(
