@@ -183,7 +183,7 @@ def _claim(session: CoreSession, key: str | None, kind: KeyKind,
     return known, None
 
 
-async def _hung_up(request: Request) -> None:
+async def hung_up(request: Request) -> None:
     """Return once the caller has hung up. Uvicorn cancels nothing when that happens: once
     the body is read, ``receive`` waits until it can say ``http.disconnect``."""
     while (await request.receive())["type"] != "http.disconnect":
@@ -192,7 +192,7 @@ async def _hung_up(request: Request) -> None:
 
 async def _answered(request: Request, future: asyncio.Future[Any]) -> bool:
     """Wait for ``future`` (never cancelling it); False if the caller hung up first."""
-    hangup = asyncio.ensure_future(_hung_up(request))
+    hangup = asyncio.ensure_future(hung_up(request))
     try:
         await asyncio.wait((future, hangup), return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -272,7 +272,7 @@ class _EventStream(Response):
                             "body": _event("progress", update.as_json())})
 
         pump = asyncio.ensure_future(events())
-        hangup = asyncio.ensure_future(_hung_up(self.request))
+        hangup = asyncio.ensure_future(hung_up(self.request))
         try:
             await asyncio.wait((pump, hangup), return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:  # Core is stopping and gave up waiting for us
@@ -310,7 +310,9 @@ async def _tool_answer(request: Request, session: CoreSession, request_id: str, 
                 session.cancel_request(pending, "Core is stopping")
             raise
         if not answered:
-            if not keyed:
+            # a router's own key (routing.py) serves only that router: its caller hung
+            # up there, so the request goes as an unkeyed one's does
+            if not keyed or request.scope.get(ROUTE_KEY):
                 session.cancel_request(pending, "the caller hung up")
             return JSONResponse(_request_state(session, request_id), status_code=202)
         result, handled_by = pending.future.result()

@@ -58,8 +58,15 @@ from .bridge import origin_allowed
 from .control import ApiError, authorize, path_session
 from .log import log_event
 from .relay import NoSession, ToolRelay
-from .sessions import CoreSession, Progress, Registry, checked_call, refused_request
-from .store import STORE_UNAVAILABLE, StoreError
+from .sessions import (
+    CoreSession,
+    Progress,
+    Registry,
+    checked_call,
+    read_forever,
+    refused_request,
+)
+from .store import StoreError
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
 #: pages other nodes hold whose tool changes one node passes on to its MCP clients
@@ -195,9 +202,11 @@ class McpEndpoint:
     async def _hear_changes(self) -> None:
         """On a shared store: the tool changes of pages other nodes hold."""
         if self.registry.store.shared:
-            async for session_id in self.relay.tool_changes():
-                for listener in list(self._remote.get(session_id, {}).values()):
-                    listener()
+            await read_forever("tool_changes", self.relay.tool_changes, self._tools_changed)
+
+    def _tools_changed(self, session_id: str) -> None:
+        for listener in list(self._remote.get(session_id, {}).values()):
+            listener()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -230,8 +239,8 @@ class McpEndpoint:
                     await registry.store.load_session_record(session_id)) is None:
                 return path_session(request)  # no node holds it, none stored it: 404
         except StoreError as exc:
-            raise ApiError(503, STORE_UNAVAILABLE, f"Core cannot reach its store to find "
-                           f"this session's node: {exc}") from None
+            raise ApiError(503, exc.code, "Core could not find this session's node in its "
+                           f"store: {exc}") from None
         request.scope[_HOLDER] = holder  # this request's tool call asks Redis no more
         return None
 
@@ -297,8 +306,8 @@ class McpEndpoint:
             except NoSession:
                 raise _no_session(session_id) from None
             except StoreError as exc:  # which node holds the page cannot be known
-                result = tool_error(STORE_UNAVAILABLE, f"Core cannot reach its store to "
-                                    f"find this page's node: {exc}", retryable=True)
+                result = tool_error(exc.code, "Core could not find this page's node in its "
+                                    f"store: {exc}", retryable=True)
             return call_result(result)
         _, result, _ = await self._session(ctx).call_tool(
             params.name, args, checked=checked, on_progress=on_progress)

@@ -10,6 +10,8 @@ page resumes on another node, the call is forwarded again there and waits for th
 request (stored with its key) instead of sending a new one: nothing runs twice. The
 holder answers a call with such a key of the router's own without waiting for its
 result to be stored (:data:`~.control.ROUTE_KEY`): only this router retries with it.
+Nor does such a key keep the call running for a caller who hangs up: the router tells
+the holder (``hungUp``), whose route sees its own caller hang up, as on one node.
 
 Each node remembers which node answered for a session (a bounded cache), so a call
 crossing nodes costs no lease lookup in Redis. A remembered holder that let go answers
@@ -21,6 +23,7 @@ stale entry costs a retry, never a lost or doubled call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import secrets
@@ -32,10 +35,17 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .control import PAYLOAD_TOO_LARGE, RETRY_AFTER_SECONDS, ROUTE_KEY, ApiError, authorize
+from .control import (
+    PAYLOAD_TOO_LARGE,
+    RETRY_AFTER_SECONDS,
+    ROUTE_KEY,
+    ApiError,
+    authorize,
+    hung_up,
+)
 from .log import log_event
-from .sessions import LEASE_SECONDS, SESSION_MOVED, Registry
-from .store import STORE_UNAVAILABLE, StoreError, StoreUnavailable
+from .sessions import LEASE_SECONDS, SESSION_MOVED, BadMessage, Registry
+from .store import StoreError
 
 # the control-API paths that name a session (MCP keeps per-client state on its node)
 _SESSION_PATH = re.compile(r"^/pedelec/v1/sessions/([^/]+)(?:/tool-calls(?:/[^/]+)?|/turns)?$")
@@ -93,7 +103,17 @@ class ClusterRouter:
                    "query": scope.get("query_string", b"").decode("latin-1"),
                    "headers": [[n.decode("latin-1"), v.decode("latin-1")] for n, v in headers],
                    "body": body.decode("utf-8", "surrogateescape"), "routeKey": own_key}
-        status, answer = await self._route(scope["app"], match.group(1), request)
+        # the router's own key is the router's alone: a caller who hangs up cancels the
+        # call, as on one node (a caller's own key keeps it running for its retry)
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        gone = asyncio.ensure_future(hung_up(Request(scope, receive))) if own_key else never
+        try:
+            answered = await self._route(scope["app"], match.group(1), request, gone)
+        finally:
+            gone.cancel()
+        if answered is None:
+            return  # nobody to answer
+        status, answer = answered
         headers = [(b"content-type", b"application/json")]
         if status == 503:  # as the control API says it (ApiError.response)
             headers.append((b"retry-after", RETRY_AFTER_SECONDS.encode()))
@@ -101,13 +121,14 @@ class ClusterRouter:
         await send({"type": "http.response.body", "body": answer.encode("utf-8",
                                                                         "surrogateescape")})
 
-    async def _route(self, core: Starlette, session_id: str, request: dict[str, Any]
-                     ) -> tuple[int, str]:
+    async def _route(self, core: Starlette, session_id: str, request: dict[str, Any],
+                     gone: asyncio.Future[None]) -> tuple[int, str] | None:
         """To whichever node holds the session, again after a holder died or let go,
-        until an answer or :data:`ROUTE_LIMIT_SECONDS`; nobody holding it: this node."""
+        until an answer or :data:`ROUTE_LIMIT_SECONDS`; nobody holding it: this node.
+        None once ``gone`` is done (the caller hung up), the node running it told."""
         registry = self.registry
         deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not gone.done():
             try:
                 holder = self._holders.get(session_id)
                 if holder is None:
@@ -116,38 +137,88 @@ class ClusterRouter:
                     if not await registry.adopt(session_id):
                         await asyncio.sleep(ADOPT_RETRY_SECONDS)
                         continue
-                    status, answer = await run_here(core, request)
+                    status, answer = await run_here(core, request, gone)
+                    if gone.done():
+                        return None
                     if not _moved(status, answer, here=True):
                         return status, answer
                     continue
-                reply = await self._forwarded(session_id, holder, request, deadline)
-            except StoreError as exc:  # Redis out of reach: as the control API says it
-                code = STORE_UNAVAILABLE if isinstance(exc, StoreUnavailable) else exc.code
-                return 503, json.dumps({"error": {"code": code, "message": str(exc)}})
+                reply = await self._forwarded(session_id, holder, request, deadline, gone)
+            except StoreError as exc:  # Redis out of reach or refusing: as the control API
+                # says it
+                return 503, json.dumps({"error": {"code": exc.code, "message": str(exc)}})
             if reply is not None:
-                status, answer = int(reply["status"]), str(reply["body"])
+                status, answer = reply["status"], reply["body"]  # checked (_check_reply)
                 if not _moved(status, answer, here=False):
                     self._remember(session_id, holder)
                     return status, answer
+            if gone.done():
+                return None
             self._holders.pop(session_id, None)  # route it again through the lease
+        if gone.done():
+            return None
         return 504, json.dumps({"error": {"code": ROUTE_TIMEOUT, "message": (
             f"no node answered for this session within {ROUTE_LIMIT_SECONDS:g} s")}})
 
     async def _forwarded(self, session_id: str, holder: str, request: dict[str, Any],
-                         deadline: float) -> dict[str, Any] | None:
-        """``holder``'s reply; None once another node (or none) holds the session."""
+                         deadline: float, gone: asyncio.Future[None]
+                         ) -> dict[str, Any] | None:
+        """``holder``'s reply; None once another node (or none) holds the session, or
+        once ``gone`` is done (then ``holder`` is told the caller hung up)."""
         registry = self.registry
-        with registry.asking(holder, {"http": request}) as reply:
+        with registry.asking(holder, {"http": request}, _check_reply) as reply:
             await registry.send(reply)
             # logged once it is on its way: the holder works on it meanwhile
             log_event("route.forward", session=session_id, node=holder)
             while time.monotonic() < deadline:
-                done, _ = await asyncio.wait([reply.future], timeout=LEASE_SECONDS / 3)
-                if done:
+                either: list[asyncio.Future[Any]] = [reply.future, gone]
+                await asyncio.wait(either, timeout=LEASE_SECONDS / 3,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if reply.future.done():
                     return reply.future.result()
+                if gone.done():  # best effort, as pub/sub is: a lost one cancels nothing
+                    with contextlib.suppress(StoreError):
+                        await registry.store.publish(holder, json.dumps(
+                            {"hungUp": reply.ask_id}))
+                    return None
                 if await registry.store.holder(session_id) != holder:
                     return None  # it died or let go: the caller routes the call again
         return None
+
+def _check_reply(reply: dict[str, Any]) -> None:
+    """A forwarded call's reply is an HTTP status and a body, or :class:`BadMessage`
+    (anyone publishing on Redis can forge one with the ask's id)."""
+    status = reply.get("status")
+    if type(status) is not int or not 100 <= status <= 599:
+        raise BadMessage("a forwarded call's reply has no HTTP status ('status')")
+    if not isinstance(reply.get("body"), str):
+        raise BadMessage("a forwarded call's reply has no text body ('body')")
+
+
+def _check_request(request: Any) -> dict[str, Any]:
+    """A forwarded call as :class:`ClusterRouter` sends it, or :class:`BadMessage`
+    naming the field: nothing of a forged one reaches Core's routes."""
+    if not isinstance(request, dict):
+        raise BadMessage("'http' is not an object")
+    for field in ("method", "path", "query", "body"):
+        if not isinstance(request.get(field), str):
+            raise BadMessage(f"'http.{field}' is not text")
+    headers = request.get("headers")
+    if not isinstance(headers, list) or not all(
+            isinstance(header, list) and len(header) == 2
+            and all(isinstance(part, str) for part in header) for header in headers):
+        raise BadMessage("'http.headers' is not a list of [name, value] texts")
+    if not isinstance(request.get("routeKey", False), bool):
+        raise BadMessage("'http.routeKey' is not true or false")
+    try:  # as run_here encodes them
+        request["path"].encode()
+        request["body"].encode("utf-8", "surrogateescape")
+        for text in (request["query"], *(part for header in headers for part in header)):
+            text.encode("latin-1")
+    except UnicodeEncodeError:
+        raise BadMessage("'http' holds text HTTP cannot carry") from None
+    return request
+
 
 def _moved(status: int, answer: str, *, here: bool) -> bool:
     """The node that ran it let the session go meanwhile: route the call again (a 404
@@ -176,14 +247,18 @@ async def _body(receive: Receive, limit: int) -> bytes | None:
             return b"".join(chunks)
 
 
-async def serve_forwarded(core: Starlette, request: dict[str, Any]) -> dict[str, Any]:
-    """Another node's call, run here: its status and body."""
-    status, body = await run_here(core, request)
+async def serve_forwarded(core: Starlette, request: Any, hung_up: asyncio.Future[None]
+                          ) -> dict[str, Any]:
+    """Another node's call, run here: its status and body; :class:`BadMessage` if it
+    is not one. ``hung_up`` is done once its caller hung up at that node."""
+    status, body = await run_here(core, _check_request(request), hung_up)
     return {"status": status, "body": body}
 
 
-async def run_here(core: Starlette, request: dict[str, Any]) -> tuple[int, str]:
-    """``request`` through Core's routes on this node (not forwarded again)."""
+async def run_here(core: Starlette, request: dict[str, Any], hung_up: asyncio.Future[None]
+                   ) -> tuple[int, str]:
+    """``request`` through Core's routes on this node (not forwarded again), its caller
+    hanging up once ``hung_up`` is done."""
     scope: Scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "app": core,
         "method": request["method"], "path": request["path"],
@@ -198,8 +273,9 @@ async def run_here(core: Starlette, request: dict[str, Any]) -> tuple[int, str]:
 
     async def receive() -> Message:
         nonlocal sent
-        if sent:  # the caller is a node, not a socket: it does not hang up
-            await asyncio.Event().wait()
+        if sent:  # the caller is a node: it hangs up when its own caller did
+            await asyncio.wait([hung_up])  # (never cancelling it)
+            return {"type": "http.disconnect"}
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 

@@ -882,10 +882,44 @@ class _Ask:
     future: asyncio.Future[dict[str, Any]]
     gap: float  # how long after ``sent`` it is sent again
     sent: float | None = None  # when last sent (monotonic); None: not yet
+    # raises if a reply is not of the shape its asker reads (a forged one): dropped
+    check: Callable[[dict[str, Any]], None] | None = None
+
+
+class BadMessage(ValueError):
+    """A message from another node (or whoever publishes on Redis) of the wrong shape."""
 
 
 # tasks nobody awaits, held until done (the event loop keeps only weak references)
 _BACKGROUND: set[asyncio.Task[None]] = set()
+# seconds a node's inbox waits before it is read again after it failed
+INBOX_RETRY_SECONDS = 0.5
+
+
+def background_failed(task: str, exc: Exception) -> None:
+    """A round of one of Core's background loops failed: said, and the loop carries on
+    (none may die: a node whose lease renewal stopped would lose all its pages)."""
+    log_event("cluster.failed", level=logging.WARNING, task=task,
+              error=excerpt(f"{type(exc).__name__}: {exc}"))
+
+
+async def read_forever(task: str, inbox: Callable[[], AsyncIterator[str]],
+                       on_message: Callable[[str], None]) -> None:
+    """Each message of ``inbox()`` to ``on_message``, for Core's life: if reading fails,
+    that is said, and the inbox read again after a pause."""
+    while True:
+        try:
+            async for message in inbox():
+                on_message(message)
+        except Exception as exc:
+            background_failed(task, exc)
+        await asyncio.sleep(INBOX_RETRY_SECONDS)
+
+
+def bad_message(exc: Exception) -> None:
+    """A message between nodes that makes no sense: said, and dropped."""
+    log_event("cluster.bad_message", level=logging.WARNING,
+              error=excerpt(f"{type(exc).__name__}: {exc}"))
 
 
 class Registry:
@@ -909,11 +943,12 @@ class Registry:
         self._handovers: dict[str, asyncio.Future[None]] = {}
         # calls this node forwarded to another, waiting for its reply, by id
         self._asked: dict[str, _Ask] = {}
-        # the ids of the calls another node forwarded here, while they run
-        self._answering: set[str] = set()
+        # the ask ids of the calls another node forwarded here, while they run: each
+        # one's future is done once its caller hung up at that node
+        self._answering: dict[str, asyncio.Future[None]] = {}
         # runs a call another node forwarded here (set by the router, routing.py)
-        self.serve_forwarded: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = (
-            None)
+        self.serve_forwarded: Callable[[Any, asyncio.Future[None]],
+                                       Awaitable[dict[str, Any]]] | None = None
         # other messages between nodes, by the field naming their kind (relay.py's)
         self.handlers: dict[str, Callable[[dict[str, Any]], None]] = {}
         # told of every change of a session's tools, by its id (relay.py, for other nodes)
@@ -978,12 +1013,15 @@ class Registry:
     # --- the cluster (a shared store) ----------------------------------------------------
 
     def spawn(self, work: Awaitable[Any]) -> asyncio.Task[None]:
-        """``work`` on its own: a store out of reach is logged (the lease expires)."""
+        """``work`` on its own: a failure is logged (a store out of reach: the lease
+        expires)."""
         async def run() -> None:
             try:
                 await work
-            except StoreError as exc:
-                log_event("cluster.failed", level=logging.WARNING, error=str(exc))
+            except BadMessage as exc:
+                bad_message(exc)
+            except Exception as exc:
+                background_failed("spawned", exc)
         _BACKGROUND.add(task := asyncio.ensure_future(run()))
         task.add_done_callback(_BACKGROUND.discard)
         return task
@@ -1054,12 +1092,15 @@ class Registry:
         return True
 
     @contextlib.contextmanager
-    def asking(self, node: str, message: dict[str, Any]) -> Iterator[Asked]:
-        """A message to ``node`` with a reply expected; the reply's future while inside."""
+    def asking(self, node: str, message: dict[str, Any],
+               check: Callable[[dict[str, Any]], None] | None = None) -> Iterator[Asked]:
+        """A message to ``node`` with a reply expected; the reply's future while inside.
+        ``check`` raises for a reply not of the shape the asker reads: that one is
+        dropped (logged) and the future waits on for the real one."""
         ask_id = secrets.token_hex(12)
         text = json.dumps({**message, "ask": ask_id, "from": self.node})
         ask = self._asked[ask_id] = _Ask(node, text, asyncio.get_running_loop().create_future(),
-                                         RESEND_SECONDS)
+                                         RESEND_SECONDS, check=check)
         try:
             yield Asked(text, ask.future, ask_id)
         finally:
@@ -1085,22 +1126,23 @@ class Registry:
         while True:
             await asyncio.sleep(RESEND_SECONDS / 2)
             now = time.monotonic()
-            for ask in list(self._asked.values()):
-                if ask.sent is None or now - ask.sent < ask.gap or ask.future.done():
-                    continue
-                try:
+            try:
+                for ask in list(self._asked.values()):
+                    if ask.sent is None or now - ask.sent < ask.gap or ask.future.done():
+                        continue
                     await self.store.publish(ask.node, ask.message)
-                except StoreError:
-                    break  # out of reach: again next time
-                ask.sent = time.monotonic()
-                ask.gap = min(2 * ask.gap, RESEND_MAX_SECONDS)
+                    ask.sent = time.monotonic()
+                    ask.gap = min(2 * ask.gap, RESEND_MAX_SECONDS)
+            except Exception as exc:  # out of reach, refused: again next time
+                background_failed("resend", exc)
 
-    async def _answer(self, message: dict[str, Any]) -> None:
-        """A call another node forwarded: run it here, send the reply back."""
+    async def _answer(self, message: dict[str, Any], hung_up: asyncio.Future[None]) -> None:
+        """A call another node forwarded: run it here (its caller hanging up once
+        ``hung_up`` is done), send the reply back."""
         serve = self.serve_forwarded
         if serve is None:
             return
-        reply = await serve(message["http"])
+        reply = await serve(message["http"], hung_up)
         await self.store.publish(str(message["from"]), json.dumps(
             {"reply": message["ask"], **reply}))
 
@@ -1121,8 +1163,8 @@ class Registry:
         renewing = asyncio.ensure_future(self._renew_leases())
         resending = asyncio.ensure_future(self._resend())
         try:
-            async for message in self.store.inbox(self.node):
-                self._on_message(message)
+            await read_forever("inbox", lambda: self.store.inbox(self.node),
+                               lambda text: self._on_message(text))
         finally:
             renewing.cancel()
             resending.cancel()
@@ -1135,12 +1177,19 @@ class Registry:
             elif "http" in message:
                 ask_id = str(message["ask"])
                 if ask_id not in self._answering:  # else an ask sent again (_resend)
-                    self._answering.add(ask_id)
-                    self.spawn(self._answer(message)).add_done_callback(
-                        lambda _: self._answering.discard(ask_id))
+                    hung_up = self._answering[ask_id] = (
+                        asyncio.get_running_loop().create_future())
+                    self.spawn(self._answer(message, hung_up)).add_done_callback(
+                        lambda _: self._answering.pop(ask_id, None))
+            elif "hungUp" in message:  # the caller of a call answered here hung up
+                answering = self._answering.get(str(message["hungUp"]))
+                if answering is not None and not answering.done():
+                    answering.set_result(None)
             elif "reply" in message:
                 asked = self._asked.get(str(message["reply"]))
                 if asked is not None and not asked.future.done():
+                    if asked.check is not None:
+                        asked.check(message)
                     asked.future.set_result(message)
             elif "handedOver" in message:
                 waiting = self._handovers.get(str(message["handedOver"]))
@@ -1152,16 +1201,15 @@ class Registry:
                         handle(message)
         except Exception as exc:  # whatever a message holds (JSON nested past the
             # recursion limit, a number no float holds): dropped, the inbox serves on
-            log_event("cluster.bad_message", level=logging.WARNING,
-                      error=excerpt(f"{type(exc).__name__}: {exc}"))
+            bad_message(exc)
 
     async def _renew_leases(self) -> None:
         while True:
             await asyncio.sleep(LEASE_SECONDS / 3)
             try:
                 lost = await self.store.renew(list(self.sessions), self.node, LEASE_SECONDS)
-            except StoreError as exc:
-                log_event("cluster.failed", level=logging.WARNING, error=str(exc))
+            except Exception as exc:  # out of reach, refused: renewed next round
+                background_failed("renew", exc)
                 continue
             for session_id in lost:
                 session = self.sessions.get(session_id)

@@ -41,9 +41,6 @@ async def answer(page: RawClient, frame: dict[str, Any]) -> None:
                      "result": {"ok": True, "data": frame["args"]}, "handledBy": "named"})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "redis.py:192: a WRONGTYPE reply fails the whole read, not one damaged row: every node"
-    " refuses to start (exit 2) until someone deletes the key"))
 def test_a_node_starts_past_a_session_key_of_the_wrong_type(
         redis_server: RedisServer) -> None:
     """A key of a stored session holding another Redis type (a string where a hash is)
@@ -76,10 +73,6 @@ def test_a_call_for_a_session_whose_lease_key_is_of_the_wrong_type_is_a_structur
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sessions.py:1097 runs message['http'] in a spawned task that catches only StoreError"
-    " (sessions.py:979): asyncio logs 'Task exception was never retrieved' instead of "
-    "cluster.bad_message"))
 def test_a_forged_http_message_of_the_wrong_type_is_logged_as_a_bad_message(
         redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     """``{"http": "x"}`` in a node's inbox: logged ``cluster.bad_message`` and dropped,
@@ -97,9 +90,6 @@ def test_a_forged_http_message_of_the_wrong_type_is_logged_as_a_bad_message(
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sessions.py:1138 takes any message with a known reply id; routing.py:128 reads "
-    "reply['status'] unchecked: KeyError, HTTP 500 for the caller"))
 def test_a_forged_reply_without_a_status_does_not_fail_the_forwarded_call(
         redis_server: RedisServer) -> None:
     """A reply to a forwarded call missing its fields (what any publisher on Redis can
@@ -189,10 +179,6 @@ def test_one_key_two_bodies_at_two_nodes_at_once_run_one_call(
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "routing.py:89 gives every forwarded POST its own Idempotency-Key (control.py:309:"
-    " a keyed request outlives its caller) and routing.py:96 never watches the caller's"
-    " connection: the page is never told tool.cancel"))
 def test_a_caller_hanging_up_on_a_node_without_the_page_cancels_the_request(
         redis_server: RedisServer) -> None:
     """A caller without an Idempotency-Key hangs up on B while its call waits on the

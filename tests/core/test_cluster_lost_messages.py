@@ -116,9 +116,10 @@ def test_an_ask_sent_again_while_its_call_runs_is_not_run_again(
             assert serve is not None
             served: list[str] = []
 
-            async def counted(request: dict[str, Any]) -> dict[str, Any]:
+            async def counted(request: dict[str, Any],
+                              hung_up: asyncio.Future[None]) -> dict[str, Any]:
                 served.append(request["path"])
-                return await serve(request)
+                return await serve(request, hung_up)
 
             a.registry.serve_forwarded = counted
             answer = asyncio.ensure_future(b.http.post(

@@ -13,6 +13,7 @@ from typing import Any
 from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta, until
 from storekit import RedisServer
 from test_cluster import answer_requests
+from test_progress import next_of
 
 from pedelec_pyodide.core.store.ops import REQUEST_COLUMNS, Op
 
@@ -86,5 +87,57 @@ def test_a_call_keyed_by_its_caller_is_answered_once_its_result_is_stored(
             response = await asyncio.wait_for(call, WAIT)
             assert response.status_code == 200, response.text
             assert response.json()["result"] == {"ok": True, "data": {"n": 1}}
+
+    run(main())
+
+
+def test_a_caller_with_its_own_key_hanging_up_on_a_node_without_the_page_does_not_cancel(
+        redis_server: RedisServer) -> None:
+    """A keyed request outlives its caller, whichever node the caller reached: the page
+    is not told ``tool.cancel``, and a retry with the key gets the result."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            call = forwarded_call(b, sid, **{"Idempotency-Key": "mine"})
+            first = asyncio.ensure_future(call())
+            frame = await next_of(page, "tool.request")
+            first.cancel()  # httpx closes the connection: the caller hung up
+            with contextlib.suppress(asyncio.CancelledError):
+                await first
+            with contextlib.suppress(asyncio.TimeoutError):
+                cancel = await asyncio.wait_for(next_of(page, "tool.cancel"), 1)
+                raise AssertionError(f"the page was told {cancel}")
+            await page.send({"type": "tool.result", "toolRequestId": frame["toolRequestId"],
+                             "result": {"ok": True, "data": 1}, "handledBy": "named"})
+            again = await asyncio.wait_for(call(), WAIT)
+            assert again.json()["result"] == {"ok": True, "data": 1}, again.text
+            await page.close()
+
+    run(main())
+
+
+def test_a_caller_hanging_up_on_a_node_that_took_the_session_cancels_the_request(
+        redis_server: RedisServer) -> None:
+    """No node holds the session (its node stopped, the page away): the node the call
+    reached takes it and waits there for the page; its caller hangs up: the request is
+    cancelled, as on one node, so the page coming back is not asked to run it."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as b:
+            async with running_core(config(**cfg)) as a:
+                page = await RawClient.open(a.ws_url)
+                sid = (await page.hello([tool_meta("a")]))["sessionId"]
+                await page.close()
+            call = asyncio.ensure_future(forwarded_call(b, sid)())
+            await until(lambda: (s := b.registry.sessions.get(sid)) is not None
+                        and bool(s.pending), "the request waiting on B")
+            call.cancel()  # the caller hangs up
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+            await until(lambda: not b.registry.sessions[sid].pending, "it is cancelled")
 
     run(main())

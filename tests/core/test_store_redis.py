@@ -5,6 +5,7 @@ and a real Core on it (the store contract itself: test_store_contract.py)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import subprocess
 import sys
@@ -236,5 +237,50 @@ def test_a_deleted_session_leaves_no_key_behind(redis_server: RedisServer) -> No
             keys = sorted(key.decode() for key in client.keys("*"))
             assert keys and not [key for key in keys if "gone" in key], keys
             assert client.zrange("pedelec:main:sessions", 0, -1) == [b"kept"]
+
+    run(main())
+
+
+def test_an_idle_store_outlives_redis_refusing_its_check(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Redis answers the idle check with a refusal (here an ACL taking PING away; Redis
+    busy with a script says BUSY alike): logged, and the writer stores what comes next."""
+    monkeypatch.setattr(writer, "PROBE_SECONDS", 0.2)
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+
+    async def main() -> None:
+        store = open_store(redis_server.url, timeout=1.0)
+        store.save_session(SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0))
+        await store.flush()
+        with redis_server.client() as client:
+            client.execute_command("ACL", "SETUSER", "default", "-ping")
+            try:
+                await until(lambda: any("event=store.probe_failed" in r.getMessage()
+                                        for r in caplog.records), "a refused check")
+            finally:
+                client.execute_command("ACL", "SETUSER", "default", "+ping")
+        store.save_session(SessionRecord("s2", hash_token("t"), "[]", "[]", 2.0))
+        await store.flush("s2")
+        assert [r.id for r in (await store.load()).sessions] == ["s1", "s2"]
+        await store.close()
+
+    run(main())
+
+
+def test_a_node_starts_past_a_list_of_sessions_of_the_wrong_type(
+        redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """The cluster's list of sessions holds another Redis type: reported as a damaged
+    row is (``store.row_skipped``), and the node starts and answers."""
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+    with redis_server.client() as client:
+        client.set("pedelec:main:sessions", "garbage")
+
+    async def main() -> None:
+        async with running_core(config(store=redis_server.url)) as a:
+            response = await a.http.get("/pedelec/v1/health")
+            assert response.status_code == 200, response.text
+        assert any("event=store.row_skipped table=sessions rowid=pedelec:main:sessions "
+                   in r.getMessage() for r in caplog.records)
 
     run(main())

@@ -28,9 +28,16 @@ class WriterStopped(StoreError):
     """The store's writer has stopped (a bug): nothing more is stored."""
 
 
+class StoreRefused(StoreError):
+    """The store answered but refused the command (Redis: a key of the wrong type,
+    out of memory, too few replicas, snapshots failing): not tried again by itself."""
+
+
 class StoreUnavailable(StoreError):
     """The store cannot be reached (a server down, a connection lost). Raised by a
     backend's writes: the writer keeps them and tries again until the store is back."""
+
+    code = STORE_UNAVAILABLE
 
 
 def reason(exc: BaseException) -> str:

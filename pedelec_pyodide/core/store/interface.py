@@ -75,11 +75,12 @@ class Store(Protocol):
         write of one of ``keys`` failed since their last flush."""
 
     # --- leases: which node holds a page's socket (they are not queued: each answers) ---
+    # Each of these raises only StoreErrors: StoreUnavailable if the store cannot be
+    # reached, StoreRefused if it refused the command.
 
     async def claim(self, session_id: str, node: str, ttl: float) -> str | None:
         """Give ``node`` the session's lease for ``ttl`` seconds; the node that held it
-        until now (a live lease of another node, or ``node`` itself), or None.
-        :class:`~.errors.StoreUnavailable` if the store cannot be reached."""
+        until now (a live lease of another node, or ``node`` itself), or None."""
 
     async def renew(self, session_ids: list[str], node: str, ttl: float) -> list[str]:
         """Extend ``node``'s leases of ``session_ids`` by ``ttl`` seconds (one nobody holds,
@@ -97,8 +98,8 @@ class Store(Protocol):
         """Send ``message`` to ``node``'s inbox (pub/sub: lost if nobody listens)."""
 
     def inbox(self, node: str) -> AsyncIterator[str]:
-        """The messages published to ``node`` from now on; a store out of reach is
-        waited for (a message sent meanwhile is lost)."""
+        """The messages published to ``node`` from now on; a store out of reach, or one
+        refusing, is waited for (a message sent meanwhile is lost)."""
 
     async def close(self, timeout: float | None = None) -> None:
         """Store what is queued (at most ``timeout`` seconds) and let go of the store."""

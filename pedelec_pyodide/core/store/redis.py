@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
@@ -38,8 +39,9 @@ from redis.asyncio.client import Pipeline, PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from ..log import log_event
 from . import rows
-from .errors import StoreError, StoreUnavailable, reason
+from .errors import StoreRefused, StoreUnavailable, reason
 from .leases import RENEW_CHUNK
 from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
 from .records import TURN, SessionRecord, Snapshot
@@ -140,15 +142,15 @@ class RedisStore(QueuedStore):
 
     async def _call(self, make: Callable[[], Awaitable[_T]]) -> _T:
         """``make()`` awaited; a store out of reach raised as StoreUnavailable, a command
-        Redis refused (out of memory, no replica, a key of another type) as StoreError,
-        which every caller of a lease or message operation handles."""
+        Redis refused (WRONGTYPE, OOM, NOREPLICAS, MISCONF...) as StoreRefused: callers
+        see only StoreErrors."""
         try:  # a deadline, not wait_for: no task per command (a crossing call makes four)
             async with asyncio.timeout(2 * self.timeout):
                 return await make()
         except _UNREACHABLE as exc:
             raise StoreUnavailable(f"cannot reach {self.label} ({reason(exc)})") from None
-        except redis_errors.ResponseError as exc:
-            raise StoreError(f"{self.label} refused it ({reason(exc)})") from None
+        except redis_errors.RedisError as exc:
+            raise StoreRefused(f"{self.label} refused a command ({reason(exc)})") from None
 
     # --- reading ------------------------------------------------------------------------
 
@@ -185,7 +187,7 @@ class RedisStore(QueuedStore):
         return made[0] if made else None
 
     async def _read(self, only: list[str] | None = None) -> Snapshot:
-        ids = await self._session_ids() if only is None else only
+        ids = await self._listed() if only is None else only
         found: dict[str, list[tuple[Any, ...]]] = {
             "sessions": [], "requests": [], "turns": [], "idempotency_keys": []}
         for start in range(0, len(ids), CHUNK):
@@ -198,8 +200,10 @@ class RedisStore(QueuedStore):
                 pipe.hgetall(self._key("turns", sid))
                 pipe.hgetall(self._key("delivered", sid))
                 pipe.hgetall(self._key("keys", sid))
-            replies = await self._call(pipe.execute)
+            replies = await self._call(partial(pipe.execute, raise_on_error=False))
             for n, sid in enumerate(chunk):
+                if _refused(replies[6 * n:6 * n + 6], self._key("session", sid)):
+                    continue
                 session, requests, order, turns, delivered, keys = replies[6 * n:6 * n + 6]
                 if session is not None:
                     found["sessions"].append((self._key("session", sid), session))
@@ -270,6 +274,9 @@ class RedisStore(QueuedStore):
                         yield bytes(message["data"]).decode("utf-8", "replace")
             except StoreUnavailable:
                 await asyncio.sleep(INBOX_POLL)  # subscribed again once Redis is back
+            except StoreRefused as exc:  # the writer does not see it: said here
+                log_event("store.inbox_failed", level=logging.WARNING, error=str(exc))
+                await asyncio.sleep(INBOX_POLL)
             finally:
                 with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
@@ -329,6 +336,15 @@ class RedisStore(QueuedStore):
         else:
             raise ValueError(f"no such write: {op.kind}")
 
+    async def _listed(self) -> list[str]:
+        """The stored sessions' ids; none if the list of them is of another type (it is
+        reported as a damaged row is: the node starts, its writes of sessions fail)."""
+        try:
+            return await self._session_ids()
+        except StoreRefused as exc:
+            rows.skipped("sessions", self._key("sessions"), str(exc))
+            return []
+
     async def _session_ids(self) -> list[str]:
         raw: list[bytes] = await self._call(
             lambda: self._redis.zrange(self._key("sessions"), 0, -1))  # type: ignore[arg-type,return-value]
@@ -346,9 +362,11 @@ class RedisStore(QueuedStore):
                 pipe.smembers(self._key("running", sid))
                 pipe.smembers(self._key("undelivered", sid))
                 pipe.hvals(self._key("keys", sid))
-            replies = await self._call(pipe.execute)
+            replies = await self._call(partial(pipe.execute, raise_on_error=False))
             deletes = self._redis.pipeline(transaction=True)
             for n, sid in enumerate(chunk):
+                if _refused(replies[4 * n:4 * n + 4], self._key("session", sid)):
+                    continue  # left as it is
                 older, running, undelivered, keys = replies[4 * n:4 * n + 4]
                 kept = running | undelivered | _keyed_turns(keys)
                 gone = [tid for tid in older if tid not in kept]
@@ -365,6 +383,17 @@ class RedisStore(QueuedStore):
     async def _release(self) -> None:
         with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
             await self._redis.aclose()  # the connection is gone either way
+
+
+def _refused(replies: list[Any], where: str) -> bool:
+    """Whether Redis refused a read of one session's keys (one of them is of another
+    type): the whole session is left out, as a damaged row is (read without its
+    requests or keys, a call could run twice)."""
+    for reply in replies:
+        if isinstance(reply, redis_errors.RedisError):
+            rows.skipped("sessions", where, f"Redis refused to read it ({reason(reply)})")
+            return True
+    return False
 
 
 def _text(value: Any) -> str | None:

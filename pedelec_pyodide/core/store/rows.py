@@ -31,7 +31,8 @@ class _Damaged(ValueError):
     pass
 
 
-def _skipped(table: str, rowid: Any, why: str) -> None:
+def skipped(table: str, rowid: Any, why: str) -> None:
+    """Say a row (or what holds it) could not be read and was left out of the load."""
     log_event("store.row_skipped", level=logging.WARNING, table=table, rowid=rowid,
               reason=why[:MAX_REASON_CHARS])
 
@@ -41,7 +42,7 @@ def _parsed(table: str, row: tuple[Any, ...], build: Callable[..., Any],
     try:
         return build(row[1:], *context)
     except (ValueError, TypeError, RecursionError) as exc:  # UnicodeError is a ValueError
-        _skipped(table, row[0], str(exc) if isinstance(exc, _Damaged) else reason(exc))
+        skipped(table, row[0], str(exc) if isinstance(exc, _Damaged) else reason(exc))
         return None
 
 

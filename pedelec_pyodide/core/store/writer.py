@@ -26,7 +26,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..log import log_event
-from .errors import FlushTimeout, StoreUnavailable, WriteFailed, WriterStopped, reason
+from .errors import (
+    FlushTimeout,
+    StoreError,
+    StoreUnavailable,
+    WriteFailed,
+    WriterStopped,
+    reason,
+)
 from .ops import (
     PRUNE_KEY,
     Op,
@@ -271,7 +278,7 @@ class QueuedStore(ABC):
                         async with asyncio.timeout(PROBE_SECONDS):
                             await self._wakeup.wait()
                     except TimeoutError:  # idle: is the store still there?
-                        await self._retrying([])
+                        await self._idle_probe()
                 ops: list[Op] = []
                 stop = False
                 while self._queue and len(ops) < MAX_BATCH and not stop:
@@ -298,6 +305,15 @@ class QueuedStore(ABC):
             self._dead = f"the store's writer stopped ({reason(exc)}); nothing is stored"
             log_event("store.writer_died", level=logging.ERROR, error=self._dead)
             self._settle_all(waiters, WriterStopped(self._dead))
+
+    async def _idle_probe(self) -> None:
+        """The idle check (:meth:`_probe`); a store that answers but refuses it (Redis
+        busy with a script, an ACL) is said, and the writer carries on: its writes
+        report their own failures."""
+        try:
+            await self._retrying([])
+        except StoreError as exc:
+            log_event("store.probe_failed", level=logging.WARNING, error=str(exc))
 
     def _settle_all(self, waiters: list[asyncio.Future[None]], error: Exception) -> None:
         waiters.extend(item for item in self._queue if isinstance(item, asyncio.Future))

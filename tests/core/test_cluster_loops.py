@@ -1,0 +1,186 @@
+"""A node's background work on a shared store (lease renewal, its inbox, asks sent again,
+tasks spawned on their own) outlives a round that fails however it fails: each failure is
+logged ``cluster.failed`` with the loop's name, and the next round runs. A loop that died
+would say nothing, and its node would lose its pages (renewal) or its calls (inbox)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from corekit import WAIT, Page, RawClient, config, run, running_core, tool_meta, until
+from mcp import types
+from storekit import RedisServer
+from test_mcp import mcp_client, page_session
+from test_mcp_cluster import mcp_at
+from test_progress import next_of
+
+from pedelec_pyodide import define_tool
+from pedelec_pyodide.core.sessions import LEASE_SECONDS
+
+PREFIX = "pedelec:main:"
+
+
+def failed(caplog: pytest.LogCaptureFixture, task: str) -> int:
+    return sum(f"event=cluster.failed task={task} " in r.getMessage() for r in caplog.records)
+
+
+async def echo(page: RawClient) -> None:
+    frame = await next_of(page, "tool.request")
+    await page.send({"type": "tool.result", "toolRequestId": frame["toolRequestId"],
+                     "result": {"ok": True, "data": frame["args"]}, "handledBy": "named"})
+
+
+def test_lease_renewal_outlives_a_round_that_raises(
+        redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """A renewal round fails with an error no store raises (a bug): logged, and the next
+    round takes the page's lease back."""
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+
+    async def main() -> None:
+        async with running_core(config(store=redis_server.url)) as a:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            store = a.registry.store
+            renew = store.renew
+
+            async def once_broken(*args: Any) -> list[str]:
+                store.renew = renew  # type: ignore[method-assign]
+                raise RuntimeError("a bug")
+
+            store.renew = once_broken  # type: ignore[method-assign]
+            await until(lambda: failed(caplog, "renew") == 1, "a failed renewal")
+            with redis_server.client() as client:
+                client.delete(PREFIX + "lease:" + sid)
+                loop = asyncio.get_running_loop()
+                end = loop.time() + LEASE_SECONDS
+                while client.get(PREFIX + "lease:" + sid) is None and loop.time() < end:
+                    await asyncio.sleep(0.1)
+                assert client.get(PREFIX + "lease:" + sid) == a.registry.node.encode()
+            await page.close()
+
+    run(main())
+
+
+def test_the_inbox_outlives_a_message_that_breaks_it(
+        redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Reading a node's inbox fails once (a bug): logged; the node reads it again, so a
+    call forwarded to it afterwards is answered."""
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            registry = a.registry
+            on_message = registry._on_message
+
+            def once_broken(text: str) -> None:
+                registry._on_message = on_message  # type: ignore[method-assign]
+                raise RuntimeError("a bug")
+
+            registry._on_message = once_broken  # type: ignore[method-assign]
+            await registry.store.publish(registry.node, json.dumps({"x": 1}))
+            await until(lambda: failed(caplog, "inbox") == 1, "a failed inbox")
+            call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 1}))
+            await echo(page)
+            response = await asyncio.wait_for(call, WAIT)
+            assert response.json()["result"] == {"ok": True, "data": {"n": 1}}, response.text
+            await page.close()
+
+    run(main())
+
+
+def test_asks_are_sent_again_after_a_round_that_raises(
+        redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """A forwarded call's ask is lost, and the first round sending it again fails (a
+    bug): logged, and the next round sends it; the call is answered."""
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            store = b.registry.store
+            publish = store.publish
+            calls = 0
+
+            async def lost_then_broken(node: str, message: str) -> None:
+                nonlocal calls
+                calls += 1
+                if calls == 1:
+                    return  # lost, as pub/sub loses a message nobody was subscribed for
+                store.publish = publish  # type: ignore[method-assign]
+                raise RuntimeError("a bug")
+
+            store.publish = lost_then_broken  # type: ignore[method-assign]
+            call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 2}))
+            await echo(page)
+            response = await asyncio.wait_for(call, WAIT)
+            assert response.json()["result"] == {"ok": True, "data": {"n": 2}}, response.text
+            assert failed(caplog, "resend") == 1
+            await page.close()
+
+    run(main())
+
+
+def test_a_spawned_task_that_raises_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """Work spawned on its own that fails with any error is logged ``cluster.failed``,
+    never left for asyncio's 'Task exception was never retrieved'."""
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+
+    async def broken() -> None:
+        raise RuntimeError("a bug")
+
+    async def main() -> None:
+        async with running_core(config()) as a:
+            await a.registry.spawn(broken())
+            assert failed(caplog, "spawned") == 1
+
+    run(main())
+
+
+def test_tool_changes_are_heard_after_reading_them_failed(
+        redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Reading the other nodes' tool changes fails once on B (a bug): logged; B reads them
+    again, and its MCP client hears of the page's new tool on A."""
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            relay = b.registry.handlers["mcpCall"].__self__
+            tool_changes = relay.tool_changes
+
+            reads = 0
+
+            async def broken() -> AsyncIterator[str]:
+                raise RuntimeError("a bug")
+                yield ""  # a generator, as tool_changes is
+
+            def once_broken() -> AsyncIterator[str]:
+                nonlocal reads
+                reads += 1
+                return broken() if reads == 1 else tool_changes()
+
+            relay.tool_changes = once_broken
+            page = await Page(page_session()).connect(a.ws_url)
+            sid = page.session.session_id or ""
+            inbox: list[Any] = []
+            async with mcp_client(mcp_at(b.port, sid), inbox) as client:
+                await client.list_tools()
+                await until(lambda: failed(caplog, "tool_changes") == 1, "a failed read")
+                await asyncio.sleep(1)  # read again meanwhile
+                page.session.add_tool(define_tool(
+                    name="greet", description="Says hello.",
+                    args_schema={"type": "object"}, handler=lambda: "hello"))
+                await until(lambda: any(isinstance(m, types.ToolListChangedNotification)
+                                        for m in inbox), "list_changed heard on B")
+
+    run(main())
