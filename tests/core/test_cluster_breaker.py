@@ -1,0 +1,473 @@
+"""Several Core nodes on one real redis-server, attacked from outside: forged and
+malformed messages between nodes, keys of the wrong type in Redis, callers and pages
+racing each other across nodes. Each test is a defect's reproduction or a rule that held."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import websockets
+from clusterkit import cluster
+from corekit import WAIT, RawClient, config, run, running_core, tool_meta, until
+from storekit import RedisServer
+from test_progress import next_of
+
+from pedelec_pyodide.core.sessions import LEASE_SECONDS
+
+PREFIX = "pedelec:main:"
+
+
+async def answer_all(page: RawClient, ran: list[str]) -> int | None:
+    """The page's handlers, with no limit on idle time: each tool.request answered with
+    its args (ids in ``ran``); the close code once Core closes the socket."""
+    while True:
+        try:
+            frame = json.loads(await page.ws.recv())
+        except websockets.ConnectionClosed as exc:
+            return exc.rcvd.code if exc.rcvd is not None else None
+        if frame["type"] == "tool.request":
+            ran.append(frame["toolRequestId"])
+            await answer(page, frame)
+
+
+async def answer(page: RawClient, frame: dict[str, Any]) -> None:
+    await page.send({"type": "tool.result", "toolRequestId": frame["toolRequestId"],
+                     "result": {"ok": True, "data": frame["args"]}, "handledBy": "named"})
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "redis.py:188: a WRONGTYPE reply (redis ResponseError) is neither a damaged row nor a"
+    " StoreError: startup fails with a traceback, on every node"))
+def test_a_node_starts_past_a_session_key_of_the_wrong_type(
+        redis_server: RedisServer) -> None:
+    """A key of a stored session holding another Redis type (a string where a hash is)
+    spoils that session only, as a damaged row does: the node starts and serves."""
+    with redis_server.client() as client:
+        client.zadd(PREFIX + "sessions", {"x": 1})
+        client.set(PREFIX + "requests:x", "garbage")
+
+    async def main() -> None:
+        async with running_core(config(store=redis_server.url)) as a:
+            response = await a.http.get("/pedelec/v1/health")
+            assert response.status_code == 200, response.text
+
+    run(main())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "redis.py:145 maps only unreachable errors to StoreError; routing.py:124 catches "
+    "StoreError only: a ResponseError is a bare 500"))
+def test_a_call_for_a_session_whose_lease_key_is_of_the_wrong_type_is_a_structured_error(
+        redis_server: RedisServer) -> None:
+    """A session's lease key of another type: the call is answered with a structured
+    error, not a bare 500."""
+    with redis_server.client() as client:
+        client.hset(PREFIX + "lease:y", "a", "b")
+
+    async def main() -> None:
+        async with running_core(config(store=redis_server.url)) as a:
+            response = await a.tool_call("y", "echo", {})
+            assert response.status_code != 500 and "error" in response.json(), response.text
+
+    run(main())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "sessions.py:1097 runs message['http'] in a spawned task that catches only StoreError"
+    " (sessions.py:979): asyncio logs 'Task exception was never retrieved' instead of "
+    "cluster.bad_message"))
+def test_a_forged_http_message_of_the_wrong_type_is_logged_as_a_bad_message(
+        redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """``{"http": "x"}`` in a node's inbox: logged ``cluster.bad_message`` and dropped,
+    as the design says of a field of the wrong type."""
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+
+    async def main() -> None:
+        async with running_core(config(store=redis_server.url)) as a:
+            for bad in ({"http": "x", "ask": "a", "from": "b"},
+                        {"http": {"method": "GET"}, "ask": "c", "from": "b"}):
+                await a.registry.store.publish(a.registry.node, json.dumps(bad))
+            await until(lambda: sum("cluster.bad_message" in r.getMessage()
+                                    for r in caplog.records) >= 2, "bad_message logged")
+
+    run(main())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "sessions.py:1138 takes any message with a known reply id; routing.py:128 reads "
+    "reply['status'] unchecked: KeyError, HTTP 500 for the caller"))
+def test_a_forged_reply_without_a_status_does_not_fail_the_forwarded_call(
+        redis_server: RedisServer) -> None:
+    """A reply to a forwarded call missing its fields (what any publisher on Redis can
+    send, the ask id read off the channel) is dropped: the caller gets the page's answer."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 1}))
+            frame = await next_of(page, "tool.request")
+            ask_id = next(iter(b.registry._asked))
+            await a.registry.store.publish(b.registry.node, json.dumps({"reply": ask_id}))
+            await asyncio.sleep(0.3)
+            await answer(page, frame)
+            response = await asyncio.wait_for(call, WAIT)
+            assert response.status_code == 200, response.text
+            assert response.json()["result"] == {"ok": True, "data": {"n": 1}}
+            await page.close()
+
+    run(main())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "sessions.py:1027: take_over restores the session after its handover wait without "
+    "checking the lease is still its own (a later claimant took it meanwhile): two nodes "
+    "hold it until renewal"))
+def test_two_tabs_resuming_one_session_on_two_nodes_at_once_leave_one_holder(
+        redis_server: RedisServer) -> None:
+    """Node A holds a page's session with a request pending; two tabs resume it at once,
+    one on B, one on C: at no moment do both B and C hold it."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b, \
+                running_core(config(**cfg)) as c:
+            first = await RawClient.open(a.ws_url)
+            welcome = await first.hello([tool_meta("echo")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            call = asyncio.ensure_future(a.tool_call(sid, "echo", {"n": 1},
+                                                     waitForPage=True))
+            await next_of(first, "tool.request")
+            tabs = [await RawClient.open(node.ws_url) for node in (b, c)]
+            await asyncio.gather(*(tab.hello([tool_meta("echo")], sessionId=sid,
+                                             resumeToken=token) for tab in tabs))
+            both = 0
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 3
+            while loop.time() < end:
+                held = [node for node in (b, c) if (s := node.registry.sessions.get(sid))
+                        is not None and not s.closed]
+                both = max(both, len(held))
+                await asyncio.sleep(0.01)
+            call.cancel()
+            for tab in (first, *tabs):
+                await tab.close()
+            assert both <= 1, "B and C held the session at once"
+
+    run(main())
+
+
+def test_one_key_two_bodies_at_two_nodes_at_once_run_one_call(
+        redis_server: RedisServer) -> None:
+    """The same Idempotency-Key with two different bodies, at B and C at once, for a page
+    on A: one call reaches the page, the other is refused 422."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b, \
+                running_core(config(**cfg)) as c:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            calls = [asyncio.ensure_future(node.http.post(
+                f"/pedelec/v1/sessions/{sid}/tool-calls",
+                json={"tool": "echo", "args": {"n": n}}, headers={"Idempotency-Key": "same"}))
+                for n, node in ((1, b), (2, c))]
+            frame = await next_of(page, "tool.request")
+            await answer(page, frame)
+            responses = await asyncio.wait_for(asyncio.gather(*calls), WAIT)
+            assert sorted(r.status_code for r in responses) == [200, 422], [
+                r.text for r in responses]
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(next_of(page, "tool.request"), 1)
+            await page.close()
+
+    run(main())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "routing.py:82 gives every forwarded POST its own Idempotency-Key (control.py:318:"
+    " a keyed request outlives its caller) and routing.py:92 never watches the caller's"
+    " connection: the page is never told tool.cancel"))
+def test_a_caller_hanging_up_on_a_node_without_the_page_cancels_the_request(
+        redis_server: RedisServer) -> None:
+    """A caller without an Idempotency-Key hangs up on B while its call waits on the
+    page's node A: as on one node, the page gets ``tool.cancel``."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 1}))
+            frame = await next_of(page, "tool.request")
+            call.cancel()  # httpx closes the connection: the caller hung up
+            cancel = await next_of(page, "tool.cancel")
+            assert cancel["toolRequestId"] == frame["toolRequestId"]
+            await page.close()
+
+    run(main())
+
+
+def test_a_call_forwarded_while_the_page_resumes_on_a_third_node_runs_once(
+        redis_server: RedisServer) -> None:
+    """A call arriving at C is forwarded to A, where the page is; the page resumes on B
+    before it answers: the call follows it, the page runs it once, the caller gets it."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b, \
+                running_core(config(**cfg)) as c:
+            first = await RawClient.open(a.ws_url)
+            welcome = await first.hello([tool_meta("echo")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            call = asyncio.ensure_future(c.tool_call(sid, "echo", {"n": 7}))
+            sent = await next_of(first, "tool.request")
+            second = await RawClient.open(b.ws_url)
+            await second.hello([tool_meta("echo")], sessionId=sid, resumeToken=token)
+            again = await next_of(second, "tool.request")
+            assert again["toolRequestId"] == sent["toolRequestId"]
+            await answer(second, again)
+            response = await asyncio.wait_for(call, WAIT)
+            assert response.json()["result"] == {"ok": True, "data": {"n": 7}}, response.text
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(next_of(second, "tool.request"), 1)
+            await first.close()
+            await second.close()
+
+    run(main())
+
+
+def test_bad_callers_at_a_node_without_the_page_get_structured_errors(
+        redis_server: RedisServer) -> None:
+    """At B, for A's page: a bad token is 401 and publishes nothing; a body nested
+    100,000 deep is refused 400 by A; a session id that is none is 404; a body past the
+    frame limit is 413 on B."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            path = f"/pedelec/v1/sessions/{sid}/tool-calls"
+            bad = await b.http.post(path, json={"tool": "echo", "args": {}},
+                                    headers={"Authorization": "Bearer nope"})
+            assert bad.status_code == 401, bad.text
+            assert not b.registry._asked
+            deep = await b.http.post(path, content=b"[" * 100_000 + b"]" * 100_000,
+                                     headers={"content-type": "application/json"})
+            assert deep.status_code == 400 and "error" in deep.json(), deep.text
+            none = await b.tool_call("not-a-session", "echo", {})
+            assert none.status_code == 404 and "error" in none.json(), none.text
+            huge = await b.http.post(path, content=b" " * (b.registry.config.max_frame_bytes
+                                                           + 1))
+            assert huge.status_code == 413, huge.text
+            await page.close()
+
+    run(main())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "sessions.py:1029: take_over logs a StoreError and returns; connection.py:333"
+    " resume() then refuses (RESUME_REFUSED), and the page drops its session for a new"
+    " one"))
+def test_a_page_resuming_on_another_node_while_redis_is_away_keeps_its_session(
+        redis_server: RedisServer) -> None:
+    """The page's socket drops and it resumes on B while Redis is down (it comes back a
+    second later): the page is not told RESUME_REFUSED (which makes it start a new
+    session, its pending calls and history gone): it is asked to try again, or resumed."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url, "store_timeout": 0.5}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            first = await RawClient.open(a.ws_url)
+            welcome = await first.hello([tool_meta("echo")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            await a.registry.store.flush()
+            redis_server.kill()
+            back = asyncio.get_running_loop().call_later(1.0, redis_server.start)
+            try:
+                second = await RawClient.open(b.ws_url)
+                try:
+                    frame = await second.hello([tool_meta("echo")], sessionId=sid,
+                                               resumeToken=token)
+                except websockets.ConnectionClosed as exc:  # "try again later" is fine
+                    frame = {"closed": exc.rcvd.code if exc.rcvd is not None else None}
+            finally:
+                back.cancel()
+                if redis_server.process is None or redis_server.process.poll() is not None:
+                    redis_server.start()
+            assert frame.get("code") != "RESUME_REFUSED", frame
+            await first.close()
+            await second.close()
+
+    run(main())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "nothing stores a session again once Redis lost it (redis.py keeps no check of"
+    " what it wrote); mcp.py:250 _list_tools reads only the stored row: 'no session'"))
+def test_tools_list_on_another_node_after_redis_lost_its_data_finds_the_connected_page(
+        redis_server: RedisServer) -> None:
+    """Redis restarts without its append-only file (its data gone) while the page stays
+    connected to A: an MCP client on B still lists the page's tools."""
+    from test_mcp import modern_client
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            await a.registry.store.flush()
+            redis_server.kill()
+            for path in redis_server.workdir.iterdir():
+                if path.name.startswith("appendonly"):
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            redis_server.start()
+            await until(lambda: a.registry.store.problem is None, "A reaches Redis again")
+            await asyncio.sleep(3)  # a lease renewal (every 2 s) has run
+            url = f"http://127.0.0.1:{b.port}/pedelec/v1/sessions/{sid}/mcp"
+            async with modern_client(url) as client:
+                listed = await client.list_tools()
+            assert [tool.name for tool in listed.tools] == ["echo"]
+            await page.close()
+
+    run(main())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "sessions.py:985 adopt() takes a session whose lease is gone for one whose node"
+    " died, without asking the node that held it; sessions.py:1176 then hands it over"
+    " there, closing the live page CLOSE_SUPERSEDED (browser.py:329: it starts afresh)"))
+def test_a_call_after_a_live_nodes_lease_lapsed_leaves_the_page_its_session(
+        redis_server: RedisServer) -> None:
+    """A's lease on its connected page lapses (what a Redis away for longer than a lease,
+    or a node stalled that long, leaves) and a call arrives at B before A renews: the
+    call reaches the page on A, which keeps its socket and its session."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            await a.registry.store.flush()
+            with redis_server.client() as client:
+                client.delete(PREFIX + "lease:" + sid)
+            call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 1}))
+            try:
+                frame = await next_of(page, "tool.request")
+            except websockets.ConnectionClosed as exc:
+                code = exc.rcvd.code if exc.rcvd is not None else None
+                raise AssertionError(f"the page was closed ({code})") from None
+            finally:
+                call.cancel()
+            assert frame["args"] == {"n": 1}
+            await page.close()
+
+    run(main())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "leases (6 s) lapse while Redis is away 10 s; once it is back, a call at a node"
+    " without the page adopts it (sessions.py:985) before its node renews, and that node"
+    " closes the page CLOSE_SUPERSEDED (sessions.py:1176)"))
+def test_through_haproxy_redis_away_10_s_costs_no_page_its_session(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    """Three node processes behind HAProxy, a page on one of them; redis-server is
+    stopped for 10 s and started again (its append-only file kept), then calls come
+    through HAProxy for 6 s: the page keeps its socket and session, and every call that
+    was answered ran once."""
+
+    async def main() -> None:
+        async with cluster(redis_server.url, 3, tmp_path) as nodes:
+            page = await RawClient.open(nodes.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            ran: list[str] = []
+            handlers = asyncio.ensure_future(answer_all(page, ran))
+            await asyncio.sleep(0.5)
+            redis_server.stop()
+            await asyncio.sleep(10)
+            redis_server.start()
+            answered = 0
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 6
+            try:
+                while loop.time() < end and not handlers.done():
+                    response = await nodes.http.post(
+                        f"/pedelec/v1/sessions/{sid}/tool-calls",
+                        json={"tool": "echo", "args": {}, "waitForPage": False})
+                    answered += response.status_code == 200
+                    await asyncio.sleep(0.05)
+                closed = handlers.done()
+            finally:
+                handlers.cancel()
+                await page.close()
+            assert not closed, f"the page was closed ({handlers.result()})"
+            assert answered and len(ran) == len(set(ran))
+
+    run(main(), timeout=90)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "sessions.py:1008 take_over overwrites the _handovers entry of a take-over under"
+    " way, and its finally (sessions.py:1032) deletes it: the live holder's handedOver"
+    " finds no waiter, and adopt() no longer sees the take-over"))
+def test_a_wrong_token_hello_does_not_spoil_a_take_over_under_way(
+        redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """The page resumes on B (A holds it, alive) while a stranger sends B a hello for the
+    same session with a wrong token: B still hears A let go (no ``holder_silent``)."""
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            first = await RawClient.open(a.ws_url)
+            welcome = await first.hello([tool_meta("echo")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            page, stranger = [await RawClient.open(b.ws_url) for _ in range(2)]
+            resumed, refused = await asyncio.gather(
+                page.hello([tool_meta("echo")], sessionId=sid, resumeToken=token),
+                stranger.hello([tool_meta("echo")], sessionId=sid, resumeToken="x" * 43))
+            assert resumed.get("resumed") and refused["code"] == "RESUME_REFUSED"
+            silent = [r.getMessage() for r in caplog.records
+                      if "session.holder_silent" in r.getMessage()]
+            assert not silent, silent
+            for client in (first, page, stranger):
+                await client.close()
+
+    run(main())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "sessions.py:1163 _renew_leases catches only StoreError; redis.py:145 passes a"
+    " refusal (NOREPLICAS, OOM, MISCONF: a ResponseError) through, so the loop dies, and"
+    " serve_cluster (sessions.py:1117) never looks at it: the node's leases all lapse"))
+def test_lease_renewal_outlives_redis_refusing_writes_for_a_while(
+        redis_server: RedisServer) -> None:
+    """Redis refuses writes for 3 s (``min-replicas-to-write`` with no replica: a refusal
+    docs/how-to/deploy.md names); once it takes them again, the node still holds its
+    page's lease."""
+
+    async def main() -> None:
+        async with running_core(config(store=redis_server.url)) as a:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            await a.registry.store.flush()
+            with redis_server.client() as client:
+                client.config_set("min-replicas-to-write", 1)
+                try:
+                    await asyncio.sleep(3)
+                finally:
+                    client.config_set("min-replicas-to-write", 0)
+                await asyncio.sleep(LEASE_SECONDS + 1)
+                held = client.get(PREFIX + "lease:" + sid)
+            assert held == a.registry.node.encode(), held
+            await page.close()
+
+    run(main())
