@@ -17,10 +17,11 @@ from urllib.parse import urlsplit
 
 from starlette.websockets import WebSocket
 
+from .. import protocol
 from .connection import CLOSE_POLICY, PageConnection
 from .log import log_event
 from .offload import LARGE_CHARS
-from .sessions import CLOSE_TRY_AGAIN, Registry
+from .sessions import Registry
 
 # how long Core offers a close frame to a page before it stops waiting for the page to read
 CLOSE_WAIT = 10.0
@@ -130,7 +131,7 @@ class BridgeConnection:
                     # the store is out of reach: the page reconnects (with backoff) and
                     # resumes once it is back, keeping its session
                     log_event("session.resume_later", session=hello.session_id)
-                    page.close(CLOSE_TRY_AGAIN, "the store is out of reach; resume again")
+                    page.close(protocol.CLOSE_TRY_AGAIN, "the store is out of reach; resume again")
                     return False
             else:
                 page.new_id = await self.registry.new_session_id()

@@ -68,9 +68,6 @@ TOO_MANY_PENDING = "TOO_MANY_PENDING"
 #: a caller was waiting on a node that handed the page's session over to another node
 SESSION_MOVED = "SESSION_MOVED"
 
-# WebSocket close code: Core is full (too many sessions), try again later.
-CLOSE_TRY_AGAIN = 1013
-
 #: where a pending request is, as ``GET .../sessions/{id}`` shows it
 RequestStatus = Literal["running", "waiting_for_user", "awaiting_approval"]
 #: characters of a progress message Core keeps (a frame may hold a MiB of it)
@@ -848,7 +845,7 @@ class CoreSession:
                 connection.close(protocol.CLOSE_SUPERSEDED,
                                  "the session was resumed on another Core node")
             else:
-                connection.close(CLOSE_TRY_AGAIN,
+                connection.close(protocol.CLOSE_TRY_AGAIN,
                                  "the session moved to another Core node: resume it")
         if self.turn is not None:
             self.turn.abandon()
