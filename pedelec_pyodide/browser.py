@@ -341,7 +341,11 @@ class Bridge:
             self._forget()
             self._open()
             return
-        if self._welcomed is not None and not was_welcomed:
+        # Core asked to try again later (1013: on a cluster, a node that cannot reach its
+        # store neither knows nor refuses the session): even the first connection backs
+        # off and resumes, keeping the session, rather than failing connect().
+        try_again = code == protocol.CLOSE_TRY_AGAIN and self.reconnect
+        if self._welcomed is not None and not was_welcomed and not try_again:
             self._fail_first(CoreUnreachableError(
                 f"cannot connect to Core at {self.url} ({detail}): is `pedelec serve` "
                 "running there, and does it allow this page's origin?"

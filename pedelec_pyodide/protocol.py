@@ -26,6 +26,9 @@ MAX_FRAME_BYTES = 1024 * 1024
 #: WebSocket close code: another connection resumed this session (a duplicated tab, a
 #: second connect() in the page); the closed side must not take it back
 CLOSE_SUPERSEDED = 4001
+#: WebSocket close code: try again later, keeping the session (Core is full, or on a
+#: cluster cannot reach its store): the page reconnects with backoff and resumes
+CLOSE_TRY_AGAIN = 1013
 MAX_DEPTH = 100
 MAX_ID_LENGTH = 128
 

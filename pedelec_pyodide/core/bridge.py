@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from starlette.websockets import WebSocket
 
+from .. import protocol
 from .connection import CLOSE_POLICY, PageConnection
 from .log import log_event
 from .offload import LARGE_CHARS
@@ -126,7 +127,12 @@ class BridgeConnection:
         hello = page.first_hello(parsed)
         if hello is not None:
             if hello.session_id is not None:
-                await self.registry.take_over(hello.session_id, hello.resume_token)
+                if not await self.registry.take_over(hello.session_id, hello.resume_token):
+                    # the store is out of reach: the page reconnects (with backoff) and
+                    # resumes once it is back, keeping its session
+                    log_event("session.resume_later", session=hello.session_id)
+                    page.close(protocol.CLOSE_TRY_AGAIN, "the store is out of reach; resume again")
+                    return False
             else:
                 page.new_id = await self.registry.new_session_id()
         return page.receive(data, parsed)

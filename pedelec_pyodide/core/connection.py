@@ -24,7 +24,6 @@ from ..protocol import ProtocolError
 from ..results import TOOL_RESULT_TOO_LARGE, tool_error
 from .log import log_event
 from .sessions import (
-    CLOSE_TRY_AGAIN,
     DUPLICATE_HELLO,
     HELLO_REQUIRED,
     RATE_LIMITED,
@@ -325,7 +324,7 @@ class PageConnection:
         except SessionRefused as exc:
             self.send(protocol.error_frame(exc.code, exc.message))
             if exc.code == TOO_MANY_SESSIONS:
-                self.close(CLOSE_TRY_AGAIN, "too many sessions")
+                self.close(protocol.CLOSE_TRY_AGAIN, "too many sessions")
             return
         if hello.session_id is None:
             resumed = False

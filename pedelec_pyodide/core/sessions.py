@@ -68,9 +68,6 @@ TOO_MANY_PENDING = "TOO_MANY_PENDING"
 #: a caller was waiting on a node that handed the page's session over to another node
 SESSION_MOVED = "SESSION_MOVED"
 
-# WebSocket close code: Core is full (too many sessions), try again later.
-CLOSE_TRY_AGAIN = 1013
-
 #: where a pending request is, as ``GET .../sessions/{id}`` shows it
 RequestStatus = Literal["running", "waiting_for_user", "awaiting_approval"]
 #: characters of a progress message Core keeps (a frame may hold a MiB of it)
@@ -123,6 +120,12 @@ RESEND_MAX_SECONDS = 8.0
 #: how long a node taking a session over waits for its holder to let go of it (a dead
 #: holder never answers: the node goes on without it)
 HANDOVER_SECONDS = 2.0
+#: how long a session's lease must stay missing before a call takes the session (adopt):
+#: two renewals, since a live holder whose lease lapsed (Redis was away, or the node
+#: stalled, past a lease) takes it back at its next renewal
+VACANT_SECONDS = 2 * LEASE_SECONDS / 3
+# how often adopt looks whether a holder took a missing lease back
+_VACANT_POLL = 0.25
 
 
 class Connection(Protocol):
@@ -829,15 +832,23 @@ class CoreSession:
             ), "none", "expired")
         self.registry.remove(self)
 
-    def hand_over(self) -> None:
+    def hand_over(self, *, resumed: bool) -> None:
         """Another node holds the session now: close the page's socket here, end the
         waits of this node's callers (``SESSION_MOVED``) and forget the session, writing
-        nothing more of it (its records are the other node's now)."""
+        nothing more of it (its records are the other node's now). ``resumed``: the page
+        resumed there, so a socket still open here is a duplicate (a second tab):
+        ``CLOSE_SUPERSEDED``, it starts afresh. Otherwise the other node took the lease
+        without the page (this node's lapsed): the page is asked to reconnect
+        (``CLOSE_TRY_AGAIN``) and resumes its session, its calls and turns carrying on."""
         self.closed = True
         connection, self.connection = self.connection, None
         if connection is not None:
-            connection.close(protocol.CLOSE_SUPERSEDED,
-                             "the session was resumed on another Core node")
+            if resumed:
+                connection.close(protocol.CLOSE_SUPERSEDED,
+                                 "the session was resumed on another Core node")
+            else:
+                connection.close(protocol.CLOSE_TRY_AGAIN,
+                                 "the session moved to another Core node: resume it")
         if self.turn is not None:
             self.turn.abandon()
         moved = tool_error(SESSION_MOVED, "the page's session moved to another Core node "
@@ -941,6 +952,9 @@ class Registry:
         self.node = secrets.token_hex(8)
         # sessions taken over by this node, waiting for their holder to let go of them
         self._handovers: dict[str, asyncio.Future[None]] = {}
+        # sessions this node is taking (take_over, adopt), each done when that ends: one
+        # at a time (a second joins it), and a holder asked to let go finishes it first
+        self._taking: dict[str, asyncio.Future[None]] = {}
         # calls this node forwarded to another, waiting for its reply, by id
         self._asked: dict[str, _Ask] = {}
         # the ask ids of the calls another node forwarded here, while they run: each
@@ -1040,56 +1054,99 @@ class Registry:
             log_event("cluster.failed", level=logging.WARNING, error=str(exc))
         return session_id
 
-    async def take_over(self, session_id: str, resume_token: str | None) -> None:
+    async def take_over(self, session_id: str, resume_token: str | None) -> bool:
         """A page resumes here a session this node does not hold: if the store has it
         and the token is right, claim its lease, have the node that held it let go (and
-        store what it had), then load it here as a restart of Core would."""
-        if not self.store.shared or session_id in self.sessions:
-            return
-        # until it is loaded here, a call routed here waits for it (adopt)
-        waiting = self._handovers[session_id] = asyncio.get_running_loop().create_future()
+        store what it had), then load it here as a restart of Core would. A take-over
+        under way here is joined first. True once done (the session is here, or
+        :meth:`resume` refuses it); False if the store could not be reached: nothing is
+        known of the session, so the page must try again, not be refused."""
+        if not self.store.shared:
+            return True
+        while (under_way := self._taking.get(session_id)) is not None:
+            await asyncio.shield(under_way)
+        if session_id in self.sessions:
+            return True
+        done = self._taking[session_id] = asyncio.get_running_loop().create_future()
         try:
-            snapshot = await self.store.load_session(session_id)
-            stored = snapshot.sessions[0].token_hash if snapshot.sessions else _NO_SESSION_HASH
-            if not (hmac.compare_digest(stored.encode(), hash_token(resume_token or "").encode())
-                    and snapshot.sessions):
-                return  # refused by resume(), which says nothing more
-            previous = await self.store.claim(session_id, self.node, LEASE_SECONDS)
-            if previous not in (None, self.node):
-                log_event("session.taking_over", session=session_id, node=previous)
-                await self.store.publish(previous, json.dumps(
-                    {"handOver": session_id, "to": self.node}))
-                try:
-                    await asyncio.wait_for(asyncio.shield(waiting), HANDOVER_SECONDS)
-                except TimeoutError:
-                    log_event("session.holder_silent", session=session_id, node=previous)
-                snapshot = await self.store.load_session(session_id)
-            if session_id not in self.sessions and snapshot.sessions:
-                self._restore(self, snapshot)
+            return await self._take_over(session_id, resume_token)
         except StoreError as exc:
             log_event("cluster.failed", level=logging.WARNING, session=session_id,
                       error=str(exc))
+            return False
         finally:
-            if self._handovers.get(session_id) is waiting:
+            del self._taking[session_id]
+            done.set_result(None)
+
+    async def _take_over(self, session_id: str, resume_token: str | None) -> bool:
+        snapshot = await self.store.load_session(session_id)
+        stored = snapshot.sessions[0].token_hash if snapshot.sessions else _NO_SESSION_HASH
+        if not (hmac.compare_digest(stored.encode(), hash_token(resume_token or "").encode())
+                and snapshot.sessions):
+            return True  # refused by resume(), which says nothing more
+        previous = await self.store.claim(session_id, self.node, LEASE_SECONDS)
+        if previous not in (None, self.node):
+            log_event("session.taking_over", session=session_id, node=previous)
+            waiting = self._handovers[session_id] = (
+                asyncio.get_running_loop().create_future())
+            try:
+                await self.store.publish(previous, json.dumps(
+                    {"handOver": session_id, "to": self.node}))
+                try:
+                    await asyncio.wait_for(waiting, HANDOVER_SECONDS)
+                except TimeoutError:
+                    log_event("session.holder_silent", session=session_id, node=previous)
+            finally:
                 del self._handovers[session_id]
+            # another page (a second tab) may have claimed it meanwhile: it is theirs
+            if await self.store.renew([session_id], self.node, LEASE_SECONDS):
+                log_event("session.claimed_meanwhile", session=session_id)
+                return True
+            snapshot = await self.store.load_session(session_id)
+        if session_id not in self.sessions and snapshot.sessions:
+            self._restore(self, snapshot)
+        return True
 
     async def adopt(self, session_id: str) -> bool:
         """A call for a session no node holds (its node died; the page is away): load
-        it here and hold it, so the call waits here for the page to come back. False if
-        the call must be routed again shortly (this node is still taking the session
-        over, or another node took it meanwhile)."""
+        it here and hold it, so the call waits here for the page to come back. A lease
+        missing is first waited on for :data:`VACANT_SECONDS` (its live holder takes it
+        back). False if the call must be routed again (another node holds it, or this
+        node is taking it already)."""
         if session_id in self.sessions:
             return True
-        if session_id in self._handovers:
+        if session_id in self._taking:
             return False
         snapshot = await self.store.load_session(session_id)
         if not snapshot.sessions:
             return True  # no such session: the routes say so
-        if await self.store.renew([session_id], self.node, LEASE_SECONDS):
+        holder = await self.store.holder(session_id)
+        vacant = holder is None
+        if vacant:
+            loop = asyncio.get_running_loop()
+            end = loop.time() + VACANT_SECONDS
+            while loop.time() < end:
+                await asyncio.sleep(_VACANT_POLL)
+                if await self.store.holder(session_id) is not None:
+                    return False
+        elif holder != self.node:
             return False
-        if session_id not in self.sessions and session_id not in self._handovers:
-            self._restore(self, snapshot)
-        return True
+        if session_id in self.sessions:
+            return True
+        if session_id in self._taking:
+            return False
+        done = self._taking[session_id] = asyncio.get_running_loop().create_future()
+        try:
+            if await self.store.renew([session_id], self.node, LEASE_SECONDS):
+                return False
+            if vacant:  # what its last holder stored while this node waited
+                snapshot = await self.store.load_session(session_id)
+            if session_id not in self.sessions and snapshot.sessions:
+                self._restore(self, snapshot)
+            return True
+        finally:
+            del self._taking[session_id]
+            done.set_result(None)
 
     @contextlib.contextmanager
     def asking(self, node: str, message: dict[str, Any],
@@ -1147,10 +1204,14 @@ class Registry:
             {"reply": message["ask"], **reply}))
 
     async def _let_go(self, session_id: str, to: str) -> None:
-        """Node ``to`` took the session over: hand it over, store what is queued, say so."""
+        """Node ``to`` took the session over: hand it over, store what is queued, say so.
+        A take-over of it under way here ends first (``to`` then loads what it stored)."""
+        under_way = self._taking.get(session_id)
+        if under_way is not None:
+            await asyncio.wait([under_way], timeout=HANDOVER_SECONDS)
         session = self.sessions.get(session_id)
         if session is not None:
-            session.hand_over()
+            session.hand_over(resumed=True)
             await self.store.flush()
         await self.store.publish(to, json.dumps({"handedOver": session_id}))
 
@@ -1213,8 +1274,8 @@ class Registry:
                 continue
             for session_id in lost:
                 session = self.sessions.get(session_id)
-                if session is not None:
-                    session.hand_over()
+                if session is not None:  # taken without the page: it resumes there
+                    session.hand_over(resumed=False)
 
     async def claim_restored(self, snapshot: Snapshot) -> Snapshot:
         """At start, on a shared store: only the sessions no live node holds (their

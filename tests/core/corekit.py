@@ -280,13 +280,15 @@ class PlanAgent:
         return json.dumps(results, sort_keys=True)
 
 
-async def until(predicate: Callable[[], bool], what: str = "condition") -> None:
-    """Wait (bounded) for a condition observable only by polling server state."""
+async def until(predicate: Callable[[], bool], what: str = "condition",
+                seconds: float = WAIT) -> None:
+    """Wait (at most ``seconds``) for a condition observable only by polling server
+    state."""
     async def loop() -> None:
         while not predicate():
             await asyncio.sleep(0.005)
 
     try:
-        await asyncio.wait_for(loop(), WAIT)
+        await asyncio.wait_for(loop(), seconds)
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None

@@ -114,10 +114,6 @@ def test_a_forged_reply_without_a_status_does_not_fail_the_forwarded_call(
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sessions.py:1027: take_over restores the session after its handover wait without "
-    "checking the lease is still its own (a later claimant took it meanwhile): two nodes "
-    "hold it until renewal"))
 def test_two_tabs_resuming_one_session_on_two_nodes_at_once_leave_one_holder(
         redis_server: RedisServer) -> None:
     """Node A holds a page's session with a request pending; two tabs resume it at once,
@@ -257,10 +253,6 @@ def test_bad_callers_at_a_node_without_the_page_get_structured_errors(
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sessions.py:1029: take_over logs a StoreError and returns; connection.py:333"
-    " resume() then refuses (RESUME_REFUSED), and the page drops its session for a new"
-    " one"))
 def test_a_page_resuming_on_another_node_while_redis_is_away_keeps_its_session(
         redis_server: RedisServer) -> None:
     """The page's socket drops and it resumes on B while Redis is down (it comes back a
@@ -321,10 +313,6 @@ def test_tools_list_on_another_node_after_redis_lost_its_data_finds_the_connecte
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sessions.py:1035 adopt() takes a session whose lease is gone for one whose node"
-    " died, without asking the node that held it; sessions.py:1163 then hands it over"
-    " there, closing the live page CLOSE_SUPERSEDED (browser.py:329: it starts afresh)"))
 def test_a_call_after_a_live_nodes_lease_lapsed_leaves_the_page_its_session(
         redis_server: RedisServer) -> None:
     """A's lease on its connected page lapses (what a Redis away for longer than a lease,
@@ -353,10 +341,6 @@ def test_a_call_after_a_live_nodes_lease_lapsed_leaves_the_page_its_session(
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "leases (6 s) lapse while Redis is away 10 s; once it is back, a call at a node"
-    " without the page adopts it (sessions.py:1035) before its node renews, and that node"
-    " closes the page CLOSE_SUPERSEDED (sessions.py:1163)"))
 def test_through_haproxy_redis_away_10_s_costs_no_page_its_session(
         redis_server: RedisServer, tmp_path: Path) -> None:
     """Three node processes behind HAProxy, a page on one of them; redis-server is
@@ -394,10 +378,6 @@ def test_through_haproxy_redis_away_10_s_costs_no_page_its_session(
     run(main(), timeout=90)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sessions.py:1009 take_over overwrites the _handovers entry of a take-over under"
-    " way, and its finally (sessions.py:1032) deletes it: the live holder's handedOver"
-    " finds no waiter, and adopt() no longer sees the take-over"))
 def test_a_wrong_token_hello_does_not_spoil_a_take_over_under_way(
         redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     """The page resumes on B (A holds it, alive) while a stranger sends B a hello for the
@@ -419,6 +399,77 @@ def test_a_wrong_token_hello_does_not_spoil_a_take_over_under_way(
                       if "session.holder_silent" in r.getMessage()]
             assert not silent, silent
             for client in (first, page, stranger):
+                await client.close()
+
+    run(main())
+
+
+def test_a_lease_taken_without_the_page_asks_the_page_to_resume_not_to_start_afresh(
+        redis_server: RedisServer) -> None:
+    """Another node took A's lease for its connected page without the page resuming
+    there (what a call's adopt does once A was stalled past its lease): A's next renewal
+    closes the page 1013 (reconnect), not 4001 (start afresh), and the page resumes its
+    session, its pending request sent again."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            first = await RawClient.open(a.ws_url)
+            welcome = await first.hello([tool_meta("echo")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            call = asyncio.ensure_future(a.tool_call(sid, "echo", {"n": 1},
+                                                     waitForPage=True))
+            sent = await next_of(first, "tool.request")
+            await a.registry.store.flush()
+            with redis_server.client() as client:
+                client.set(PREFIX + "lease:" + sid, b.registry.node,
+                           px=int(LEASE_SECONDS * 1000))
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await asyncio.wait_for(next_of(first, "tool.request"), WAIT)
+            call.cancel()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+            second = await RawClient.open(a.ws_url)
+            again = await second.hello([tool_meta("echo")], sessionId=sid,
+                                       resumeToken=token)
+            assert again.get("resumed"), again
+            resent = await next_of(second, "tool.request")
+            assert resent["toolRequestId"] == sent["toolRequestId"]
+            await second.close()
+
+    run(main())
+
+
+def test_a_page_resuming_twice_at_once_on_one_node_waits_for_its_holder_to_let_go(
+        redis_server: RedisServer) -> None:
+    """The page resumes on B on two sockets at once (a reload racing the old tab) while
+    A, slow to let go, holds it: the second take-over joins the first, so B welcomes
+    neither before A let go, and two nodes never hold the session at once."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            first = await RawClient.open(a.ws_url)
+            welcome = await first.hello([tool_meta("echo")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            let_go = a.registry._let_go
+
+            async def slowly(session_id: str, to: str) -> None:
+                await asyncio.sleep(0.5)
+                await let_go(session_id, to)
+
+            a.registry._let_go = slowly  # type: ignore[method-assign]
+            tabs = [await RawClient.open(b.ws_url) for _ in range(2)]
+
+            async def resume(tab: RawClient) -> bool:
+                """Whether A still held the session when B welcomed this tab."""
+                frame = await tab.hello([tool_meta("echo")], sessionId=sid,
+                                        resumeToken=token)
+                assert frame.get("resumed"), frame
+                return sid in a.registry.sessions
+
+            held = await asyncio.gather(*(resume(tab) for tab in tabs))
+            assert not any(held), held
+            for client in (first, *tabs):
                 await client.close()
 
     run(main())

@@ -378,12 +378,13 @@ def test_args_no_page_can_read_are_invalid_args_before_anything_is_stored(
 
 
 @contextlib.asynccontextmanager
-async def modern_client(url: str) -> AsyncIterator[Client]:
-    """The SDK's default ``Client``: the per-request protocol (2026-07-28), no handshake."""
+async def modern_client(url: str, read_timeout: float = WAIT) -> AsyncIterator[Client]:
+    """The SDK's default ``Client``: the per-request protocol (2026-07-28), no handshake;
+    a request unanswered for ``read_timeout`` seconds fails."""
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
                               timeout=httpx2.Timeout(WAIT, read=WAIT * 3))
     async with http, Client(streamable_http_client(url, http_client=http),
-                            read_timeout_seconds=WAIT) as client:
+                            read_timeout_seconds=read_timeout) as client:
         yield client
 
 

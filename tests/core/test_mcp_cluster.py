@@ -36,6 +36,7 @@ from test_progress import next_of, page_with, progress, result
 
 from pedelec_pyodide import define_tool
 from pedelec_pyodide.core import mcp, relay
+from pedelec_pyodide.core.sessions import VACANT_SECONDS
 from pedelec_pyodide.core.store import STORE_UNAVAILABLE
 
 
@@ -109,13 +110,17 @@ def test_a_call_waiting_on_one_node_is_answered_once_after_the_pages_node_is_kil
             first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
             welcome = await first.hello([tool_meta("a")])
             sid, token = welcome["sessionId"], welcome["resumeToken"]
-            async with modern_client(mcp_at(b.port, sid)) as client:
+            # after the lease, B first waits VACANT_SECONDS for it to come back (adopt)
+            async with modern_client(mcp_at(b.port, sid),
+                                     read_timeout=WAIT + VACANT_SECONDS) as client:
                 call = asyncio.create_task(client.call_tool("a", {"n": 1}))
                 sent = await next_of(first, "tool.request")
                 a.kill()
                 await asyncio.to_thread(a.wait, WAIT)
                 if resume == "after_the_lease":
-                    await until(lambda: sid in b.registry.sessions, "B taking the session")
+                    # the lease runs out, then B waits for it to come back (adopt)
+                    await until(lambda: sid in b.registry.sessions, "B taking the session",
+                                WAIT + VACANT_SECONDS)
 
                 page = await RawClient.open(c.ws_url)
                 assert (await page.hello([tool_meta("a")], sessionId=sid,
@@ -251,7 +256,9 @@ def test_a_cancel_sent_while_the_pages_node_is_dead_is_applied_where_the_page_re
                 with contextlib.suppress(asyncio.CancelledError):
                     await call
                 if resume == "after_the_lease":
-                    await until(lambda: sid in b.registry.sessions, "B taking the session")
+                    # the lease runs out, then B waits for it to come back (adopt)
+                    await until(lambda: sid in b.registry.sessions, "B taking the session",
+                                WAIT + VACANT_SECONDS)
                     await until(lambda: b.registry.sessions[sid].pending == {},
                                 "the cancel applied on B")
 

@@ -596,3 +596,72 @@ async def test_the_pages_send_text_answers_json_without_a_python_class_path(
         "name": "TurnError", "code": "FRAME_TOO_LARGE", "status": "failed",
         "message": "turn failed: FRAME_TOO_LARGE: frame is 1600075 bytes; the limit is 1048576",
     }}
+
+
+async def test_a_first_connection_closed_1013_before_its_welcome_backs_off_and_resumes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A page starting with a stored session (a reload) whose first connection Core
+    closes 1013 before any welcome (a cluster node that cannot reach its store): connect
+    backs off and resumes the session on the next connection, rather than failing."""
+    import sys
+    from types import SimpleNamespace
+
+    from pedelec_pyodide.browser import Bridge
+
+    sockets: list[Any] = []
+
+    class Socket:  # the JS WebSocket, as far as the Bridge uses it
+        readyState = 1
+
+        def __init__(self, url: str) -> None:
+            self.sent: list[dict[str, Any]] = []
+            self.onopen = self.onmessage = self.onclose = self.onerror = None
+            sockets.append(self)
+
+        def send(self, frame: str) -> None:
+            self.sent.append(json.loads(frame))
+
+        def close(self, code: int, reason: str) -> None:
+            pass
+
+        def fire(self, kind: str, **fields: Any) -> None:
+            assert self.onopen is not None
+            self.onopen(SimpleNamespace(type=kind, **fields))
+
+    class Proxy:  # pyodide.ffi.create_proxy's stand-in
+        def __init__(self, function: Any) -> None:
+            self.function = function
+
+        def __call__(self, event: Any) -> None:
+            self.function(event)
+
+        def destroy(self) -> None:
+            pass
+
+    monkeypatch.setitem(sys.modules, "js", SimpleNamespace(WebSocket=SimpleNamespace(
+        new=Socket)))
+    monkeypatch.setitem(sys.modules, "pyodide.ffi", SimpleNamespace(create_proxy=Proxy))
+    session = Session()
+    session.session_id, session.resume_token = "s1", "tok"
+    bridge = Bridge(session, "ws://core/pedelec/v1/bridge", None, "", min_delay=0.01)
+    started = asyncio.ensure_future(bridge.start())
+    for _ in range(2):
+        await asyncio.sleep(0)
+    sockets[0].fire("open")
+    assert sockets[0].sent[0]["sessionId"] == "s1"
+    sockets[0].fire("close", code=1013, reason="the store is out of reach; resume again")
+    for _ in range(200):  # the backoff: at most 0.01 s
+        if len(sockets) > 1 or started.done():
+            break
+        await asyncio.sleep(0.005)
+    assert not started.done(), started.exception()
+    assert len(sockets) == 2
+    sockets[1].fire("open")
+    assert sockets[1].sent[0]["sessionId"] == "s1"
+    sockets[1].fire("message", data=json.dumps({
+        "type": "welcome", "sessionId": "s1", "resumeToken": "tok", "resumed": True,
+        "state": "idle"}))
+    await asyncio.wait_for(started, 1)
+    assert session.session_id == "s1" and session.connected
+    bridge.stop()
