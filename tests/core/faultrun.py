@@ -525,20 +525,23 @@ async def _sockets_on(made: Cluster, node: Node, sessions: set[str]) -> int:
 
 async def _killer(made: Cluster, stop: float, every: float, figures: Figures,
                   chromium: set[str]) -> None:
-    """Every ``every`` seconds the next node, in turn, starting with one holding a
-    Chromium page's socket (so that even a short run kills one under a real page). Each
-    is started again in the background: a node slow to start (waiting for Redis) delays
-    no later kill, only its own next one."""
+    """Every ``every`` seconds the next node, in turn; until one holding a Chromium
+    page's socket was killed, one that holds one now (so that even a short run kills one
+    under a real page, wherever its page reconnected). Each is started again in the
+    background: a node slow to start (waiting for Redis) delays no later kill, only its
+    own next one."""
     nodes = list(made.nodes)
-    held = [await _sockets_on(made, node, chromium) for node in nodes]
-    first = held.index(max(held))
     starting: dict[int, asyncio.Task[None]] = {}  # by node port
     started = time.monotonic()
     try:
-        for count, node in enumerate(itertools.cycle(nodes[first:] + nodes[:first]), 1):
+        for count, node in enumerate(itertools.cycle(nodes), 1):
             await asyncio.sleep(max(0.0, started + count * every - time.monotonic()))
             if time.monotonic() >= stop:
                 return
+            if chromium and not figures.chromium_cut:
+                held = [await _sockets_on(made, each, chromium) for each in nodes]
+                if max(held):
+                    node = nodes[held.index(max(held))]
             if node.port in starting:
                 await starting.pop(node.port)
             figures.chromium_cut += await _sockets_on(made, node, chromium)
