@@ -308,7 +308,7 @@ class ToolRelay:
                     return reply.future.result()
                 if time.monotonic() - checked >= LEASE_SECONDS / 3:
                     checked = time.monotonic()
-                    if await registry.store.holder(session_id) != holder:
+                    if not await registry.still_held(session_id, holder):
                         return None  # it died or let go: routed again
         return None
 

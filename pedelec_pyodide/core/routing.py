@@ -181,7 +181,7 @@ class ClusterRouter:
                         await registry.store.publish(holder, json.dumps(
                             {"hungUp": reply.ask_id}))
                     return None
-                if await registry.store.holder(session_id) != holder:
+                if not await registry.still_held(session_id, holder):
                     return None  # it died or let go: the caller routes the call again
         return None
 

@@ -1148,6 +1148,18 @@ class Registry:
             del self._taking[session_id]
             done.set_result(None)
 
+    async def still_held(self, session_id: str, holder: str) -> bool:
+        """Whether ``holder`` still holds the session, for a call waiting for its reply;
+        True while the store is out of reach: the call was sent and may have run, so it
+        waits for its reply (sent again once Redis is back) rather than failing and being
+        run again by a retry."""
+        try:
+            return await self.store.holder(session_id) == holder
+        except StoreError as exc:
+            log_event("cluster.failed", level=logging.WARNING, session=session_id,
+                      error=str(exc))
+            return True
+
     @contextlib.contextmanager
     def asking(self, node: str, message: dict[str, Any],
                check: Callable[[dict[str, Any]], None] | None = None) -> Iterator[Asked]:

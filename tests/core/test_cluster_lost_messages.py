@@ -23,7 +23,7 @@ from test_mcp_cluster import mcp_at
 from test_progress import next_of, result
 
 from pedelec_pyodide.core import sessions
-from pedelec_pyodide.core.sessions import RESEND_SECONDS
+from pedelec_pyodide.core.sessions import LEASE_SECONDS, RESEND_SECONDS
 
 
 def subscribers(redis_server: RedisServer, core: Core) -> int:
@@ -173,3 +173,48 @@ def test_a_long_call_is_sent_again_ever_less_often(
             await page.close()
 
     run(main())
+
+
+@pytest.mark.parametrize("kind", ["control", "mcp"])
+def test_a_call_sent_before_redis_went_away_waits_for_its_result(
+        redis_server: RedisServer, kind: str) -> None:
+    """The page's request was sent (its handler may run) when redis-server stops: the
+    node the caller reached cannot look up the holder meanwhile, and waits for the reply
+    instead of answering STORE_UNAVAILABLE (a caller retrying that, with no key to give,
+    would have the handler run again). Once Redis is back, the reply comes."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, contextlib.AsyncExitStack() as stack:
+            b = await stack.enter_async_context(running_core(config(**cfg)))
+            await until(lambda: subscribers(redis_server, b) == 1, "B's inbox subscribed")
+            page = await RawClient.open(a.ws_url)
+            stack.push_async_callback(page.close)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            await until(lambda: sid in a.registry.sessions)
+            if kind == "mcp":
+                client = await stack.enter_async_context(modern_client(mcp_at(b.port, sid)))
+                await client.list_tools()
+
+            async def call() -> Any:
+                if kind == "control":
+                    response = await b.http.post(f"/pedelec/v1/sessions/{sid}/tool-calls",
+                                                 json={"tool": "a", "args": {"n": 1}})
+                    assert response.status_code == 200, response.text
+                    return response.json()["result"]
+                answer = await client.call_tool("a", {"n": 1})
+                return answer.structured_content
+
+            answer = asyncio.ensure_future(call())
+            stack.callback(answer.cancel)
+            request = await next_of(page, "tool.request")
+            redis_server.stop()
+            # a lower bound: B looks for the holder every third of a lease meanwhile
+            await asyncio.sleep(LEASE_SECONDS / 3 + 0.5)
+            assert not answer.done(), answer.result() if not answer.exception() else answer
+            redis_server.start()
+            await until(lambda: subscribers(redis_server, a) == 1, "A's inbox again")
+            await result(page, request["toolRequestId"], {"ok": True})
+            assert await asyncio.wait_for(answer, WAIT) == {"ok": True}
+
+    run(main(), timeout=60)
