@@ -281,7 +281,8 @@ class McpEndpoint:
             return call_result(tool_error(
                 TOOL_HANDLER_NOT_FOUND, f"{quote(params.name)} is not a tool name",
                 retryable=False))
-        log_event("mcp.tool_call", session=session_id, tool=params.name)
+        log_event("mcp.tool_call", session=session_id, tool=params.name,
+                  id=str(ctx.request_id))
         args = params.arguments or {}
         try:  # NaN or 1e999 (the SDK's parser takes them), too large, too deep
             checked = checked_call(params.name, args, registry.config.max_frame_bytes)

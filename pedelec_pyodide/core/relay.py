@@ -414,14 +414,13 @@ class ToolRelay:
 
             answer = {"result": await keyed_call(session, call.key, call.tool, call.args,
                                                  relay_progress)}
-        await registry.store.publish(call.caller, json.dumps({"reply": call.ask, **answer}))
+        await registry.reply(call.caller, call.ask, answer)
 
     def _on_cancel(self, message: dict[str, Any]) -> None:
         key, session_id = str(message["mcpCancel"]), str(message["session"])
         ask, caller = str(message["ask"]), str(message["from"])
         answer = {} if self._cancel_here(session_id, key) else {"moved": True}
-        self.registry.spawn(self.registry.store.publish(
-            caller, json.dumps({"reply": ask, **answer})))
+        self.registry.spawn(self.registry.reply(caller, ask, answer))
 
     def _cancel_here(self, session_id: str, key: str) -> bool:
         """Cancel call ``key`` of a session this node holds (its request, if pending; a

@@ -255,14 +255,15 @@ def create_app(config: CoreConfig) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        snapshot = await registry.claim_restored(await store.load())
+        snapshot = registry.restorable(await store.load())
         restore(registry, snapshot)
         pruning = asyncio.create_task(_prune_turns(store))
         cluster = asyncio.create_task(registry.serve_cluster())
         provisioning: asyncio.Task[None] | None = None
         if config.pyodide_dir is None and config.provision:
             provisioning = asyncio.create_task(_provision(pyodide))
-        log_event("core.started", host=config.host, port=config.port, store=store.label)
+        log_event("core.started", host=config.host, port=config.port, store=store.label,
+                  node=registry.node if store.shared else None)
         try:
             yield
         finally:

@@ -117,6 +117,10 @@ LEASE_SECONDS = 6.0
 #: twice the last, up to RESEND_MAX_SECONDS (a long call's body is not sent every second)
 RESEND_SECONDS = 1.0
 RESEND_MAX_SECONDS = 8.0
+#: replies to other nodes' asks that reached no inbox, kept for the ask sent again: at
+#: most this many, and this many characters in all (the oldest dropped first)
+UNHEARD_REPLIES = 1024
+UNHEARD_REPLY_CHARS = 16 * 1024 * 1024
 #: how long a node taking a session over waits for its holder to let go of it (a dead
 #: holder never answers: the node goes on without it)
 HANDOVER_SECONDS = 2.0
@@ -955,8 +959,15 @@ class Registry:
         # sessions this node is taking (take_over, adopt), each done when that ends: one
         # at a time (a second joins it), and a holder asked to let go finishes it first
         self._taking: dict[str, asyncio.Future[None]] = {}
+        # the sessions the store had at this node's start (a shared store), until
+        # _take_vacant looked at them
+        self._stored_at_start: list[str] = []
         # calls this node forwarded to another, waiting for its reply, by id
         self._asked: dict[str, _Ask] = {}
+        # replies that reached no inbox (Redis away, or the asker not subscribed again
+        # after a restart of Redis), by ask id, oldest first; and their characters
+        self._unheard: OrderedDict[str, str] = OrderedDict()
+        self._unheard_chars = 0
         # the ask ids of the calls another node forwarded here, while they run: each
         # one's future is done once its caller hung up at that node
         self._answering: dict[str, asyncio.Future[None]] = {}
@@ -1212,8 +1223,31 @@ class Registry:
         if serve is None:
             return
         reply = await serve(message["http"], hung_up)
-        await self.store.publish(str(message["from"]), json.dumps(
-            {"reply": message["ask"], **reply}))
+        await self.reply(str(message["from"]), str(message["ask"]), reply)
+
+    async def reply(self, node: str, ask_id: str, answer: dict[str, Any]) -> None:
+        """Publish ``answer`` to ask ``ask_id`` of ``node``. One that reached no inbox
+        is kept (:data:`UNHEARD_REPLIES`) and published again when the ask comes again
+        (:meth:`_resend`): it is not run again, so a call runs once even when its kept
+        result is gone (``--kept-results``) by the time Redis is back."""
+        await self._deliver(node, ask_id, json.dumps({"reply": ask_id, **answer}))
+
+    async def _deliver(self, node: str, ask_id: str, text: str) -> None:
+        try:
+            reached = await self.store.publish(node, text)
+        except StoreError:
+            reached = 0
+        self._unheard_chars -= len(self._unheard.pop(ask_id, ""))
+        if reached:
+            return
+        self._unheard[ask_id] = text
+        self._unheard_chars += len(text)
+        while len(self._unheard) > UNHEARD_REPLIES or (
+                self._unheard_chars > UNHEARD_REPLY_CHARS and len(self._unheard) > 1):
+            _, dropped = self._unheard.popitem(last=False)
+            self._unheard_chars -= len(dropped)
+        log_event("cluster.reply_unheard", level=logging.WARNING, node=node,
+                  kept=len(self._unheard))
 
     async def _let_go(self, session_id: str, to: str) -> None:
         """Node ``to`` took the session over: hand it over, store what is queued, say so.
@@ -1233,19 +1267,23 @@ class Registry:
         a session another node holds now is handed over."""
         if not self.store.shared:
             return
-        renewing = asyncio.ensure_future(self._renew_leases())
-        resending = asyncio.ensure_future(self._resend())
+        background = [asyncio.ensure_future(work) for work in (
+            self._renew_leases(), self._resend(), self._take_vacant())]
         try:
             await read_forever("inbox", lambda: self.store.inbox(self.node),
                                lambda text: self._on_message(text))
         finally:
-            renewing.cancel()
-            resending.cancel()
+            for task in background:
+                task.cancel()
 
     def _on_message(self, text: str) -> None:
         try:
             message = json.loads(text)
-            if "handOver" in message:
+            ask = message.get("ask")
+            unheard = self._unheard.get(ask) if isinstance(ask, str) else None
+            if unheard is not None and "from" in message:  # an ask sent again: answered
+                self.spawn(self._deliver(str(message["from"]), str(message["ask"]), unheard))
+            elif "handOver" in message:
                 self.spawn(self._let_go(str(message["handOver"]), str(message["to"])))
             elif "http" in message:
                 ask_id = str(message["ask"])
@@ -1289,18 +1327,54 @@ class Registry:
                 if session is not None:  # taken without the page: it resumes there
                     session.hand_over(resumed=False)
 
-    async def claim_restored(self, snapshot: Snapshot) -> Snapshot:
-        """At start, on a shared store: only the sessions no live node holds (their
-        node died, or the cluster stopped), their leases taken."""
-        if not self.store.shared or not snapshot.sessions:
+    def restorable(self, snapshot: Snapshot) -> Snapshot:
+        """At start, what of the store to restore at once: all of it on a store of this
+        process's own. On a shared store nothing: the sessions no live node holds are
+        taken later (:meth:`_take_vacant`). Taken at once, the session of a live node
+        whose lease lapsed (Redis restarted, every lease gone) would have two holders,
+        its page on one while calls go to the other."""
+        if not self.store.shared:
             return snapshot
-        held = set(await self.store.renew([s.id for s in snapshot.sessions], self.node,
-                                          LEASE_SECONDS))
-        return Snapshot(
-            [record for record in snapshot.sessions if record.id not in held],
-            [record for record in snapshot.requests if record.session_id not in held],
-            [record for record in snapshot.turns if record.session_id not in held],
-            [record for record in snapshot.keys if record.session_id not in held])
+        self._stored_at_start = [record.id for record in snapshot.sessions]
+        return Snapshot([], [], [], [])
+
+    async def _take_vacant(self) -> None:
+        """The sessions stored at this node's start whose lease stays missing for
+        :data:`VACANT_SECONDS` (their node died, or the cluster stopped): taken and
+        restored here, so that their requests time out and they expire as on one node.
+        Those another node holds are left to it (a page's take-over or a call's adopt
+        brings one here later); a store out of reach, all is tried again."""
+        waiting, self._stored_at_start = set(self._stored_at_start), []
+        loop = asyncio.get_running_loop()
+        while waiting:
+            await asyncio.sleep(VACANT_SECONDS)
+            waiting -= self.sessions.keys()
+            free = [sid for sid in waiting if sid not in self._taking]
+            taking = {sid: loop.create_future() for sid in free}
+            self._taking.update(taking)  # a take-over or adopt here waits for its own
+            try:
+                held = set(await self.store.renew(free, self.node, LEASE_SECONDS))
+                for session_id in free:
+                    if session_id not in held:
+                        await self._restore_taken(session_id)
+                    waiting.discard(session_id)
+                    del self._taking[session_id]
+                    taking.pop(session_id).set_result(None)
+            except Exception as exc:  # out of reach, refused: the rest tried again later
+                background_failed("take_vacant", exc)
+            finally:
+                for session_id, done in taking.items():
+                    del self._taking[session_id]
+                    done.set_result(None)
+
+    async def _restore_taken(self, session_id: str) -> None:
+        """A session whose lease this node just took: restored, as its store has it (let
+        go again if it is gone meanwhile)."""
+        snapshot = await self.store.load_session(session_id)
+        if not snapshot.sessions:
+            await self.store.release(session_id, self.node)
+        elif session_id not in self.sessions:
+            self._restore(self, snapshot)
 
     async def shutdown(self, timeout: float = SHUTDOWN_SECONDS) -> None:
         """Cancel running turns (they end ``cancelled``), stop timers, flush the store:

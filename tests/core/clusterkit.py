@@ -29,20 +29,23 @@ def haproxy_config(bind: str, nodes: list[int]) -> str:
 
 class Node:
     """``python core_process.py REDIS PORT [PYODIDE]``: killed and started again on its
-    port; with ``pyodide`` (a provisioned runtime) it serves the demo too."""
+    port; with ``pyodide`` (a provisioned runtime) it serves the demo too. Its log lines
+    go to ``workdir/node-PORT.log`` (every start's, one after another)."""
 
-    def __init__(self, store: str, pyodide: Path | None = None) -> None:
+    def __init__(self, store: str, workdir: Path, pyodide: Path | None = None) -> None:
         self.store = store
         self.port = free_port()
         self.pyodide = pyodide
+        self.log = workdir / f"node-{self.port}.log"
         self.process: subprocess.Popen[str] | None = None
 
     async def start(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
         demo = [] if self.pyodide is None else [str(self.pyodide)]
-        self.process = subprocess.Popen(
-            [sys.executable, str(HERE / "core_process.py"), self.store, str(self.port), *demo],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, str(HERE / "core_process.py"), self.store, str(self.port),
+                 *demo], stdout=subprocess.PIPE, stderr=log, text=True, env=env)
         assert self.process.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(self.process.stdout.readline), WAIT)
         assert line.startswith("http://127.0.0.1:"), line
@@ -91,7 +94,7 @@ async def cluster(store: str, count: int, workdir: Path, pyodide: Path | None = 
     binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
     if not os.path.exists(binary):
         raise RuntimeError("haproxy is missing: ./scripts/setup.sh installs it")
-    nodes = [Node(store, pyodide) for _ in range(count)]
+    nodes = [Node(store, workdir, pyodide) for _ in range(count)]
     port = free_port()
     config = workdir / "haproxy.cfg"
     config.write_text(haproxy_config(f"127.0.0.1:{port}", [node.port for node in nodes]))

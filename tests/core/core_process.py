@@ -20,6 +20,7 @@ from pathlib import Path
 from corekit import TOKEN, WAIT, PlanAgent
 
 from pedelec_pyodide.core.config import CoreConfig
+from pedelec_pyodide.core.log import configure
 from pedelec_pyodide.core.server import run
 
 PLAN = [[("a", {"n": 1}), ("b", {"n": 2})], [("c", {"n": 3})]]
@@ -56,7 +57,6 @@ if __name__ == "__main__":
     cfg = CoreConfig(port=int(sys.argv[2]), admin_token=TOKEN, store=sys.argv[1],
                      pyodide_dir=pyodide, demo=pyodide is not None,
                      agent_factory=lambda: PlanAgent(PLAN), **web)
-    core_logger = logging.getLogger("pedelec.core")
-    core_logger.addHandler(Printed())
-    core_logger.setLevel(logging.INFO)
+    configure()  # every event line to stderr (a cluster's node keeps them in a file)
+    logging.getLogger("pedelec.core").addHandler(Printed())
     run(cfg, lambda url: print(url, flush=True))

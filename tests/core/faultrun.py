@@ -241,6 +241,9 @@ class Figures:
     chromium_pages: int = 0
     chromium_cut: int = 0  # Chromium pages whose socket's node was killed (once per kill)
     load: str = ""
+    # each MCP call and each retried control-API attempt, a line each (calls.log in the
+    # workdir: what the callers saw, next to the nodes' logs)
+    trace: list[str] = field(default_factory=list)
 
     @property
     def answered(self) -> int:
@@ -287,14 +290,15 @@ def _retryable(status: int, answer: Any) -> bool:
 
 
 async def _post(http: httpx.AsyncClient, path: str, body: dict[str, Any], key: str,
-                counts: Counts) -> tuple[int, Any] | str:
+                counts: Counts, trace: list[str]) -> tuple[int, Any] | str:
     """POST with ``key`` until a final answer or :data:`CALL_DEADLINE` (then the last
-    retryable answer, for the report)."""
+    retryable answer, for the report); each attempt's outcome in ``trace``."""
     deadline = time.monotonic() + CALL_DEADLINE
     last = "no answer"
     for attempt in itertools.count():
         if attempt:
             counts.retried += 1
+            trace.append(f"{time.time():.3f} {path} key {key}: {last[:120]}")
             await asyncio.sleep(RETRY_PAUSE)
         if time.monotonic() > deadline:
             return last
@@ -324,7 +328,7 @@ async def _caller(http: httpx.AsyncClient, target: Target, stop: float, figures:
         started = time.monotonic()
         answer = await _post(http, f"/pedelec/v1/sessions/{target.session_id}/tool-calls",
                              {"tool": "update_counter", "args": args}, uuid.uuid4().hex,
-                             counts)
+                             counts, figures.trace)
         if isinstance(answer, str):
             target.refused[call] = delta
             figures.lost.append(f"{target.session_id} call {call}: {answer}")
@@ -400,8 +404,12 @@ async def _mcp_caller(url: str, era: str, target: Target, stop: float, figures: 
                     call, call_delta, args = target.new_call(rng, delta)
                     counts.calls += 1
                     sent = (call, call_delta, time.monotonic())
+                    figures.trace.append(f"{time.time():.3f} {era} {target.session_id} "
+                                         f"{call} sent")
                     result = await asyncio.wait_for(client.call_tool("update_counter", args),
                                                     ATTEMPT_TIMEOUT)
+                    figures.trace.append(f"{time.time():.3f} {era} {target.session_id} "
+                                         f"{call} got {str(result.structured_content)[:80]}")
                     if _value(result) is None:  # an error result: no node answered, ...
                         last = f"error result {str(result.content)[:300]}"
                         unanswered(*sent, hung=False)
@@ -415,6 +423,8 @@ async def _mcp_caller(url: str, era: str, target: Target, stop: float, figures: 
                     failing_since = delta = None
         except Exception as exc:  # the client's node died, 404, 503, no answer in time
             last = f"{type(exc).__name__}: {str(exc)[:300]}"
+            figures.trace.append(f"{time.time():.3f} {era} {target.session_id} "
+                                 f"{sent and sent[0]} failed {last[:120]}")
             if sent is not None:
                 unanswered(*sent, hung=isinstance(exc, TimeoutError))
             await asyncio.sleep(RETRY_PAUSE)
@@ -502,7 +512,7 @@ async def _turner(http: httpx.AsyncClient, page: FaultPage, stop: float, keys: l
         figures.turns += 1
         keys.append(key)
         answer = await _post(http, f"/pedelec/v1/sessions/{page.session_id}/turns",
-                             {"text": "go"}, key, counts)
+                             {"text": "go"}, key, counts, figures.trace)
         if isinstance(answer, str):
             figures.lost.append(f"{page.session_id} turn {key}: {answer}")
         else:
@@ -639,6 +649,7 @@ async def fault_run(server: RedisServer, workdir: Path, *, pages: int, seconds: 
         finally:
             for page in opened:
                 await page.close()
+            (workdir / "calls.log").write_text("\n".join(figures.trace) + "\n")
     stopped = [node.process is None or node.process.poll() is not None for node in made.nodes]
     assert all(stopped), f"a Core node still runs after the run: {stopped}"
     return figures

@@ -14,6 +14,7 @@ from core_process import PLAN
 from corekit import WAIT, PlanAgent, RawClient, config, run, running_core, tool_meta, until
 from storekit import RedisServer, free_port
 from test_core_resume import core_process
+from test_progress import next_of
 
 from pedelec_pyodide import protocol
 from pedelec_pyodide.core import sessions
@@ -307,3 +308,36 @@ def test_a_call_routed_to_a_remembered_holder_that_was_killed_reaches_the_page_o
             await resume_on_and_call_again(c.ws_url, b, sid, token, ran)
 
     run(main())
+
+
+def test_a_node_starting_takes_the_sessions_no_node_holds_once_their_lease_stays_missing(
+        redis_server: RedisServer) -> None:
+    """The cluster stopped with a page's session stored (its page away): the first node to
+    start takes it, with its pending request, once its lease has stayed missing for
+    VACANT_SECONDS (not at once: a live holder whose lease lapsed takes it back first),
+    so that its request times out and it expires as on one node."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            # with a key: the request outlives its caller (and Core's stop)
+            call = asyncio.ensure_future(a.http.post(
+                f"/pedelec/v1/sessions/{sid}/tool-calls", json={"tool": "a", "args": {}},
+                headers={"Idempotency-Key": "k"}))
+            request = await next_of(page, "tool.request")
+            await a.registry.store.flush()
+            await page.close()
+            call.cancel()
+        started = asyncio.get_running_loop().time()
+        async with running_core(config(**cfg)) as b:
+            assert sid not in b.registry.sessions
+            await until(lambda: sid in b.registry.sessions, "the session taken",
+                        seconds=sessions.VACANT_SECONDS + WAIT)
+            assert asyncio.get_running_loop().time() - started >= sessions.VACANT_SECONDS
+            assert list(b.registry.sessions[sid].pending) == [request["toolRequestId"]]
+            assert await b.registry.store.holder(sid) == b.registry.node
+
+    run(main())
+

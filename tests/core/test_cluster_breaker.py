@@ -341,6 +341,44 @@ def test_a_call_after_a_live_nodes_lease_lapsed_leaves_the_page_its_session(
     run(main())
 
 
+def test_a_node_starting_after_a_live_nodes_lease_lapsed_leaves_the_page_its_session(
+        redis_server: RedisServer) -> None:
+    """A's lease on its connected page lapses (Redis restarted: every lease gone) and B
+    starts before A renews: B does not take the session at its start (it used to, and
+    A's next renewal found its lease taken and closed the page 1013), and a call at B
+    reaches the page on A."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            await a.registry.store.flush()
+            with redis_server.client() as client:
+                client.delete(PREFIX + "lease:" + sid)
+            async with running_core(config(**cfg)) as b:
+                assert sid not in b.registry.sessions
+                deadline = asyncio.get_running_loop().time() + WAIT
+                while await a.registry.store.holder(sid) != a.registry.node:  # A renews
+                    assert asyncio.get_running_loop().time() < deadline, "A's lease not back"
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(LEASE_SECONDS / 3)  # B's start did not take it after all
+                assert await a.registry.store.holder(sid) == a.registry.node
+                call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 1}))
+                try:
+                    frame = await next_of(page, "tool.request")
+                except websockets.ConnectionClosed as exc:
+                    code = exc.rcvd.code if exc.rcvd is not None else None
+                    raise AssertionError(f"the page was closed ({code})") from None
+                await answer(page, frame)
+                response = await asyncio.wait_for(call, WAIT)
+                assert response.json()["result"] == {"ok": True, "data": {"n": 1}}
+                assert sid not in b.registry.sessions
+            await page.close()
+
+    run(main())
+
+
 def test_through_haproxy_redis_away_10_s_costs_no_page_its_session(
         redis_server: RedisServer, tmp_path: Path) -> None:
     """Three node processes behind HAProxy, a page on one of them; redis-server is

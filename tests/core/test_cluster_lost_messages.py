@@ -100,6 +100,60 @@ def test_a_call_whose_message_redis_dropped_is_answered_and_runs_once(
     run(main(), timeout=60)
 
 
+@pytest.mark.parametrize("kind", ["control", "mcp"])
+def test_a_reply_nobody_heard_is_sent_again_even_once_its_kept_result_is_gone(
+        redis_server: RedisServer, kind: str) -> None:
+    """As the ``reply`` case above, but the holder keeps one result per session and a
+    second call on the page comes in before the ask is sent again (the fault run: a page
+    busy with other calls while Redis restarted): the holder sends its reply again from
+    what it kept of the reply nobody heard, and the first call runs once."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg, kept_results=1)) as a, \
+                contextlib.AsyncExitStack() as stack:
+            await until(lambda: subscribers(redis_server, a) == 1, "A's inbox subscribed")
+            of_a = pubsub_clients(redis_server)
+            b = await stack.enter_async_context(running_core(config(**cfg)))
+            await until(lambda: subscribers(redis_server, b) == 1, "B's inbox subscribed")
+            page = await RawClient.open(a.ws_url)
+            stack.push_async_callback(page.close)
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            await until(lambda: sid in a.registry.sessions)
+            if kind == "mcp":
+                client = await stack.enter_async_context(modern_client(mcp_at(b.port, sid)))
+                await client.list_tools()
+
+            async def call() -> Any:
+                if kind == "control":
+                    response = await b.http.post(
+                        f"/pedelec/v1/sessions/{sid}/tool-calls",
+                        json={"tool": "a", "args": {"n": 1}}, headers={"Idempotency-Key": "k"})
+                    assert response.status_code == 200, response.text
+                    return response.json()["result"]
+                answer = await client.call_tool("a", {"n": 1})
+                return answer.structured_content
+
+            answer = asyncio.ensure_future(call())
+            stack.callback(answer.cancel)
+            first = await next_of(page, "tool.request")
+            drop(redis_server, pubsub_clients(redis_server) - of_a)
+            assert subscribers(redis_server, b) == 0
+            await result(page, first["toolRequestId"], {"ok": 1})
+            other = asyncio.ensure_future(a.tool_call(sid, "a", {"n": 2}))
+            second = await next_of(page, "tool.request")
+            assert second["args"] == {"n": 2}
+            await result(page, second["toolRequestId"], {"ok": 2})
+            assert (await asyncio.wait_for(other, WAIT)).status_code == 200
+            assert first["toolRequestId"] not in {  # the first result is no longer kept
+                request.id for request in a.registry.sessions[sid].callers.results.values()}
+            assert await asyncio.wait_for(answer, WAIT) == {"ok": 1}
+            with pytest.raises(TimeoutError):  # not run again for the ask sent again
+                await asyncio.wait_for(next_of(page, "tool.request"), 1.0)
+
+    run(main(), timeout=60)
+
+
 def test_an_ask_sent_again_while_its_call_runs_is_not_run_again(
         redis_server: RedisServer) -> None:
     """A call the page answers only after several resends: the holder runs the

@@ -94,8 +94,9 @@ class Store(Protocol):
 
     # --- messages between the nodes of a cluster -------------------------------------
 
-    async def publish(self, node: str, message: str) -> None:
-        """Send ``message`` to ``node``'s inbox (pub/sub: lost if nobody listens)."""
+    async def publish(self, node: str, message: str) -> int:
+        """Send ``message`` to ``node``'s inbox (pub/sub: lost if nobody listens); how
+        many inboxes it reached."""
 
     def inbox(self, node: str) -> AsyncIterator[str]:
         """The messages published to ``node`` from now on; a store out of reach, or one

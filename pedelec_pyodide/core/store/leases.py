@@ -28,10 +28,13 @@ class LocalLeases:
         self._leases: dict[str, tuple[str, float]] = {}
         self._inboxes: dict[str, list[asyncio.Queue[str]]] = {}
 
-    async def publish(self, node: str, message: str) -> None:
+    async def publish(self, node: str, message: str) -> int:
+        reached = 0
         for queue in self._inboxes.get(node, []):
             if queue.qsize() < INBOX_LIMIT:
                 queue.put_nowait(message)
+                reached += 1
+        return reached
 
     async def inbox(self, node: str) -> AsyncIterator[str]:
         queue: asyncio.Queue[str] = asyncio.Queue()

@@ -257,9 +257,10 @@ class RedisStore(QueuedStore):
         held = await self._call(lambda: self._redis.get(self._key("lease", session_id)))
         return _text(held)
 
-    async def publish(self, node: str, message: str) -> None:
+    async def publish(self, node: str, message: str) -> int:
         channel = self._key("node", node)
-        await self._call(lambda: self._redis.publish(channel, message))
+        reached = await self._call(lambda: self._redis.publish(channel, message))
+        return int(reached)
 
     async def inbox(self, node: str) -> AsyncIterator[str]:
         channel = self._key("node", node)
