@@ -427,8 +427,9 @@ async def tool_call(request: Request) -> Response:
         status = 413 if exc.code == protocol.FRAME_TOO_LARGE else 400
         raise ApiError(status, PAYLOAD_TOO_LARGE if status == 413 else BAD_REQUEST,
                        f"the page would refuse this tool.request: {exc.message}") from None
-    pending = await session.start_call(tool, args, timeout_ms=timeout_ms,
-                                       max_total_ms=max_total_ms, checked=checked, key=claim)
+    pending = await session.start_call(
+        tool, args, timeout_ms=timeout_ms, max_total_ms=max_total_ms, checked=checked,
+        key=claim, callers_key=not request.scope.get(ROUTE_KEY))
     return await _tool_answer(request, session, pending.id, keyed=claim is not None)
 
 

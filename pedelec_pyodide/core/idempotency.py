@@ -8,7 +8,8 @@ the request or turn it started (durably with the SQLite store).
 
 The results of requests made outside turns (control API, MCP) are kept too, so that
 ``GET .../tool-calls/{toolRequestId}`` and a retry can give them: per session, at most
-``kept_results`` of them, each for ``result_retention`` seconds after it came in. A key
+``kept_results`` of those a caller's own key started and as many of the others, each for
+``result_retention`` seconds after it came in. A key
 lives as long as what it started is kept: a tool call's key goes with its result; a
 turn's key (and the turn's record) is kept ``result_retention`` seconds after the turn
 started, never while it runs, at most ``kept_results`` per session. After that the key
@@ -51,20 +52,29 @@ class CallerMemory:
         self._store = store
         self._limit = limit
         self._retention = retention
-        # finished requests made outside turns, oldest first
+        # finished requests made outside turns, oldest first, in two lots of at most
+        # ``limit`` each: those a caller's own key started, and the others (no key, or
+        # Core's own: a forwarding node's, an MCP relay's), so that a flood of the
+        # others never pushes out what a caller's retry with its key needs
         self.results: OrderedDict[str, RequestRecord] = OrderedDict()
+        self.others: OrderedDict[str, RequestRecord] = OrderedDict()
         # turns started with a key, oldest first
         self.turns: OrderedDict[str, TurnRecord] = OrderedDict()
         self.keys: dict[str, IdempotencyRecord] = {}
         self._key_of: dict[str, str] = {}  # target id -> key hash
+        self._callers_targets: set[str] = set()  # the targets of callers' own keys
 
     def key(self, hashed: str) -> IdempotencyRecord | None:
         self.sweep()
         return self.keys.get(hashed)
 
-    def add_key(self, record: IdempotencyRecord, turn: TurnRecord | None = None) -> None:
+    def add_key(self, record: IdempotencyRecord, turn: TurnRecord | None = None, *,
+                callers: bool = True) -> None:
+        """``callers``: the key is a caller's own (False: Core's own, see above)."""
         self.keys[record.key_hash] = record
         self._key_of[record.target_id] = record.key_hash
+        if callers and turn is None:
+            self._callers_targets.add(record.target_id)
         if turn is not None:
             self.turns[turn.id] = turn
         self._store.save_key(record)
@@ -73,23 +83,25 @@ class CallerMemory:
     def keep(self, request: RequestRecord) -> None:
         """A request made outside any turn has its result: keep it, in the store too."""
         request.finished_at = time.time()
-        self.results[request.id] = request
+        lot = self.results if request.id in self._callers_targets else self.others
+        lot[request.id] = request
         self._store.save_request(request)
         self.sweep()
 
     def result(self, request_id: str) -> RequestRecord | None:
         self.sweep()
-        return self.results.get(request_id)
+        kept = self.results.get(request_id)
+        return kept if kept is not None else self.others.get(request_id)
 
     def restore(self, results: list[RequestRecord], keys: list[IdempotencyRecord],
                 turns: dict[str, TurnRecord], pending: set[str]) -> None:
-        """After a restart: what the store kept. A key whose target is gone is dropped."""
-        for request in sorted(results, key=lambda r: r.finished_at or 0.0):
-            self.results[request.id] = request
+        """After a restart: what the store kept. A key whose target is gone is dropped.
+        Whose keys they were is not stored: each is taken for a caller's."""
+        finished = {request.id for request in results}
         for record in keys:
             turn = turns.get(record.target_id) if record.kind == TURN else None
             known = turn is not None if record.kind == TURN else (
-                record.target_id in pending or record.target_id in self.results)
+                record.target_id in pending or record.target_id in finished)
             if not known:
                 self._store.delete_key(record.session_id, record.key_hash)
                 continue
@@ -97,20 +109,25 @@ class CallerMemory:
             self._key_of[record.target_id] = record.key_hash
             if turn is not None:
                 self.turns[turn.id] = turn
+            else:
+                self._callers_targets.add(record.target_id)
+        for request in sorted(results, key=lambda r: r.finished_at or 0.0):
+            lot = self.results if request.id in self._callers_targets else self.others
+            lot[request.id] = request
         self.sweep()
 
     def sweep(self) -> None:
         """Forget what is past its retention or over the count, oldest first: each call
         does work only for what it forgets."""
         horizon = time.time() - self._retention
-        results = self.results
-        while results:
-            request = next(iter(results.values()))
-            if len(results) <= self._limit and (request.finished_at or 0.0) > horizon:
-                break
-            del results[request.id]
-            self._store.delete_request(request.session_id, request.id)
-            self.forget_key(request.id)
+        for results in (self.results, self.others):
+            while results:
+                request = next(iter(results.values()))
+                if len(results) <= self._limit and (request.finished_at or 0.0) > horizon:
+                    break
+                del results[request.id]
+                self._store.delete_request(request.session_id, request.id)
+                self.forget_key(request.id)
         turns = self.turns
         while turns:
             turn = next(iter(turns.values()))
@@ -123,6 +140,7 @@ class CallerMemory:
     def forget_key(self, target_id: str) -> None:
         """Drop the key that started ``target_id`` (if one did): a retry with it starts
         afresh."""
+        self._callers_targets.discard(target_id)
         hashed = self._key_of.pop(target_id, None)
         if hashed is not None:
             record = self.keys.pop(hashed)

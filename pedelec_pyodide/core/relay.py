@@ -155,7 +155,8 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
                     return refused_request(exc)
             claim = IdempotencyRecord(hashed, session.id, TOOL_CALL, fingerprint(
                 TOOL_CALL, {"tool": tool, "args": args, "timeoutMs": None}), "", time.time())
-            request_id = (await session.start_call(tool, args, checked=checked, key=claim)).id
+            request_id = (await session.start_call(tool, args, checked=checked, key=claim,
+                                                   callers_key=False)).id
         pending = session.pending.get(request_id)
         if pending is None:
             done = session.callers.result(request_id)

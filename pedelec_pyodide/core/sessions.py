@@ -578,17 +578,19 @@ class CoreSession:
     async def start_call(
         self, tool: str, args: Any, *, timeout_ms: int | None = None,
         max_total_ms: int | None = None, checked: CheckedRequest | None = None,
-        key: IdempotencyRecord | None = None,
+        key: IdempotencyRecord | None = None, callers_key: bool = True,
     ) -> PendingRequest:
         """Open, store and send one tool request outside any turn (control API, MCP).
         Stored before it is sent, so deadlines, resume and exactly-once apply as to an
         agent's request; its result is kept (``self.callers``) once it is in. ``key``:
-        the caller's idempotency key, its ``target_id`` filled in here, stored with it."""
+        its idempotency key, its ``target_id`` filled in here, stored with it; a
+        caller's own unless ``callers_key`` is False (Core's: a forwarding node's, an
+        MCP relay's)."""
         pending = self.open_request(tool, args, timeout_ms=timeout_ms,
                                     max_total_ms=max_total_ms, checked=checked)
         if key is not None:
             key.target_id = pending.id
-            self.callers.add_key(key)
+            self.callers.add_key(key, callers=callers_key)
         await self.store_requests([pending], *([key.key_hash] if key is not None else []))
         self.send_request(pending)
         return pending

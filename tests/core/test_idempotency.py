@@ -322,22 +322,29 @@ def test_get_tool_call_gives_state_then_result_and_results_are_kept_within_bound
             assert (await core.http.get(
                 f"{calls_path(other.session.session_id or '')}/{rid}")).status_code == 404
 
-            # two more results: only the last two are kept, in memory and in the store
+            # two more results without a key: only the last two of those are kept, in
+            # memory and in the store
             keyed = (await post(core.http, calls_path(sid), {"tool": "slow"}, "kx")).json()
-            await post(core.http, calls_path(sid), {"tool": "slow"})
+            for _ in range(2):
+                await post(core.http, calls_path(sid), {"tool": "slow"})
             assert (await core.http.get(f"{calls_path(sid)}/{rid}")).status_code == 404
+            # ... and they never push out a result a caller's key started
+            assert (await post(core.http, calls_path(sid), {"tool": "slow"}, "kx")).json() \
+                == keyed
             await core.registry.store.flush()
             with contextlib.closing(sqlite3.connect(db)) as reader:
                 rows = reader.execute("SELECT count(*) FROM requests").fetchone()[0]
                 keys = reader.execute("SELECT count(*) FROM idempotency_keys").fetchone()[0]
-            assert (rows, keys) == (2, 1)
-            await post(core.http, calls_path(sid), {"tool": "slow"})  # the keyed one goes
+            assert (rows, keys) == (3, 1)
+            for key in ("ky", "kz"):  # two more keyed ones: the first keyed one goes
+                await post(core.http, calls_path(sid), {"tool": "slow"}, key)
             assert (await core.http.get(
                 f"{calls_path(sid)}/{keyed['toolRequestId']}")).status_code == 404
             await core.registry.store.flush()
             with contextlib.closing(sqlite3.connect(db)) as reader:
+                rows = reader.execute("SELECT count(*) FROM requests").fetchone()[0]
                 keys = reader.execute("SELECT count(*) FROM idempotency_keys").fetchone()[0]
-            assert keys == 0
+            assert (rows, keys) == (4, 2)
             # the key is unknown again: a new run
             again = (await post(core.http, calls_path(sid), {"tool": "slow"}, "kx")).json()
             assert again["toolRequestId"] != keyed["toolRequestId"]
