@@ -1092,10 +1092,12 @@ class Registry:
             done.set_result(None)
 
     async def _take_over(self, session_id: str, resume_token: str | None) -> bool:
-        snapshot = await self.store.load_session(session_id)
-        stored = snapshot.sessions[0].token_hash if snapshot.sessions else _NO_SESSION_HASH
+        # the session's own row first: a wrong token costs one small read, not the
+        # whole session (its kept results and history)
+        record = await self.store.load_session_record(session_id)
+        stored = record.token_hash if record is not None else _NO_SESSION_HASH
         if not (hmac.compare_digest(stored.encode(), hash_token(resume_token or "").encode())
-                and snapshot.sessions):
+                and record is not None):
             return True  # refused by resume(), which says nothing more
         previous = await self.store.claim(session_id, self.node, LEASE_SECONDS)
         if previous not in (None, self.node):
@@ -1115,7 +1117,7 @@ class Registry:
             if await self.store.renew([session_id], self.node, LEASE_SECONDS):
                 log_event("session.claimed_meanwhile", session=session_id)
                 return True
-            snapshot = await self.store.load_session(session_id)
+        snapshot = await self.store.load_session(session_id)
         if session_id not in self.sessions and snapshot.sessions:
             self._restore(self, snapshot)
         return True

@@ -442,6 +442,38 @@ def test_a_wrong_token_hello_does_not_spoil_a_take_over_under_way(
     run(main())
 
 
+def test_a_wrong_token_hello_reads_the_session_row_only(redis_server: RedisServer) -> None:
+    """A hello naming a stored session with a wrong token, at a node that does not hold
+    it, costs Redis the session's own row, not the whole session: here its 8 kept results
+    of 100 KB each (it read them all before being refused)."""
+
+    def sent_by_redis() -> int:
+        with redis_server.client() as client:
+            return int(client.info("stats")["total_net_output_bytes"])
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+            for n in range(8):
+                call = asyncio.ensure_future(a.tool_call(sid, "echo", {"pad": "x" * 100_000}))
+                await answer(page, await next_of(page, "tool.request"))
+                assert (await call).status_code == 200
+            await a.registry.store.flush()
+            stranger = await RawClient.open(b.ws_url)
+            before = sent_by_redis()
+            refused = await stranger.hello([tool_meta("echo")], sessionId=sid,
+                                           resumeToken="x" * 43)
+            read = sent_by_redis() - before
+            assert refused["code"] == "RESUME_REFUSED"
+            assert read < 100_000, f"Redis sent {read} bytes for a refused hello"
+            for client in (page, stranger):
+                await client.close()
+
+    run(main())
+
+
 def test_a_lease_taken_without_the_page_asks_the_page_to_resume_not_to_start_afresh(
         redis_server: RedisServer) -> None:
     """Another node took A's lease for its connected page without the page resuming
