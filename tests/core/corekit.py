@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import uvicorn
 import websockets
+from manual_clock import ManualClock
 
 from pedelec_pyodide import Session
 from pedelec_pyodide.core.agent import ToolCallRequest, Turn
@@ -28,47 +29,13 @@ WAIT = 10.0  # seconds: the bound on any single wait in these tests
 TOKEN = "test-admin-token"
 
 
-class FakeTimer:
-    def __init__(self, when: float, callback: Callable[[], object]) -> None:
-        self.when = when
-        self.callback = callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class FakeClock:
-    """Core's clock for tool requests' deadlines (``config(clock=FakeClock())``), moved
-    only by :meth:`advance`: a test moves time past a deadline instead of sleeping until
-    it, so a stalled machine neither fails the test nor lets it pass untested. It starts
-    at the wall clock's time (deadlines are wall-clock, like the records Core stores)."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-        self.timers: list[FakeTimer] = []
-
-    def time(self) -> float:
-        return self.now
-
-    def call_later(self, delay: float, callback: Callable[..., object],
-                   *args: Any) -> FakeTimer:
-        timer = FakeTimer(self.now + delay, lambda: callback(*args))
-        self.timers.append(timer)
-        return timer
-
-    def advance(self, seconds: float) -> None:
-        """Move the clock, running the timers that fall due (also those they set), in
-        order, on the test's loop (Core's, in-process)."""
-        self.now += seconds
-        while True:
-            due = [t for t in self.timers if not t.cancelled and t.when <= self.now]
-            if not due:
-                break
-            timer = min(due, key=lambda t: t.when)
-            self.timers.remove(timer)
-            timer.callback()
-        self.timers = [t for t in self.timers if not t.cancelled]
+def fake_clock() -> ManualClock:
+    """Core's clock for tool requests' deadlines (``config(clock=fake_clock())``), moved
+    only by ``advance``: a test moves time past a deadline instead of sleeping until it,
+    so a stalled machine neither fails the test nor lets it pass untested. It starts at
+    the wall clock's time (deadlines are wall-clock, like the records Core stores); its
+    timers run on the test's loop (Core's, in-process)."""
+    return ManualClock(start=time.time())
 
 
 def run(coro: Coroutine[Any, Any, Any], timeout: float = 60.0) -> Any:

@@ -456,7 +456,7 @@ def test_a_wrong_token_hello_reads_the_session_row_only(redis_server: RedisServe
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
-            for n in range(8):
+            for _ in range(8):
                 call = asyncio.ensure_future(a.tool_call(sid, "echo", {"pad": "x" * 100_000}))
                 await answer(page, await next_of(page, "tool.request"))
                 assert (await call).status_code == 200

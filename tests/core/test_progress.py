@@ -3,9 +3,9 @@
 The page sends ``tool.progress`` and ``tool.waiting`` for a pending request; Core keeps the
 latest progress, moves the request's idle deadline (up to ``maxTotalMs``), pauses it while
 the page waits for the user (up to ``--user-wait-limit``) and shows it all in
-``GET .../sessions/{id}``. Every wait is bounded. Deadlines run on a :class:`FakeClock` the
-test moves once Core has taken the frame before (``until``), never on a sleep that must
-land before or after one.
+``GET .../sessions/{id}``. Every wait is bounded. Deadlines run on a clock
+(:func:`corekit.fake_clock`) the test moves once Core has taken the frame before
+(``until``), never on a sleep that must land before or after one.
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from corekit import (
     TOKEN,
     WAIT,
     Core,
-    FakeClock,
     RawClient,
     config,
+    fake_clock,
     run,
     running_core,
     tool_meta,
     until,
 )
+from manual_clock import ManualClock
 from test_idempotency import hang_up, http_handlers_done
 
 from pedelec_pyodide.core.sessions import MAX_PROGRESS_MESSAGE_CHARS
@@ -129,7 +130,7 @@ def test_progress_is_kept_shown_and_never_goes_back() -> None:
     run(main())
 
 
-async def kept_alive_for(core: Core, clock: FakeClock, client: RawClient, sid: str,
+async def kept_alive_for(core: Core, clock: ManualClock, client: RawClient, sid: str,
                          rid: str, every: float) -> float:
     """Progress every ``every`` seconds (of ``clock``) until Core times the request out;
     how long that took."""
@@ -145,7 +146,7 @@ async def kept_alive_for(core: Core, clock: FakeClock, client: RawClient, sid: s
 
 def test_progress_keeps_a_request_alive_up_to_max_total_ms() -> None:
     async def main() -> None:
-        clock = FakeClock()
+        clock = fake_clock()
         async with running_core(config(clock=clock)) as core:
             client, welcome = await page_with(core)
             sid = welcome["sessionId"]
@@ -175,7 +176,7 @@ def test_progress_keeps_a_request_alive_up_to_max_total_ms() -> None:
 
 def test_without_progress_the_idle_deadline_ends_a_request() -> None:
     async def main() -> None:
-        clock = FakeClock()
+        clock = fake_clock()
         async with running_core(config(clock=clock)) as core:
             client, welcome = await page_with(core)
             sid = welcome["sessionId"]
@@ -195,7 +196,7 @@ def test_without_progress_the_idle_deadline_ends_a_request() -> None:
 
 def test_the_default_total_is_max_total_factor_times_the_timeout() -> None:
     async def main() -> None:
-        clock = FakeClock()
+        clock = fake_clock()
         async with running_core(config(max_total_factor=2.0, clock=clock)) as core:
             client, welcome = await page_with(core)
             sid = welcome["sessionId"]
@@ -224,7 +225,7 @@ def test_max_total_ms_is_checked() -> None:
 
 def test_waiting_for_the_user_pauses_the_deadline() -> None:
     async def main() -> None:
-        clock = FakeClock()
+        clock = fake_clock()
         async with running_core(config(clock=clock)) as core:
             client, welcome = await page_with(core)
             sid = welcome["sessionId"]
@@ -261,7 +262,7 @@ def test_waiting_for_the_user_pauses_the_deadline() -> None:
 
 def test_a_user_who_never_answers_times_out_at_the_user_wait_limit() -> None:
     async def main() -> None:
-        clock = FakeClock()
+        clock = fake_clock()
         async with running_core(config(user_wait_limit=0.6, clock=clock)) as core:
             client, welcome = await page_with(core)
             sid = welcome["sessionId"]
@@ -507,7 +508,7 @@ def test_the_offline_agents_turn_waits_for_the_user_and_reports_a_denial() -> No
     """A turn of the offline agent (Core's default) calls a tool the page asks the user to
     approve for longer than its deadline: the turn waits; the denial is its reply."""
     async def main() -> None:
-        clock = FakeClock()
+        clock = fake_clock()
         cfg = config(agent="offline", agent_factory=None, tool_timeout_ms=300, clock=clock)
         async with running_core(cfg) as core:
             client, welcome = await page_with(core, "delete_note")
@@ -535,7 +536,7 @@ def test_waits_for_the_user_together_are_bounded_by_the_user_wait_limit() -> Non
     opening dialog after dialog, or a hostile page) does not hold its caller forever: the
     limit bounds the request's waits together."""
     async def main() -> None:
-        clock = FakeClock()
+        clock = fake_clock()
         async with running_core(config(user_wait_limit=0.6, clock=clock)) as core:
             client, welcome = await page_with(core)
             sid = welcome["sessionId"]

@@ -1,5 +1,6 @@
 """A scheduler whose clock moves only when a test says so (CPython and Pyodide alike):
-throttles and grace periods are tested by advancing it, never by sleeping."""
+throttles, grace periods and Core's deadlines (``CoreConfig.clock``, tests/core) are
+tested by advancing it, never by sleeping."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ class Timer:
 
 
 class ManualClock:
-    """``time()``, ``call_later`` on a clock that ``advance`` moves; tasks go to the
-    running loop (``create_task``), or are only collected with ``collect_tasks=True``
-    (for a Session used with no event loop at all)."""
+    """``time()``, ``call_later`` on a clock that ``advance`` moves, from ``start``; tasks
+    go to the running loop (``create_task``), or are only collected with
+    ``collect_tasks=True`` (for a Session used with no event loop at all)."""
 
-    def __init__(self, *, collect_tasks: bool = False) -> None:
-        self.now = 0.0
+    def __init__(self, *, start: float = 0.0, collect_tasks: bool = False) -> None:
+        self.now = start
         self.timers: list[Timer] = []
         self.collect_tasks = collect_tasks
         self.collected: list[Coroutine[Any, Any, None]] = []
@@ -32,8 +33,9 @@ class ManualClock:
     def time(self) -> float:
         return self.now
 
-    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
-        timer = Timer(self.now + delay, callback)
+    def call_later(self, delay: float, callback: Callable[..., object],
+                   *args: Any) -> Timer:
+        timer = Timer(self.now + delay, lambda: callback(*args))
         self.timers.append(timer)
         return timer
 
@@ -44,7 +46,8 @@ class ManualClock:
         return asyncio.get_running_loop().create_task(coro)
 
     def advance(self, seconds: float) -> None:
-        """Move the clock, running the timers that fall due, in order."""
+        """Move the clock, running the timers that fall due (also those they set), in
+        order."""
         self.now += seconds
         while True:
             due = [t for t in self.timers if not t.cancelled and t.when <= self.now]
@@ -53,6 +56,7 @@ class ManualClock:
             timer = min(due, key=lambda t: t.when)
             self.timers.remove(timer)
             timer.callback()
+        self.timers = [t for t in self.timers if not t.cancelled]
 
     @property
     def waiting(self) -> int:
