@@ -90,6 +90,16 @@ def test_a_forged_http_message_of_the_wrong_type_is_logged_as_a_bad_message(
     run(main())
 
 
+async def request_on_open_page(page: RawClient) -> dict[str, Any]:
+    """The page's next ``tool.request``; an AssertionError naming the close code if Core
+    closed the page's socket instead."""
+    try:
+        return await next_of(page, "tool.request")
+    except websockets.ConnectionClosed as exc:
+        code = exc.rcvd.code if exc.rcvd is not None else None
+        raise AssertionError(f"the page was closed ({code})") from None
+
+
 def test_a_forged_reply_without_a_status_does_not_fail_the_forwarded_call(
         redis_server: RedisServer) -> None:
     """A reply to a forwarded call missing its fields (what any publisher on Redis can
@@ -329,10 +339,7 @@ def test_a_call_after_a_live_nodes_lease_lapsed_leaves_the_page_its_session(
                 client.delete(PREFIX + "lease:" + sid)
             call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 1}))
             try:
-                frame = await next_of(page, "tool.request")
-            except websockets.ConnectionClosed as exc:
-                code = exc.rcvd.code if exc.rcvd is not None else None
-                raise AssertionError(f"the page was closed ({code})") from None
+                frame = await request_on_open_page(page)
             finally:
                 call.cancel()
             assert frame["args"] == {"n": 1}
@@ -365,12 +372,7 @@ def test_a_node_starting_after_a_live_nodes_lease_lapsed_leaves_the_page_its_ses
                 await asyncio.sleep(LEASE_SECONDS / 3)  # B's start did not take it after all
                 assert await a.registry.store.holder(sid) == a.registry.node
                 call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 1}))
-                try:
-                    frame = await next_of(page, "tool.request")
-                except websockets.ConnectionClosed as exc:
-                    code = exc.rcvd.code if exc.rcvd is not None else None
-                    raise AssertionError(f"the page was closed ({code})") from None
-                await answer(page, frame)
+                await answer(page, await request_on_open_page(page))
                 response = await asyncio.wait_for(call, WAIT)
                 assert response.json()["result"] == {"ok": True, "data": {"n": 1}}
                 assert sid not in b.registry.sessions

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -47,6 +49,52 @@ def drop(redis_server: RedisServer, ids: set[int]) -> None:
             client.client_kill_filter(_id=str(client_id))
 
 
+@dataclass
+class PageOnA:
+    """Two nodes on one Redis, the page's session on A, a caller at B."""
+
+    a: Core
+    b: Core
+    page: RawClient
+    sid: str
+    of_a: set[int]  # A's clients subscribed in Redis (its inbox)
+    call: Callable[[], Awaitable[Any]]  # B's call of ``a`` with {"n": 1}: its result
+
+
+@contextlib.asynccontextmanager
+async def page_on_a(redis_server: RedisServer, kind: str, key: str | None = None,
+                    **a_config: Any) -> AsyncIterator[PageOnA]:
+    """``kind``: B's call is a control-API call (``key``: with that Idempotency-Key),
+    or an MCP call."""
+    cfg = {"store": redis_server.url}
+    async with running_core(config(**cfg, **a_config)) as a, \
+            contextlib.AsyncExitStack() as stack:
+        await until(lambda: subscribers(redis_server, a) == 1, "A's inbox subscribed")
+        of_a = pubsub_clients(redis_server)
+        b = await stack.enter_async_context(running_core(config(**cfg)))
+        await until(lambda: subscribers(redis_server, b) == 1, "B's inbox subscribed")
+        page = await RawClient.open(a.ws_url)
+        stack.push_async_callback(page.close)
+        sid = (await page.hello([tool_meta("a")]))["sessionId"]
+        await until(lambda: sid in a.registry.sessions)
+        if kind == "mcp":
+            client = await stack.enter_async_context(modern_client(mcp_at(b.port, sid)))
+            await client.list_tools()
+
+        async def call() -> Any:
+            if kind == "control":
+                response = await b.http.post(
+                    f"/pedelec/v1/sessions/{sid}/tool-calls",
+                    json={"tool": "a", "args": {"n": 1}},
+                    headers={} if key is None else {"Idempotency-Key": key})
+                assert response.status_code == 200, response.text
+                return response.json()["result"]
+            answer = await client.call_tool("a", {"n": 1})
+            return answer.structured_content
+
+        yield PageOnA(a, b, page, sid, of_a, call)
+
+
 @pytest.mark.parametrize("lost", ["reply", "ask"])
 @pytest.mark.parametrize("kind", ["control", "mcp"])
 def test_a_call_whose_message_redis_dropped_is_answered_and_runs_once(
@@ -58,44 +106,24 @@ def test_a_call_whose_message_redis_dropped_is_answered_and_runs_once(
     nobody (B hears that nobody heard it, and asks again)."""
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
-        async with running_core(config(**cfg)) as a, contextlib.AsyncExitStack() as stack:
-            await until(lambda: subscribers(redis_server, a) == 1, "A's inbox subscribed")
-            of_a = pubsub_clients(redis_server)
-            b = await stack.enter_async_context(running_core(config(**cfg)))
-            await until(lambda: subscribers(redis_server, b) == 1, "B's inbox subscribed")
-            page = await RawClient.open(a.ws_url)
-            stack.push_async_callback(page.close)
-            sid = (await page.hello([tool_meta("a")]))["sessionId"]
-            await until(lambda: sid in a.registry.sessions)
-            if kind == "mcp":
-                client = await stack.enter_async_context(modern_client(mcp_at(b.port, sid)))
-                await client.list_tools()
-
-            async def call() -> Any:
-                if kind == "control":
-                    response = await b.http.post(f"/pedelec/v1/sessions/{sid}/tool-calls",
-                                                 json={"tool": "a", "args": {"n": 1}})
-                    assert response.status_code == 200, response.text
-                    return response.json()["result"]
-                answer = await client.call_tool("a", {"n": 1})
-                return answer.structured_content
-
+        async with page_on_a(redis_server, kind) as on_a:
             if lost == "ask":
-                drop(redis_server, of_a)
-                assert subscribers(redis_server, a) == 0
-                assert subscribers(redis_server, b) == 1
-            answer = asyncio.ensure_future(call())
-            stack.callback(answer.cancel)
-            request = await next_of(page, "tool.request")
-            if lost == "reply":
-                drop(redis_server, pubsub_clients(redis_server) - of_a)
-                assert subscribers(redis_server, b) == 0
-            await result(page, request["toolRequestId"], {"ok": True})
-            assert await asyncio.wait_for(answer, WAIT) == {"ok": True}
+                drop(redis_server, on_a.of_a)
+                assert subscribers(redis_server, on_a.a) == 0
+                assert subscribers(redis_server, on_a.b) == 1
+            answer = asyncio.ensure_future(on_a.call())
+            try:
+                request = await next_of(on_a.page, "tool.request")
+                if lost == "reply":
+                    drop(redis_server, pubsub_clients(redis_server) - on_a.of_a)
+                    assert subscribers(redis_server, on_a.b) == 0
+                await result(on_a.page, request["toolRequestId"], {"ok": True})
+                assert await asyncio.wait_for(answer, WAIT) == {"ok": True}
+            finally:
+                answer.cancel()
             # once: no second tool.request for the ask sent again
             with pytest.raises(TimeoutError):
-                await asyncio.wait_for(next_of(page, "tool.request"), 1.0)
+                await asyncio.wait_for(next_of(on_a.page, "tool.request"), 1.0)
 
     run(main(), timeout=60)
 
@@ -109,49 +137,29 @@ def test_a_reply_nobody_heard_is_sent_again_even_once_its_kept_result_is_gone(
     what it kept of the reply nobody heard, and the first call runs once."""
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
-        async with running_core(config(**cfg, kept_results=1)) as a, \
-                contextlib.AsyncExitStack() as stack:
-            await until(lambda: subscribers(redis_server, a) == 1, "A's inbox subscribed")
-            of_a = pubsub_clients(redis_server)
-            b = await stack.enter_async_context(running_core(config(**cfg)))
-            await until(lambda: subscribers(redis_server, b) == 1, "B's inbox subscribed")
-            page = await RawClient.open(a.ws_url)
-            stack.push_async_callback(page.close)
-            sid = (await page.hello([tool_meta("a")]))["sessionId"]
-            await until(lambda: sid in a.registry.sessions)
-            if kind == "mcp":
-                client = await stack.enter_async_context(modern_client(mcp_at(b.port, sid)))
-                await client.list_tools()
-
-            async def call() -> Any:
-                if kind == "control":
-                    response = await b.http.post(
-                        f"/pedelec/v1/sessions/{sid}/tool-calls",
-                        json={"tool": "a", "args": {"n": 1}}, headers={"Idempotency-Key": "k"})
-                    assert response.status_code == 200, response.text
-                    return response.json()["result"]
-                answer = await client.call_tool("a", {"n": 1})
-                return answer.structured_content
-
-            answer = asyncio.ensure_future(call())
-            stack.callback(answer.cancel)
-            first = await next_of(page, "tool.request")
-            drop(redis_server, pubsub_clients(redis_server) - of_a)
-            assert subscribers(redis_server, b) == 0
-            await result(page, first["toolRequestId"], {"ok": 1})
-            # of the first call's lot: with a key of its own after a keyed call
-            key = {"Idempotency-Key": "k2"} if kind == "control" else {}
-            other = asyncio.ensure_future(a.http.post(
-                f"/pedelec/v1/sessions/{sid}/tool-calls", json={"tool": "a", "args": {"n": 2}},
-                headers=key))
-            second = await next_of(page, "tool.request")
-            assert second["args"] == {"n": 2}
-            await result(page, second["toolRequestId"], {"ok": 2})
-            assert (await asyncio.wait_for(other, WAIT)).status_code == 200
-            # the first result is no longer kept
-            assert a.registry.sessions[sid].callers.result(first["toolRequestId"]) is None
-            assert await asyncio.wait_for(answer, WAIT) == {"ok": 1}
+        async with page_on_a(redis_server, kind, "k", kept_results=1) as on_a:
+            page, sid = on_a.page, on_a.sid
+            answer = asyncio.ensure_future(on_a.call())
+            try:
+                first = await next_of(page, "tool.request")
+                drop(redis_server, pubsub_clients(redis_server) - on_a.of_a)
+                assert subscribers(redis_server, on_a.b) == 0
+                await result(page, first["toolRequestId"], {"ok": 1})
+                # of the first call's lot: with a key of its own after a keyed call
+                key = {"Idempotency-Key": "k2"} if kind == "control" else {}
+                other = asyncio.ensure_future(on_a.a.http.post(
+                    f"/pedelec/v1/sessions/{sid}/tool-calls",
+                    json={"tool": "a", "args": {"n": 2}}, headers=key))
+                second = await next_of(page, "tool.request")
+                assert second["args"] == {"n": 2}
+                await result(page, second["toolRequestId"], {"ok": 2})
+                assert (await asyncio.wait_for(other, WAIT)).status_code == 200
+                # the first result is no longer kept
+                assert on_a.a.registry.sessions[sid].callers.result(
+                    first["toolRequestId"]) is None
+                assert await asyncio.wait_for(answer, WAIT) == {"ok": 1}
+            finally:
+                answer.cancel()
             with pytest.raises(TimeoutError):  # not run again for the ask sent again
                 await asyncio.wait_for(next_of(page, "tool.request"), 1.0)
 
@@ -242,37 +250,20 @@ def test_a_call_sent_before_redis_went_away_waits_for_its_result(
     would have the handler run again). Once Redis is back, the reply comes."""
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
-        async with running_core(config(**cfg)) as a, contextlib.AsyncExitStack() as stack:
-            b = await stack.enter_async_context(running_core(config(**cfg)))
-            await until(lambda: subscribers(redis_server, b) == 1, "B's inbox subscribed")
-            page = await RawClient.open(a.ws_url)
-            stack.push_async_callback(page.close)
-            sid = (await page.hello([tool_meta("a")]))["sessionId"]
-            await until(lambda: sid in a.registry.sessions)
-            if kind == "mcp":
-                client = await stack.enter_async_context(modern_client(mcp_at(b.port, sid)))
-                await client.list_tools()
-
-            async def call() -> Any:
-                if kind == "control":
-                    response = await b.http.post(f"/pedelec/v1/sessions/{sid}/tool-calls",
-                                                 json={"tool": "a", "args": {"n": 1}})
-                    assert response.status_code == 200, response.text
-                    return response.json()["result"]
-                answer = await client.call_tool("a", {"n": 1})
-                return answer.structured_content
-
-            answer = asyncio.ensure_future(call())
-            stack.callback(answer.cancel)
-            request = await next_of(page, "tool.request")
-            redis_server.stop()
-            # a lower bound: B looks for the holder every third of a lease meanwhile
-            await asyncio.sleep(LEASE_SECONDS / 3 + 0.5)
-            assert not answer.done(), answer.result() if not answer.exception() else answer
-            redis_server.start()
-            await until(lambda: subscribers(redis_server, a) == 1, "A's inbox again")
-            await result(page, request["toolRequestId"], {"ok": True})
-            assert await asyncio.wait_for(answer, WAIT) == {"ok": True}
+        async with page_on_a(redis_server, kind) as on_a:
+            answer = asyncio.ensure_future(on_a.call())
+            try:
+                request = await next_of(on_a.page, "tool.request")
+                redis_server.stop()
+                # a lower bound: B looks for the holder every third of a lease meanwhile
+                await asyncio.sleep(LEASE_SECONDS / 3 + 0.5)
+                assert not answer.done(), (
+                    answer.result() if not answer.exception() else answer)
+                redis_server.start()
+                await until(lambda: subscribers(redis_server, on_a.a) == 1, "A's inbox again")
+                await result(on_a.page, request["toolRequestId"], {"ok": True})
+                assert await asyncio.wait_for(answer, WAIT) == {"ok": True}
+            finally:
+                answer.cancel()
 
     run(main(), timeout=60)
