@@ -17,6 +17,7 @@ import pytest
 from clusterkit import cluster
 from corekit import (
     WAIT,
+    Core,
     Page,
     RawClient,
     config,
@@ -492,6 +493,22 @@ def test_a_node_stopping_passes_its_clients_cancels_on_and_keeps_none(
     run(main())
 
 
+def lose_the_first(core: Core, kind: str) -> list[dict[str, Any]]:
+    """``core`` drops the first message of ``kind`` it gets (as pub/sub loses one sent
+    while an inbox reconnects) and hears the rest; the list of those it dropped."""
+    heard = core.registry.handlers[kind]
+    lost: list[dict[str, Any]] = []
+
+    def losing_the_first(message: dict[str, Any]) -> None:
+        if lost:
+            heard(message)
+        else:
+            lost.append(message)
+
+    core.registry.handlers[kind] = losing_the_first
+    return lost
+
+
 def test_a_cancel_lost_on_its_way_is_sent_again(redis_server: RedisServer) -> None:
     """Pub/sub delivers at most once (a message sent while a node's inbox reconnects is
     lost): A loses the first cancel of B's client; B, unanswered, sends it again, and the
@@ -502,16 +519,7 @@ def test_a_cancel_lost_on_its_way_is_sent_again(redis_server: RedisServer) -> No
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             raw, welcome = await page_with(a)
             sid = welcome["sessionId"]
-            heard = a.registry.handlers["mcpCancel"]
-            lost: list[dict[str, Any]] = []
-
-            def losing_the_first(message: dict[str, Any]) -> None:
-                if lost:
-                    heard(message)
-                else:
-                    lost.append(message)
-
-            a.registry.handlers["mcpCancel"] = losing_the_first
+            lost = lose_the_first(a, "mcpCancel")
             async with modern_client(mcp_at(b.port, sid)) as client:
                 call = asyncio.create_task(client.call_tool("slow", {"n": 1}))
                 rid = (await next_of(raw, "tool.request"))["toolRequestId"]
@@ -616,16 +624,7 @@ def test_a_relayed_call_lost_on_its_way_is_sent_again_and_runs_once(
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("a")]))["sessionId"]
-            heard = a.registry.handlers["mcpCall"]
-            lost: list[dict[str, Any]] = []
-
-            def losing_the_first(message: dict[str, Any]) -> None:
-                if lost:
-                    heard(message)
-                else:
-                    lost.append(message)
-
-            a.registry.handlers["mcpCall"] = losing_the_first
+            lost = lose_the_first(a, "mcpCall")
             async with modern_client(mcp_at(b.port, sid)) as client:
                 call = asyncio.create_task(client.call_tool("a", {"n": 1}))
                 sent = await next_of(page, "tool.request")
