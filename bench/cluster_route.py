@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+# the test kits, as pytest finds them (pyproject.toml's pythonpath: tests/unit too)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "core"))
 
 import httpx
@@ -39,7 +41,7 @@ async def main(calls: int) -> None:
     with tempfile.TemporaryDirectory() as workdir:
         redis = RedisServer(Path(workdir))
         redis.start()
-        nodes = [Node(redis.url) for _ in range(3)]
+        nodes = [Node(redis.url, Path(workdir)) for _ in range(3)]
         try:
             await asyncio.gather(*(node.start() for node in nodes))
             page = await RawClient.open(f"ws://127.0.0.1:{nodes[0].port}/pedelec/v1/bridge")
@@ -68,13 +70,18 @@ async def main(calls: int) -> None:
             for node in nodes:
                 await node.kill()
             redis.stop()
-    local, crossing = times["local"], times["crossing"]
     print(f"calls: {calls} each, interleaved; 3 nodes, the page on node 1")
+    report(times, "local", "crossing")
+
+
+def report(times: dict[str, list[float]], base: str, other: str) -> None:
+    """p50 and p99 of each kind of call (ms), and ``other``'s against ``base``'s."""
     print(f"{'':10} {'p50 ms':>8} {'p99 ms':>8}")
     for name, values in times.items():
         print(f"{name:10} {statistics.median(values):8.2f} {quantile(values, 0.99):8.2f}")
-    print(f"crossing/local: p50 {statistics.median(crossing) / statistics.median(local):.2f}x"
-          f", p99 {quantile(crossing, 0.99) / quantile(local, 0.99):.2f}x")
+    ratio50 = statistics.median(times[other]) / statistics.median(times[base])
+    ratio99 = quantile(times[other], 0.99) / quantile(times[base], 0.99)
+    print(f"{other}/{base}: p50 {ratio50:.2f}x, p99 {ratio99:.2f}x")
 
 
 if __name__ == "__main__":

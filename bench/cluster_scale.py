@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+# the test kits, as pytest finds them (pyproject.toml's pythonpath: tests/unit too)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "core"))
 
 from clusterkit import cluster

@@ -16,14 +16,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+# the test kits, as pytest finds them (pyproject.toml's pythonpath: tests/unit too)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "core"))
 
+from cluster_route import report
 from clusterkit import Node
 from corekit import RawClient, tool_meta
 from storekit import RedisServer
@@ -34,17 +36,12 @@ from test_mcp_cluster import mcp_at
 WARM_UP = 20
 
 
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 async def main(calls: int, era: str) -> None:
     client_of = mcp_client if era == "handshake" else modern_client
     with tempfile.TemporaryDirectory() as workdir:
         redis = RedisServer(Path(workdir))
         redis.start()
-        nodes = [Node(redis.url) for _ in range(2)]
+        nodes = [Node(redis.url, Path(workdir)) for _ in range(2)]
         try:
             await asyncio.gather(*(node.start() for node in nodes))
             page = await RawClient.open(f"ws://127.0.0.1:{nodes[0].port}/pedelec/v1/bridge")
@@ -72,13 +69,8 @@ async def main(calls: int, era: str) -> None:
             for node in nodes:
                 await node.kill()
             redis.stop()
-    local, relayed = times["local"], times["relayed"]
     print(f"calls: {calls} each, interleaved; MCP ({era}); 2 nodes, the page on node 1")
-    print(f"{'':10} {'p50 ms':>8} {'p99 ms':>8}")
-    for name, values in times.items():
-        print(f"{name:10} {statistics.median(values):8.2f} {quantile(values, 0.99):8.2f}")
-    print(f"relayed/local: p50 {statistics.median(relayed) / statistics.median(local):.2f}x"
-          f", p99 {quantile(relayed, 0.99) / quantile(local, 0.99):.2f}x")
+    report(times, "local", "relayed")
 
 
 if __name__ == "__main__":
