@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from typing import Any
 
@@ -243,5 +244,143 @@ def test_a_reply_nobody_heard_is_not_run_again_when_the_asker_routes_the_call_ag
             again = await first_of(page, answer, WAIT + sessions.VACANT_SECONDS)
             assert again is None, f"the call ran again: {again}"
             assert answer.result().json()["result"] == {"ok": 1}
+
+    run(main(), timeout=60)
+
+
+def test_replies_nobody_heard_are_bounded_and_one_is_sent_again_when_its_ask_comes_again(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What held: at most UNHEARD_REPLIES kept (the oldest go first), at most
+    UNHEARD_REPLY_CHARS in all (one larger reply is kept alone); the ask sent again gets
+    the very reply, which is then no longer kept."""
+
+    async def main() -> None:
+        async with running_core(config(store=redis_server.url)) as a:
+            registry = a.registry
+            for n in range(sessions.UNHEARD_REPLIES + 5):
+                await registry.reply("nobody", f"ask-{n}", {"status": 200, "body": "{}"})
+            kept = registry._unheard
+            assert len(kept) == sessions.UNHEARD_REPLIES
+            assert next(iter(kept)) == "ask-5"
+            assert registry._unheard_chars == sum(map(len, kept.values()))
+
+            monkeypatch.setattr(sessions, "UNHEARD_REPLY_CHARS", 1000)
+            await registry.reply("nobody", "big", {"body": "x" * 5000})
+            assert list(kept) == ["big"]  # alone, the rest pushed out
+            for n in range(3):
+                await registry.reply("nobody", f"small-{n}", {"body": "y" * 400})
+            assert list(kept) == ["small-1", "small-2"]
+            assert registry._unheard_chars == sum(map(len, kept.values())) <= 1000
+
+            listener = redis_server.client().pubsub()
+            try:
+                listener.subscribe(PREFIX + "node:nobody")
+                assert listener.get_message(timeout=WAIT)["type"] == "subscribe"
+                with contextlib.closing(redis_server.client()) as client:
+                    client.publish(PREFIX + "node:" + registry.node, json.dumps(
+                        {"http": {}, "ask": "small-1", "from": "nobody"}))
+                message = await asyncio.to_thread(listener.get_message, timeout=WAIT)
+                assert message is not None
+                assert json.loads(message["data"]) == {"reply": "small-1", "body": "y" * 400}
+                await until(lambda: list(kept) == ["small-2"], "the reply no longer kept")
+                assert registry._unheard_chars == len(kept["small-2"])
+            finally:
+                listener.close()
+
+    run(main(), timeout=60)
+
+
+async def stored_and_stopped(redis_server: RedisServer) -> tuple[str, str, dict[str, Any]]:
+    """A session stored with a pending keyed request, its page away, its node stopped
+    (its lease let go): the session id, its resume token and the request."""
+    async with running_core(config(store=redis_server.url)) as a:
+        page = await RawClient.open(a.ws_url)
+        welcome = await page.hello([tool_meta("a")])
+        sid = welcome["sessionId"]
+        call = asyncio.ensure_future(a.http.post(
+            calls(sid), json={"tool": "a", "args": {}}, headers={"Idempotency-Key": "k"}))
+        request = await next_of(page, "tool.request")
+        await a.registry.store.flush()
+        await page.close()
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+    return sid, welcome["resumeToken"], request
+
+
+def test_a_starting_node_lets_go_of_a_stored_session_deleted_before_it_looked(
+        redis_server: RedisServer) -> None:
+    """What held: a session stored at B's start and deleted before B looks is not
+    restored, and the lease B's conditional renew took for it is let go."""
+
+    async def main() -> None:
+        sid, _, _ = await stored_and_stopped(redis_server)
+        async with running_core(config(store=redis_server.url)) as b:
+            with contextlib.closing(redis_server.client()) as client:
+                for key in client.scan_iter(PREFIX + "*" + sid):
+                    client.delete(key)
+                client.zrem(PREFIX + "sessions", sid)
+            await asyncio.sleep(sessions.VACANT_SECONDS + 1.0)
+            assert sid not in b.registry.sessions
+            assert await b.registry.store.holder(sid) is None
+            assert not b.registry._taking
+
+    run(main(), timeout=60)
+
+
+def test_a_starting_node_looks_again_when_redis_was_away_at_its_look(
+        redis_server: RedisServer) -> None:
+    """What held: Redis stopped across B's look (B's renew fails at once) and back a
+    moment later: B looks again VACANT_SECONDS later and takes the stopped node's
+    session, with its pending request."""
+
+    async def main() -> None:
+        sid, _, request = await stored_and_stopped(redis_server)
+        async with running_core(config(store=redis_server.url)) as b:
+            started = time.monotonic()
+            await asyncio.sleep(sessions.VACANT_SECONDS - 0.7)
+            await asyncio.to_thread(redis_server.stop)
+            await asyncio.sleep(max(0.0, started + sessions.VACANT_SECONDS + 0.5
+                                    - time.monotonic()))
+            assert sid not in b.registry.sessions
+            await asyncio.to_thread(redis_server.start)
+            await until(lambda: sid in b.registry.sessions, "the session taken",
+                        seconds=sessions.VACANT_SECONDS + WAIT)
+            assert list(b.registry.sessions[sid].pending) == [request["toolRequestId"]]
+            assert await b.registry.store.holder(sid) == b.registry.node
+            assert not b.registry._taking
+
+    run(main(), timeout=60)
+
+
+@pytest.mark.parametrize("early", [0.05, 0.0, -0.05])
+def test_a_page_resuming_as_the_starting_node_looks_is_resumed_once(
+        redis_server: RedisServer, early: float) -> None:
+    """What held: the page of a stored session resumes at B about when B looks (a
+    take-over and _take_vacant on one session at once): it resumes, its pending request
+    is sent to it once, B holds the lease, and a retry with the key answers from it."""
+
+    async def main() -> None:
+        sid, token, request = await stored_and_stopped(redis_server)
+        async with running_core(config(store=redis_server.url)) as b:
+            started = time.monotonic()
+            await asyncio.sleep(started + sessions.VACANT_SECONDS - early - time.monotonic())
+            page = await RawClient.open(b.ws_url)
+            try:
+                assert (await page.hello([tool_meta("a")], sessionId=sid,
+                                         resumeToken=token))["resumed"]
+                again = await next_of(page, "tool.request")
+                assert again["toolRequestId"] == request["toolRequestId"]
+                with pytest.raises(TimeoutError):  # once
+                    await asyncio.wait_for(next_of(page, "tool.request"), 1.0)
+                assert await b.registry.store.holder(sid) == b.registry.node
+                retry = asyncio.ensure_future(b.http.post(
+                    calls(sid), json={"tool": "a", "args": {}},
+                    headers={"Idempotency-Key": "k"}))
+                await result(page, again["toolRequestId"], {"ok": True})
+                response = await asyncio.wait_for(retry, WAIT)
+                assert response.json()["toolRequestId"] == request["toolRequestId"]
+                assert not b.registry._taking
+            finally:
+                await page.close()
 
     run(main(), timeout=60)
