@@ -251,10 +251,11 @@ def deafen_and_lapse(redis_server: RedisServer, sid: str) -> None:
     "holder's lease missing (Redis restarted; the holder has not renewed yet) routes the "
     "call again under a new ask id: the kept reply is never used and the holder runs the "
     "call again once its kept result is gone (the fault run's double run, still open)"))
+@pytest.mark.parametrize("kind", ["control", "mcp"])
 def test_a_reply_nobody_heard_is_not_run_again_when_the_asker_routes_the_call_again(
-        redis_server: RedisServer) -> None:
+        redis_server: RedisServer, kind: str) -> None:
     """As test_a_reply_nobody_heard_is_sent_again_even_once_its_kept_result_is_gone
-    (control API, kept_results=1, a second keyed call pushes the first result out), but
+    (kept_results=1, a second call of its lot pushes the first result out), but
     Redis keeps dropping every inbox and the session's lease until just past B's lease
     check (2 s after it asked): B finds no holder, waits for one (A renews), and routes
     the call to A again. It must get A's reply, the call run once."""
@@ -266,9 +267,19 @@ def test_a_reply_nobody_heard_is_not_run_again_when_the_asker_routes_the_call_ag
             page = await RawClient.open(a.ws_url)
             stack.push_async_callback(page.close)
             sid = (await page.hello([tool_meta("a")]))["sessionId"]
-            answer = asyncio.ensure_future(b.http.post(
-                calls(sid), json={"tool": "a", "args": {"n": 1}},
-                headers={"Idempotency-Key": "k"}))
+            if kind == "mcp":
+                client = await stack.enter_async_context(modern_client(mcp_at(b.port, sid)))
+                await client.list_tools()
+
+            async def call() -> Any:
+                if kind == "control":
+                    response = await b.http.post(
+                        calls(sid), json={"tool": "a", "args": {"n": 1}},
+                        headers={"Idempotency-Key": "k"})
+                    return response.json()["result"]
+                return (await client.call_tool("a", {"n": 1})).structured_content
+
+            answer = asyncio.ensure_future(call())
             stack.callback(answer.cancel)
             first = await next_of(page, "tool.request")
             until_past_check = time.monotonic() + sessions.LEASE_SECONDS / 3 + 0.6
@@ -283,9 +294,10 @@ def test_a_reply_nobody_heard_is_not_run_again_when_the_asker_routes_the_call_ag
             deafen_and_lapse(redis_server, sid)
             await result(page, first["toolRequestId"], {"ok": 1})
             await until(lambda: len(a.registry._unheard) == 1, "A's reply kept")
+            # of the first call's lot: with a key of the caller's own after a keyed call
             other = asyncio.ensure_future(a.http.post(
                 calls(sid), json={"tool": "a", "args": {"n": 2}},
-                headers={"Idempotency-Key": "k2"}))
+                headers={"Idempotency-Key": "k2"} if kind == "control" else {}))
             second = await next_of(page, "tool.request")
             await result(page, second["toolRequestId"], {"ok": 2})
             assert (await asyncio.wait_for(other, WAIT)).status_code == 200
@@ -293,7 +305,7 @@ def test_a_reply_nobody_heard_is_not_run_again_when_the_asker_routes_the_call_ag
             await redis_away
             again = await first_of(page, answer, WAIT + sessions.VACANT_SECONDS)
             assert again is None, f"the call ran again: {again}"
-            assert answer.result().json()["result"] == {"ok": 1}
+            assert answer.result() == {"ok": 1}
 
     run(main(), timeout=60)
 
