@@ -31,6 +31,7 @@ from .sessions import (
     checked_call,
 )
 from .store import (
+    CORE_CALL,
     STORE_UNAVAILABLE,
     TOOL_CALL,
     TURN,
@@ -175,7 +176,7 @@ def _claim(session: CoreSession, key: str | None, kind: KeyKind,
     if known is None:
         return None, IdempotencyRecord(hashed, session.id, kind, digest, "", time.time())
     if known.kind != kind or known.fingerprint != digest:
-        what = "a tool call" if known.kind == TOOL_CALL else "a turn"
+        what = "a turn" if known.kind == TURN else "a tool call"
         raise ApiError(422, IDEMPOTENCY_KEY_REUSED,
                        f"this '{HEADER}' was used in this session for {what} with another "
                        "body; a retry must send the same body, a new request a new key")
@@ -410,7 +411,9 @@ async def tool_call(request: Request) -> Response:
     asked = {"tool": tool, "args": args, "timeoutMs": timeout_ms}
     if max_total_ms is not None:  # keys given before maxTotalMs existed keep their prints
         asked["maxTotalMs"] = max_total_ms
-    known, claim = _claim(session, key, TOOL_CALL, asked)
+    # a forwarding node's own key: its result is kept apart from callers' (idempotency.py)
+    kind = CORE_CALL if request.scope.get(ROUTE_KEY) else TOOL_CALL
+    known, claim = _claim(session, key, kind, asked)
     if known is not None:  # a retry: the first request's result, never a second run
         return await _tool_answer(request, session, known.target_id, keyed=True)
     _store_reachable(session)
@@ -429,7 +432,7 @@ async def tool_call(request: Request) -> Response:
                        f"the page would refuse this tool.request: {exc.message}") from None
     pending = await session.start_call(
         tool, args, timeout_ms=timeout_ms, max_total_ms=max_total_ms, checked=checked,
-        key=claim, callers_key=not request.scope.get(ROUTE_KEY))
+        key=claim)
     return await _tool_answer(request, session, pending.id, keyed=claim is not None)
 
 

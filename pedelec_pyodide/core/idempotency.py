@@ -24,7 +24,15 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from .store import TURN, IdempotencyRecord, KeyKind, RequestRecord, Store, TurnRecord
+from .store import (
+    TOOL_CALL,
+    TURN,
+    IdempotencyRecord,
+    KeyKind,
+    RequestRecord,
+    Store,
+    TurnRecord,
+)
 
 HEADER = "Idempotency-Key"
 #: the longest key a caller may give, in characters
@@ -68,12 +76,10 @@ class CallerMemory:
         self.sweep()
         return self.keys.get(hashed)
 
-    def add_key(self, record: IdempotencyRecord, turn: TurnRecord | None = None, *,
-                callers: bool = True) -> None:
-        """``callers``: the key is a caller's own (False: Core's own, see above)."""
+    def add_key(self, record: IdempotencyRecord, turn: TurnRecord | None = None) -> None:
         self.keys[record.key_hash] = record
         self._key_of[record.target_id] = record.key_hash
-        if callers and turn is None:
+        if record.kind == TOOL_CALL:  # a caller's own (CORE_CALL: Core's, see above)
             self._callers_targets.add(record.target_id)
         if turn is not None:
             self.turns[turn.id] = turn
@@ -95,8 +101,7 @@ class CallerMemory:
 
     def restore(self, results: list[RequestRecord], keys: list[IdempotencyRecord],
                 turns: dict[str, TurnRecord], pending: set[str]) -> None:
-        """After a restart: what the store kept. A key whose target is gone is dropped.
-        Whose keys they were is not stored: each is taken for a caller's."""
+        """After a restart: what the store kept. A key whose target is gone is dropped."""
         finished = {request.id for request in results}
         for record in keys:
             turn = turns.get(record.target_id) if record.kind == TURN else None
@@ -109,7 +114,7 @@ class CallerMemory:
             self._key_of[record.target_id] = record.key_hash
             if turn is not None:
                 self.turns[turn.id] = turn
-            else:
+            elif record.kind == TOOL_CALL:
                 self._callers_targets.add(record.target_id)
         for request in sorted(results, key=lambda r: r.finished_at or 0.0):
             lot = self.results if request.id in self._callers_targets else self.others

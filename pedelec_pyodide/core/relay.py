@@ -60,9 +60,10 @@ from .sessions import (
     Progress,
     Registry,
     checked_call,
+    new_ask_id,
     refused_request,
 )
-from .store import TOOL_CALL, IdempotencyRecord, StoreError
+from .store import CORE_CALL, IdempotencyRecord, StoreError
 
 OnProgress = Callable[[Progress], Awaitable[None]]
 _KEY_PREFIX = "pedelec-mcp-"
@@ -153,10 +154,9 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
                     checked = checked_call(tool, args, session.registry.config.max_frame_bytes)
                 except protocol.ProtocolError as exc:
                     return refused_request(exc)
-            claim = IdempotencyRecord(hashed, session.id, TOOL_CALL, fingerprint(
-                TOOL_CALL, {"tool": tool, "args": args, "timeoutMs": None}), "", time.time())
-            request_id = (await session.start_call(tool, args, checked=checked, key=claim,
-                                                   callers_key=False)).id
+            claim = IdempotencyRecord(hashed, session.id, CORE_CALL, fingerprint(
+                CORE_CALL, {"tool": tool, "args": args, "timeoutMs": None}), "", time.time())
+            request_id = (await session.start_call(tool, args, checked=checked, key=claim)).id
         pending = session.pending.get(request_id)
         if pending is None:
             done = session.callers.result(request_id)
@@ -227,6 +227,7 @@ class ToolRelay:
         it reached (:meth:`_pass_cancel`, once Redis is back)."""
         registry = self.registry
         key = _KEY_PREFIX + secrets.token_hex(16)
+        ask_id = new_ask_id()  # the same wherever and however often it is relayed
         deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
         forward = None if on_progress is None else _rising(on_progress)
         watch = self._watching[key] = _Watch()
@@ -258,7 +259,7 @@ class ToolRelay:
                     sent = True
                     message = {"mcpCall": {"session": session_id, "tool": tool,
                                            "args": args, "key": key}}
-                    reply = await self._asked(session_id, holder, message, deadline,
+                    reply = await self._asked(session_id, holder, message, ask_id, deadline,
                                               watch, forward)
                     if reply is None:
                         continue
@@ -280,13 +281,13 @@ class ToolRelay:
                           f"{ROUTE_LIMIT_SECONDS:g} s", retryable=True)
 
     async def _asked(self, session_id: str, holder: str, message: dict[str, Any],
-                     deadline: float, watch: _Watch | None = None,
+                     ask_id: str, deadline: float, watch: _Watch | None = None,
                      on_progress: OnProgress | None = None) -> dict[str, Any] | None:
         """``holder``'s reply to ``message``, ``watch``'s progress passed on meanwhile;
         None once another node (or none) holds the session, or at ``deadline``. Sent
         again until its reply comes (:meth:`Registry.send`): a copy is not run twice."""
         registry = self.registry
-        with registry.asking(holder, message) as reply:
+        with registry.asking(holder, message, ask_id) as reply:
             await registry.send(reply)
             checked = time.monotonic()
             while (left := deadline - time.monotonic()) > 0:
@@ -338,6 +339,7 @@ class ToolRelay:
         registry = self.registry
         deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
         message = {"mcpCancel": key, "session": session_id}
+        ask_id = new_ask_id()
         while time.monotonic() < deadline:
             pause = ADOPT_RETRY_SECONDS
             try:
@@ -349,7 +351,7 @@ class ToolRelay:
                         self._cancel_here(session_id, key)
                         return
                 else:
-                    reply = await self._asked(session_id, holder, message, deadline)
+                    reply = await self._asked(session_id, holder, message, ask_id, deadline)
                     if reply is None:
                         continue  # another node (or none) holds it: at once
                     if not reply.get("moved"):

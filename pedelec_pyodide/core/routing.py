@@ -44,7 +44,7 @@ from .control import (
     hung_up,
 )
 from .log import log_event
-from .sessions import LEASE_SECONDS, SESSION_MOVED, BadMessage, Registry
+from .sessions import LEASE_SECONDS, SESSION_MOVED, BadMessage, Registry, new_ask_id
 from .store import StoreError
 
 # the control-API paths that name a session (MCP keeps per-client state on its node)
@@ -128,6 +128,7 @@ class ClusterRouter:
         None once ``gone`` is done (the caller hung up), the node running it told."""
         registry = self.registry
         deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
+        ask_id = new_ask_id()  # the same wherever and however often it is forwarded
         while time.monotonic() < deadline and not gone.done():
             try:
                 holder = self._holders.get(session_id)
@@ -143,7 +144,8 @@ class ClusterRouter:
                     if not _moved(status, answer, here=True):
                         return status, answer
                     continue
-                reply = await self._forwarded(session_id, holder, request, deadline, gone)
+                reply = await self._forwarded(session_id, holder, request, ask_id, deadline,
+                                              gone)
             except StoreError as exc:  # Redis out of reach or refusing: as the control API
                 # says it
                 return 503, json.dumps({"error": {"code": exc.code, "message": str(exc)}})
@@ -161,12 +163,12 @@ class ClusterRouter:
             f"no node answered for this session within {ROUTE_LIMIT_SECONDS:g} s")}})
 
     async def _forwarded(self, session_id: str, holder: str, request: dict[str, Any],
-                         deadline: float, gone: asyncio.Future[None]
+                         ask_id: str, deadline: float, gone: asyncio.Future[None]
                          ) -> dict[str, Any] | None:
         """``holder``'s reply; None once another node (or none) holds the session, or
         once ``gone`` is done (then ``holder`` is told the caller hung up)."""
         registry = self.registry
-        with registry.asking(holder, {"http": request}, _check_reply) as reply:
+        with registry.asking(holder, {"http": request}, ask_id, _check_reply) as reply:
             await registry.send(reply)
             # logged once it is on its way: the holder works on it meanwhile
             log_event("route.forward", session=session_id, node=holder)

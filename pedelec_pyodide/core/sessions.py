@@ -128,7 +128,8 @@ HANDOVER_SECONDS = 2.0
 #: two renewals, since a live holder whose lease lapsed (Redis was away, or the node
 #: stalled, past a lease) takes it back at its next renewal
 VACANT_SECONDS = 2 * LEASE_SECONDS / 3
-# how often adopt looks whether a holder took a missing lease back
+# how often adopt, and a node's start (_take_vacant), look whether a holder took a
+# missing lease back
 _VACANT_POLL = 0.25
 
 
@@ -578,19 +579,18 @@ class CoreSession:
     async def start_call(
         self, tool: str, args: Any, *, timeout_ms: int | None = None,
         max_total_ms: int | None = None, checked: CheckedRequest | None = None,
-        key: IdempotencyRecord | None = None, callers_key: bool = True,
+        key: IdempotencyRecord | None = None,
     ) -> PendingRequest:
         """Open, store and send one tool request outside any turn (control API, MCP).
         Stored before it is sent, so deadlines, resume and exactly-once apply as to an
         agent's request; its result is kept (``self.callers``) once it is in. ``key``:
-        its idempotency key, its ``target_id`` filled in here, stored with it; a
-        caller's own unless ``callers_key`` is False (Core's: a forwarding node's, an
-        MCP relay's)."""
+        its idempotency key (a caller's, or Core's own: its ``kind``), its
+        ``target_id`` filled in here, stored with it."""
         pending = self.open_request(tool, args, timeout_ms=timeout_ms,
                                     max_total_ms=max_total_ms, checked=checked)
         if key is not None:
             key.target_id = pending.id
-            self.callers.add_key(key, callers=callers_key)
+            self.callers.add_key(key)
         await self.store_requests([pending], *([key.key_hash] if key is not None else []))
         self.send_request(pending)
         return pending
@@ -880,6 +880,10 @@ class CoreSession:
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
+
+
+def new_ask_id() -> str:
+    return secrets.token_hex(12)
 
 
 class Asked(NamedTuple):
@@ -1176,12 +1180,14 @@ class Registry:
             return True
 
     @contextlib.contextmanager
-    def asking(self, node: str, message: dict[str, Any],
+    def asking(self, node: str, message: dict[str, Any], ask_id: str,
                check: Callable[[dict[str, Any]], None] | None = None) -> Iterator[Asked]:
         """A message to ``node`` with a reply expected; the reply's future while inside.
+        ``ask_id``: from :func:`new_ask_id`, one per call however often it is routed
+        again: a holder that kept its reply to it (nobody heard it: :meth:`reply`)
+        answers the call routed to it again from that, not by running it again.
         ``check`` raises for a reply not of the shape the asker reads: that one is
         dropped (logged) and the future waits on for the real one."""
-        ask_id = secrets.token_hex(12)
         text = json.dumps({**message, "ask": ask_id, "from": self.node})
         ask = self._asked[ask_id] = _Ask(node, text, asyncio.get_running_loop().create_future(),
                                          RESEND_SECONDS, check=check)
@@ -1343,42 +1349,63 @@ class Registry:
         return Snapshot([], [], [], [])
 
     async def _take_vacant(self) -> None:
-        """The sessions stored at this node's start whose lease stays missing for
-        :data:`VACANT_SECONDS` (their node died, or the cluster stopped): taken and
-        restored here, so that their requests time out and they expire as on one node.
-        Those another node holds are left to it (a page's take-over or a call's adopt
-        brings one here later); a store out of reach, all is tried again."""
+        """The sessions stored at this node's start that no node holds (their node died,
+        or the cluster stopped): taken and restored here, so that their requests time
+        out and they expire as on one node, once their lease has stayed missing for
+        :data:`VACANT_SECONDS` at every look (each :data:`_VACANT_POLL`). One a node holds
+        at a look is left to it (a page's take-over or a call's adopt brings it here
+        later). A look that fails (Redis away, or refusing) starts every wait over: a live
+        holder whose lease lapsed meanwhile takes it back at its first renewal after."""
         waiting, self._stored_at_start = set(self._stored_at_start), []
+        missing_since: dict[str, float] = {}
         loop = asyncio.get_running_loop()
         while waiting:
-            await asyncio.sleep(VACANT_SECONDS)
             waiting -= self.sessions.keys()
-            free = [sid for sid in waiting if sid not in self._taking]
-            taking = {sid: loop.create_future() for sid in free}
-            self._taking.update(taking)  # a take-over or adopt here waits for its own
+            looked = list(waiting)
             try:
-                held = set(await self.store.renew(free, self.node, LEASE_SECONDS))
-                for session_id in free:
-                    if session_id not in held:
-                        await self._restore_taken(session_id)
-                    waiting.discard(session_id)
-                    del self._taking[session_id]
-                    taking.pop(session_id).set_result(None)
-            except Exception as exc:  # out of reach, refused: the rest tried again later
+                held = await self.store.holders(looked)
+                now = loop.time()
+                due = []
+                for session_id, holder in zip(looked, held, strict=True):
+                    if holder not in (None, self.node):  # (this node's: taken, not restored)
+                        waiting.discard(session_id)
+                    elif now - missing_since.setdefault(session_id, now) >= VACANT_SECONDS \
+                            and session_id not in self._taking:
+                        due.append(session_id)
+                if due:
+                    waiting -= set(await self._take(due))
+            except Exception as exc:  # out of reach, refused: looked at afresh later
                 background_failed("take_vacant", exc)
-            finally:
-                for session_id, done in taking.items():
-                    del self._taking[session_id]
-                    done.set_result(None)
+                missing_since.clear()
+            await asyncio.sleep(_VACANT_POLL)
 
-    async def _restore_taken(self, session_id: str) -> None:
-        """A session whose lease this node just took: restored, as its store has it (let
-        go again if it is gone meanwhile)."""
-        snapshot = await self.store.load_session(session_id)
-        if not snapshot.sessions:
-            await self.store.release(session_id, self.node)
-        elif session_id not in self.sessions:
-            self._restore(self, snapshot)
+    async def _take(self, session_ids: list[str]) -> list[str]:
+        """Take the leases of ``session_ids`` still missing (the store's conditional
+        take) and restore those sessions here, in one restore (a session gone meanwhile
+        is let go again); the ids done with."""
+        loop = asyncio.get_running_loop()
+        taking = {session_id: loop.create_future() for session_id in session_ids}
+        self._taking.update(taking)  # a take-over or adopt here waits for these
+        try:
+            held = set(await self.store.renew(session_ids, self.node, LEASE_SECONDS))
+            taken = Snapshot()
+            for session_id in session_ids:
+                if session_id in held:
+                    continue
+                snapshot = await self.store.load_session(session_id)
+                if not snapshot.sessions:
+                    await self.store.release(session_id, self.node)
+                taken.sessions += snapshot.sessions
+                taken.requests += snapshot.requests
+                taken.turns += snapshot.turns
+                taken.keys += snapshot.keys
+            if taken.sessions:
+                self._restore(self, taken)
+            return session_ids
+        finally:
+            for session_id, done in taking.items():
+                del self._taking[session_id]
+                done.set_result(None)
 
     async def shutdown(self, timeout: float = SHUTDOWN_SECONDS) -> None:
         """Cancel running turns (they end ``cancelled``), stop timers, flush the store:

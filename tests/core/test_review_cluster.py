@@ -1,6 +1,6 @@
 """A stranger's review of d0af9ca and 80d4c63 (Core's cluster: a starting node taking the
-sessions no node holds, replies nobody heard kept, kept results in two lots). Each defect
-found is a strict xfail naming it; the rules that held have plain tests."""
+sessions no node holds, replies nobody heard kept, kept results in two lots): the three
+defects it found (each failed before its fix) and the rules that held."""
 
 from __future__ import annotations
 
@@ -45,11 +45,6 @@ async def first_of(page: RawClient, call: asyncio.Future[Any], seconds: float
 
 # --- kept results: the two lots after a session is loaded again -------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "CallerMemory.restore takes every tool-call key for a caller's own (which kind of "
-    "key it was is not stored): once a page moves node (or a node restarts), the results "
-    "of MCP calls and of routed unkeyed calls land in the keyed lot and push out, oldest "
-    "first, the result a keyed caller's retry needs: the retry runs the call again"))
 @pytest.mark.parametrize("other", ["mcp", "routed"])
 def test_a_keyed_result_outlives_other_calls_once_the_page_moved_node(
         redis_server: RedisServer, other: str) -> None:
@@ -133,13 +128,6 @@ async def next_renewal(redis_server: RedisServer, sid: str) -> float:
     raise AssertionError("the lease was not renewed")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "_take_vacant looks at a stored session's lease once, VACANT_SECONDS after the "
-    "node's start, and takes it if it is missing at that moment: it never checks that "
-    "the lease stayed missing (docs/how-to/deploy.md: 'once their lease has stayed "
-    "missing for two renewals'). A live holder's lease that lapsed just before (a "
-    "Redis restart then, not at the node's start) is taken: two holders, and the live "
-    "holder closes its page at its next renewal"))
 def test_a_node_started_a_moment_before_a_live_nodes_lease_lapsed_leaves_it_the_session(
         redis_server: RedisServer) -> None:
     """A holds a connected page's session. B starts (the session is stored: B will look
@@ -186,11 +174,6 @@ def test_a_node_started_a_moment_before_a_live_nodes_lease_lapsed_leaves_it_the_
 
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "_take_vacant's look again after Redis was away is as the old start-up take: it takes "
-    "any stored session whose lease is missing at that moment, and after Redis was away "
-    "longer than a lease every live node's lease is missing until its next renewal "
-    "(the fault run's two holders, still open when the new node's look failed)"))
 def test_a_node_whose_look_failed_leaves_a_live_node_its_session_after_redis_was_away(
         redis_server: RedisServer) -> None:
     """A holds a connected page's session; B starts a second after one of A's renewals
@@ -246,11 +229,6 @@ def deafen_and_lapse(redis_server: RedisServer, sid: str) -> None:
         client.delete(PREFIX + "lease:" + sid)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a reply nobody heard is kept by its ask id, but an asker whose lease check finds the "
-    "holder's lease missing (Redis restarted; the holder has not renewed yet) routes the "
-    "call again under a new ask id: the kept reply is never used and the holder runs the "
-    "call again once its kept result is gone (the fault run's double run, still open)"))
 @pytest.mark.parametrize("kind", ["control", "mcp"])
 def test_a_reply_nobody_heard_is_not_run_again_when_the_asker_routes_the_call_again(
         redis_server: RedisServer, kind: str) -> None:

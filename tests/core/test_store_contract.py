@@ -503,6 +503,8 @@ def test_a_lease_is_claimed_renewed_released_and_expires(backend: Backend) -> No
             assert await store.renew(["s2", "s3"], "a", 5.0) == []  # free: taken again
             assert await store.claim("s2", "b", 5.0) == "a"
             assert await store.holder("s3") == "a"
+            assert await store.holders(["s3", "s1", "s2", "s3"]) == ["a", None, "b", "a"]
+            assert await store.holders([]) == []
         finally:
             await store.close()
 

@@ -28,6 +28,7 @@ from .errors import (
 from .interface import Store
 from .memory import MemoryStore
 from .records import (
+    CORE_CALL,
     KEY_KINDS,
     PRUNE_SECONDS,
     RECENT_TURNS,
@@ -47,7 +48,8 @@ from .sqlite import SQLiteStore
 from .writer import DEFAULT_STORE_TIMEOUT
 
 __all__ = [
-    "DEFAULT_STORE_TIMEOUT", "KEY_KINDS", "PRUNE_SECONDS", "RECENT_TURNS", "STORE_FAILED",
+    "CORE_CALL", "DEFAULT_STORE_TIMEOUT", "KEY_KINDS", "PRUNE_SECONDS", "RECENT_TURNS",
+    "STORE_FAILED",
     "STORE_UNAVAILABLE", "TOOL_CALL", "TURN", "FlushTimeout", "IdempotencyRecord", "KeyKind",
     "MemoryStore", "RequestRecord", "SQLiteStore", "SessionRecord", "Snapshot", "Store",
     "StoreError", "StoreSpec", "StoreUnavailable", "TurnRecord", "WriteFailed",

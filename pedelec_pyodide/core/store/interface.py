@@ -92,6 +92,9 @@ class Store(Protocol):
     async def holder(self, session_id: str) -> str | None:
         """The node holding the session's lease, or None."""
 
+    async def holders(self, session_ids: list[str]) -> list[str | None]:
+        """:meth:`holder` of each (in as few round trips as the store allows)."""
+
     # --- messages between the nodes of a cluster -------------------------------------
 
     async def publish(self, node: str, message: str) -> int:

@@ -77,3 +77,6 @@ class LocalLeases:
 
     async def holder(self, session_id: str) -> str | None:
         return self._live(session_id)
+
+    async def holders(self, session_ids: list[str]) -> list[str | None]:
+        return [self._live(session_id) for session_id in session_ids]

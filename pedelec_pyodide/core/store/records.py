@@ -64,11 +64,14 @@ class RequestRecord:
         return self.handled_by is not None
 
 
-#: what an ``Idempotency-Key`` started: a control-API tool call or a turn
-KeyKind = Literal["tool-call", "turn"]
+#: what an ``Idempotency-Key`` started: a control-API tool call with the caller's own
+#: key, a tool call with a key Core gave it (a forwarding node's, an MCP relay's: its
+#: result is kept apart, see core/idempotency.py), or a turn
+KeyKind = Literal["tool-call", "core-call", "turn"]
 TOOL_CALL: KeyKind = "tool-call"
+CORE_CALL: KeyKind = "core-call"
 TURN: KeyKind = "turn"
-KEY_KINDS: tuple[KeyKind, ...] = (TOOL_CALL, TURN)
+KEY_KINDS: tuple[KeyKind, ...] = (TOOL_CALL, CORE_CALL, TURN)
 
 
 @dataclass

@@ -257,6 +257,14 @@ class RedisStore(QueuedStore):
         held = await self._call(lambda: self._redis.get(self._key("lease", session_id)))
         return _text(held)
 
+    async def holders(self, session_ids: list[str]) -> list[str | None]:
+        found: list[str | None] = []
+        for start in range(0, len(session_ids), RENEW_CHUNK):
+            keys = [self._key("lease", sid) for sid in session_ids[start:start + RENEW_CHUNK]]
+            held = await self._call(lambda keys=keys: self._redis.mget(keys))  # type: ignore[misc]
+            found.extend(_text(each) for each in held)
+        return found
+
     async def publish(self, node: str, message: str) -> int:
         channel = self._key("node", node)
         reached = await self._call(lambda: self._redis.publish(channel, message))
