@@ -144,8 +144,11 @@ class CallerMemory:
 
     def forget_key(self, target_id: str) -> None:
         """Drop the key that started ``target_id`` (if one did): a retry with it starts
-        afresh."""
+        afresh. Its result, if kept, is one of the others' from now on."""
         self._callers_targets.discard(target_id)
+        kept = self.results.pop(target_id, None)
+        if kept is not None:
+            self.others[target_id] = kept
         hashed = self._key_of.pop(target_id, None)
         if hashed is not None:
             record = self.keys.pop(hashed)

@@ -33,5 +33,9 @@ def test_a_retry_with_the_key_of_a_call_the_store_refused_runs_it(tmp_path: Path
             answer = (await core.http.post(path, json=body, headers=key)).json()
             assert answer["result"] == {"n": 1}, answer
             assert [f["args"] for f in page.frames("tool.request")] == [{"n": 1}]
+            # the refused call, its key forgotten, takes no place among keyed results
+            callers = core.registry.sessions[sid].callers
+            assert list(callers.results) == [answer["toolRequestId"]]
+            assert len(callers.others) == 1
 
     run(main())
