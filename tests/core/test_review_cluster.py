@@ -11,9 +11,10 @@ import time
 from typing import Any
 
 import pytest
-import websockets
-from corekit import WAIT, RawClient, config, run, running_core, tool_meta, until
+from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta, until
 from storekit import RedisServer
+from test_cluster_breaker import request_on_open_page
+from test_cluster_lost_messages import page_on_a
 from test_mcp import modern_client
 from test_mcp_cluster import mcp_at
 from test_progress import next_of, result
@@ -128,6 +129,17 @@ async def next_renewal(redis_server: RedisServer, sid: str) -> float:
     raise AssertionError("the lease was not renewed")
 
 
+async def still_on_a(a: Core, b: Core, page: RawClient, sid: str) -> None:
+    """A holds the session, B does not, and the page is still A's: a call at A reaches it."""
+    holder = await a.registry.store.holder(sid)
+    assert (holder, sid in b.registry.sessions) == (a.registry.node, False), \
+        "B took the session of a live node"
+    call = asyncio.ensure_future(a.tool_call(sid, "echo", {"n": 1}))
+    frame = await request_on_open_page(page)
+    await result(page, frame["toolRequestId"], {"n": 1})
+    assert (await asyncio.wait_for(call, WAIT)).status_code == 200
+
+
 def test_a_node_started_a_moment_before_a_live_nodes_lease_lapsed_leaves_it_the_session(
         redis_server: RedisServer) -> None:
     """A holds a connected page's session. B starts (the session is stored: B will look
@@ -156,17 +168,7 @@ def test_a_node_started_a_moment_before_a_live_nodes_lease_lapsed_leaves_it_the_
                     client.delete(PREFIX + "lease:" + sid)
                 # past A's next renewal: A took its lease back (or found it taken)
                 await asyncio.sleep(renewed + period + period / 2 - time.monotonic())
-                holder = await a.registry.store.holder(sid)
-                assert (holder, sid in b.registry.sessions) == (a.registry.node, False), \
-                    "B took the session of a live node"
-                try:  # the page is still A's: a call at A reaches it
-                    call = asyncio.ensure_future(a.tool_call(sid, "echo", {"n": 1}))
-                    frame = await next_of(page, "tool.request")
-                except websockets.ConnectionClosed as exc:
-                    code = exc.rcvd.code if exc.rcvd is not None else None
-                    raise AssertionError(f"the page was closed ({code})") from None
-                await result(page, frame["toolRequestId"], {"n": 1})
-                assert (await asyncio.wait_for(call, WAIT)).status_code == 200
+                await still_on_a(a, b, page, sid)
             await page.close()
 
     run(main(), timeout=60)
@@ -202,17 +204,7 @@ def test_a_node_whose_look_failed_leaves_a_live_node_its_session_after_redis_was
                 await at(6 * period + 0.4)  # A's lease lapsed at +10; A failed at +12
                 await asyncio.to_thread(redis_server.start)  # B looks at +13, A at +14
                 await at(7 * period + period / 2)
-                holder = await a.registry.store.holder(sid)
-                assert (holder, sid in b.registry.sessions) == (a.registry.node, False), \
-                    "B took the session of a live node"
-                try:  # the page is still A's: a call at A reaches it
-                    call = asyncio.ensure_future(a.tool_call(sid, "echo", {"n": 1}))
-                    frame = await next_of(page, "tool.request")
-                except websockets.ConnectionClosed as exc:
-                    code = exc.rcvd.code if exc.rcvd is not None else None
-                    raise AssertionError(f"the page was closed ({code})") from None
-                await result(page, frame["toolRequestId"], {"n": 1})
-                assert (await asyncio.wait_for(call, WAIT)).status_code == 200
+                await still_on_a(a, b, page, sid)
             await page.close()
 
     run(main(), timeout=60)
@@ -239,25 +231,10 @@ def test_a_reply_nobody_heard_is_not_run_again_when_the_asker_routes_the_call_ag
     the call to A again. It must get A's reply, the call run once."""
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
-        async with running_core(config(**cfg, kept_results=1)) as a, \
-                running_core(config(**cfg)) as b, contextlib.AsyncExitStack() as stack:
-            page = await RawClient.open(a.ws_url)
-            stack.push_async_callback(page.close)
-            sid = (await page.hello([tool_meta("a")]))["sessionId"]
-            if kind == "mcp":
-                client = await stack.enter_async_context(modern_client(mcp_at(b.port, sid)))
-                await client.list_tools()
-
-            async def call() -> Any:
-                if kind == "control":
-                    response = await b.http.post(
-                        calls(sid), json={"tool": "a", "args": {"n": 1}},
-                        headers={"Idempotency-Key": "k"})
-                    return response.json()["result"]
-                return (await client.call_tool("a", {"n": 1})).structured_content
-
-            answer = asyncio.ensure_future(call())
+        async with page_on_a(redis_server, kind, "k", kept_results=1) as on_a, \
+                contextlib.AsyncExitStack() as stack:
+            a, page, sid = on_a.a, on_a.page, on_a.sid
+            answer = asyncio.ensure_future(on_a.call())
             stack.callback(answer.cancel)
             first = await next_of(page, "tool.request")
             until_past_check = time.monotonic() + sessions.LEASE_SECONDS / 3 + 0.6
