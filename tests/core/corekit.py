@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 import uvicorn
 import websockets
+from manual_clock import ManualClock
 
 from pedelec_pyodide import Session
 from pedelec_pyodide.core.agent import ToolCallRequest, Turn
@@ -25,6 +27,15 @@ from pedelec_pyodide.core.server import create_app, uvicorn_config
 
 WAIT = 10.0  # seconds: the bound on any single wait in these tests
 TOKEN = "test-admin-token"
+
+
+def fake_clock() -> ManualClock:
+    """Core's clock for tool requests' deadlines (``config(clock=fake_clock())``), moved
+    only by ``advance``: a test moves time past a deadline instead of sleeping until it,
+    so a stalled machine neither fails the test nor lets it pass untested. It starts at
+    the wall clock's time (deadlines are wall-clock, like the records Core stores); its
+    timers run on the test's loop (Core's, in-process)."""
+    return ManualClock(start=time.time())
 
 
 def run(coro: Coroutine[Any, Any, Any], timeout: float = 60.0) -> Any:

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 import websockets
-from corekit import WAIT, FakeClock, Page, RawClient, config, run, running_core, tool_meta, until
+from corekit import WAIT, Page, RawClient, config, fake_clock, run, running_core, tool_meta, until
 
 from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.agents.offline import OfflineAgent
@@ -126,7 +126,7 @@ def test_a_full_core_drops_the_longest_disconnected_session_then_refuses() -> No
 def test_requests_over_the_pending_limit_are_answered_at_once() -> None:
     async def main() -> None:
         # deadlines on a clock nobody moves: an answer can only be the refusal, at once
-        async with running_core(config(max_pending=2, clock=FakeClock())) as core:
+        async with running_core(config(max_pending=2, clock=fake_clock())) as core:
             page = await RawClient.open(core.ws_url)  # never answers
             sid = (await page.hello([tool_meta("slow")]))["sessionId"]
             waiting = [asyncio.create_task(core.tool_call(sid, "slow", {}, timeoutMs=5000))

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corekit import FakeClock, RawClient, config, running_core, tool_meta, until
 from corekit import Page as PageAdapter
+from corekit import RawClient, config, fake_clock, running_core, tool_meta, until
 from test_offline_agent import DEMO_TOOLS, FakeTurn
 from test_progress import next_of, status_of
 
@@ -504,7 +504,7 @@ def test_a_call_awaiting_approval_outlives_its_deadline_and_a_denial_reaches_the
                         "retryable": False, "details": {"reason": "not now"}}}
 
     async def main() -> None:
-        clock = FakeClock()
+        clock = fake_clock()
         cfg = config(agent=f"{provider}:test-model", agent_factory=None, tool_timeout_ms=300,
                      clock=clock)
         async with running_core(cfg) as core:

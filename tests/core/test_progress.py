@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 from typing import Any
 
 from corekit import (
@@ -22,6 +21,7 @@ from corekit import (
     Core,
     RawClient,
     config,
+    fake_clock,
     run,
     running_core,
     tool_meta,
@@ -128,15 +128,6 @@ def test_progress_is_kept_shown_and_never_goes_back() -> None:
             assert error["toolRequestId"] == rid
 
     run(main())
-
-
-def fake_clock() -> ManualClock:
-    """Core's clock for tool requests' deadlines (``config(clock=fake_clock())``), moved
-    only by ``advance``: a test moves time past a deadline instead of sleeping until it,
-    so a stalled machine neither fails the test nor lets it pass untested. It starts at
-    the wall clock's time (deadlines are wall-clock, like the records Core stores); its
-    timers run on the test's loop (Core's, in-process)."""
-    return ManualClock(start=time.time())
 
 
 async def kept_alive_for(core: Core, clock: ManualClock, client: RawClient, sid: str,
