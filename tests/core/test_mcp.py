@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -337,8 +338,9 @@ def test_core_starts_without_loading_the_mcp_sdk() -> None:
         "run(main())\n"
     )
     here = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))  # the kits, as here
     done = subprocess.run([sys.executable, "-c", probe], cwd=here, capture_output=True,
-                          text=True, timeout=60, check=False)
+                          text=True, timeout=60, check=False, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
