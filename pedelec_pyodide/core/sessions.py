@@ -1346,7 +1346,7 @@ class Registry:
         if not self.store.shared:
             return snapshot
         self._stored_at_start = [record.id for record in snapshot.sessions]
-        return Snapshot([], [], [], [])
+        return Snapshot()
 
     async def _take_vacant(self) -> None:
         """The sessions stored at this node's start that no node holds (their node died,
@@ -1373,16 +1373,17 @@ class Registry:
                             and session_id not in self._taking:
                         due.append(session_id)
                 if due:
-                    waiting -= set(await self._take(due))
+                    await self._take(due)
+                    waiting -= set(due)
             except Exception as exc:  # out of reach, refused: looked at afresh later
                 background_failed("take_vacant", exc)
                 missing_since.clear()
             await asyncio.sleep(_VACANT_POLL)
 
-    async def _take(self, session_ids: list[str]) -> list[str]:
+    async def _take(self, session_ids: list[str]) -> None:
         """Take the leases of ``session_ids`` still missing (the store's conditional
         take) and restore those sessions here, in one restore (a session gone meanwhile
-        is let go again); the ids done with."""
+        is let go again)."""
         loop = asyncio.get_running_loop()
         taking = {session_id: loop.create_future() for session_id in session_ids}
         self._taking.update(taking)  # a take-over or adopt here waits for these
@@ -1401,7 +1402,6 @@ class Registry:
                 taken.keys += snapshot.keys
             if taken.sessions:
                 self._restore(self, taken)
-            return session_ids
         finally:
             for session_id, done in taking.items():
                 del self._taking[session_id]
