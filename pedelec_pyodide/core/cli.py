@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
 import signal
 import sqlite3
@@ -78,6 +79,22 @@ def _at_least_one(value: str) -> float:
     return number
 
 
+def _forwarded_allow_ips(value: str) -> tuple[str, ...]:
+    """``--forwarded-allow-ips``: comma-separated addresses and networks (uvicorn's
+    format: ``10.0.0.5,10.1.0.0/16``), or ``*`` for any peer."""
+    items = tuple(item.strip() for item in value.split(","))
+    for item in items:
+        if item == "*":
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{item[:64]!r}: expected IP addresses or networks, comma-separated "
+                "(e.g. 127.0.0.1 or 10.0.0.0/8), or *") from None
+    return items
+
+
 def _store(value: str) -> str:
     """``--store``: a URL that names a backend (the URL itself is not quoted back: it
     may hold a password)."""
@@ -148,6 +165,11 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         help="a host name or address clients reach Core by, besides its "
                         "--host, localhost, 127.0.0.1 and [::1]; other Host headers are "
                         "refused (DNS rebinding); repeatable; * allows any")
+    parser.add_argument("--forwarded-allow-ips", type=_forwarded_allow_ips, action="append",
+                        default=[], metavar="IPS",
+                        help="reverse proxies (comma-separated addresses or networks, or *) "
+                        "whose X-Forwarded-For names the client; default: none, the peer "
+                        "is the client (per-client limits then count a proxy as one client)")
     parser.add_argument("--pyodide", type=_provisioned, metavar="DIR",
                         help="a provisioned Pyodide directory (runtime, pyodide-lock.json, "
                         "wheels) served at /pedelec/pyodide/; default: provision one into "
@@ -200,6 +222,12 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         f"oldest turns are dropped first (default: {CoreConfig.max_history_bytes})")
     parser.add_argument("--max-frame-bytes", type=_positive(int), default=MAX_FRAME_BYTES,
                         metavar="N", help=f"largest WebSocket frame (default: {MAX_FRAME_BYTES})")
+    parser.add_argument("--header-timeout", type=_positive(float),
+                        default=CoreConfig.header_timeout, metavar="SECONDS",
+                        help="how long an HTTP request head (a WebSocket's upgrade request "
+                        "too) may take to arrive, from the connection's opening or its first "
+                        f"byte; then the connection is closed (default: "
+                        f"{CoreConfig.header_timeout:g})")
     parser.add_argument("--rate-limit", type=_positive(float), default=200.0, metavar="N",
                         help="frames per second a connection may send (default: 200)")
     parser.add_argument("--rate-burst", type=_positive(int), default=400, metavar="N",
@@ -219,8 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pedelec",
         description="Core: the server that runs agent turns and relays tool calls to pages. "
-        f"The admin token of the control API comes from ${ADMIN_TOKEN_ENV}, or is generated "
-        "and printed at start.",
+        f"The admin token of the control API comes from ${ADMIN_TOKEN_ENV} (never printed), "
+        "or is generated and printed at start.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="run Core (and your app with --app DIR)",
@@ -255,7 +283,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         demo=args.command == "demo", agent=args.agent, store=args.store,
         store_timeout=args.store_timeout,
         allow_origins=tuple(args.allow_origin), allow_hosts=tuple(args.allow_host),
-        max_frame_bytes=args.max_frame_bytes,
+        forwarded_allow_ips=tuple(ip for ips in args.forwarded_allow_ips for ip in ips),
+        max_frame_bytes=args.max_frame_bytes, header_timeout=args.header_timeout,
         rate_limit=args.rate_limit, rate_burst=args.rate_burst,
         tool_timeout_ms=args.tool_timeout, tool_timeouts_ms=dict(args.tool_timeouts),
         user_wait_limit=args.user_wait_limit, max_total_factor=args.max_total_factor,
@@ -303,9 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def announce(url: str) -> None:
         print(f"pedelec {args.command}: {url}", flush=True)
-        origin = "from $" + ADMIN_TOKEN_ENV if not generated else (
-            f"generated; set {ADMIN_TOKEN_ENV} to choose it")
-        print(f"admin token ({origin}): {cfg.admin_token}", flush=True)
+        if generated:  # one from the environment is never printed: logs keep output
+            print(f"admin token (generated; set {ADMIN_TOKEN_ENV} to choose it): "
+                  f"{cfg.admin_token}", flush=True)
 
     # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again for the
     # handler it found: ours turns it into KeyboardInterrupt, so a clean stop exits 0.

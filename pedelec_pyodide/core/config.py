@@ -76,6 +76,12 @@ class CoreConfig:
     #: (``--allow-host``; ``*``: any)
     allow_hosts: tuple[str, ...] = ()
     max_frame_bytes: int = MAX_FRAME_BYTES
+    #: seconds an HTTP request head (a WebSocket's upgrade request too) may take to
+    #: arrive, from the connection's opening or the head's first byte (``--header-timeout``)
+    header_timeout: float = 10.0
+    #: proxies whose ``X-Forwarded-For`` names the client (``--forwarded-allow-ips``:
+    #: addresses, networks or ``*``); none by default, whoever connects is the client
+    forwarded_allow_ips: tuple[str, ...] = ()
     #: frames a connection may send per second, and the burst it may save up
     rate_limit: float = 200.0
     rate_burst: int = 400

@@ -27,16 +27,16 @@ from starlette.responses import (
     HTMLResponse,
     PlainTextResponse,
     Response,
-    StreamingResponse,
 )
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from . import control
+from . import accept, control
 from .agent import Agent
 from .bridge import BridgeConnection
 from .config import CoreConfig
+from .http_limits import bounded_http
 from .log import log_event
 from .public import (
     HostCheck,
@@ -49,7 +49,15 @@ from .public import (
 from .relay import ToolRelay
 from .routing import ClusterRouter, serve_forwarded
 from .sessions import SHUTDOWN_SECONDS, Registry
-from .snapshot import MANIFEST_NAME, SNAPSHOT_NAME, choose_encoding, inflate, stored_file
+from .snapshot import (
+    MANIFEST_NAME,
+    SNAPSHOT_NAME,
+    SnapshotError,
+    choose_encoding,
+    identity_file,
+    make_identity,
+    stored_file,
+)
 from .store import PRUNE_SECONDS, RECENT_TURNS, Store, check_reachable, open_store
 from .turns import restore
 
@@ -82,11 +90,35 @@ SNAPSHOT_CACHE_CONTROL = "no-cache"
 MAX_IF_NONE_MATCH = 4096
 
 
-def serve_snapshot(directory: Path, request: Request) -> Response:
+class InflatedSnapshot:
+    """The snapshot's identity form, for clients that take neither stored encoding: made
+    once per key, in a thread, shared by the requests that wait for it (:func:`make_identity`).
+    A failure is remembered until the stored ``.gz`` changes, so no request inflates it
+    twice."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[Path, str, int, int], asyncio.Task[Path]] = {}
+
+    async def file(self, directory: Path, key: str) -> Path:
+        target = identity_file(directory, key)
+        if target.is_file():
+            return target
+        stored = stored_file(directory, "gzip").stat()
+        made = (directory, key, stored.st_mtime_ns, stored.st_size)
+        task = self._made.get(made)
+        if task is None:
+            task = self._made[made] = asyncio.create_task(
+                asyncio.to_thread(make_identity, directory, key))
+        return await asyncio.shield(task)
+
+
+async def serve_snapshot(directory: Path, request: Request,
+                         inflated: InflatedSnapshot) -> Response:
     """``GET /pedelec/pyodide/pedelec-snapshot.bin``: the stored snapshot in the encoding the
     browser takes (``Content-Encoding: br`` or ``gzip``; inflated for one that takes
     neither), ``Vary: Accept-Encoding``, ``ETag`` by the snapshot's key and encoding,
-    ``Cache-Control: no-cache``. 404 when there is none (pages then start without one)."""
+    ``Cache-Control: no-cache``. 404 when there is none (pages then start without one).
+    Every answer is a stored file: no request (a HEAD, a 304) compresses or inflates."""
     missing = PlainTextResponse("no memory snapshot here: pages start without one\n", 404,
                                 headers={"cache-control": SNAPSHOT_CACHE_CONTROL})
     try:
@@ -111,9 +143,15 @@ def serve_snapshot(directory: Path, request: Request) -> Response:
             tag.strip().removeprefix("W/") for tag in if_none_match.split(",")):
         return Response(status_code=304, headers=headers)
     if encoding == "identity":
-        return StreamingResponse(inflate(stored), media_type="application/octet-stream",
-                                 headers=headers)
-    headers["content-encoding"] = encoding
+        try:
+            stored = await inflated.file(directory, key)
+        except (SnapshotError, OSError) as exc:
+            return PlainTextResponse(f"the snapshot cannot be served inflated ({exc}); "
+                                     "ask for gzip or br\n", 503,
+                                     headers={"cache-control": SNAPSHOT_CACHE_CONTROL,
+                                              "vary": "Accept-Encoding"})
+    else:
+        headers["content-encoding"] = encoding
     return FileResponse(stored, media_type="application/octet-stream", headers=headers)
 
 
@@ -127,6 +165,7 @@ class PyodideFiles:
     def __init__(self, directory: Path | None, private: tuple[Path, ...] = ()) -> None:
         self._static: PublicFiles | None = None
         self._directory: Path | None = None
+        self._inflated = InflatedSnapshot()
         self._private = private
         self.status = "missing"
         self.detail = (
@@ -153,7 +192,8 @@ class PyodideFiles:
         if (self._directory is not None and scope["type"] == "http"
                 and scope["path"].endswith(f"/pyodide/{SNAPSHOT_NAME}")
                 and scope["method"] in ("GET", "HEAD")):
-            await serve_snapshot(self._directory, Request(scope))(scope, receive, send)
+            response = await serve_snapshot(self._directory, Request(scope), self._inflated)
+            await response(scope, receive, send)
             return
         if self._static is not None:
             await self._static(scope, receive, send)
@@ -341,7 +381,9 @@ async def _provision(pyodide: PyodideFiles) -> None:
 
 
 def uvicorn_config(app: Starlette, config: CoreConfig) -> uvicorn.Config:
-    """uvicorn settings for Core. The WebSocket library refuses frames over four times
+    """uvicorn settings for Core. Requests' heads are bounded in size and time
+    (:mod:`.http_limits`); the loop does not spin when file descriptors run out
+    (:mod:`.accept`). The WebSocket library refuses frames over four times
     the limit outright (close 1009) without buffering them; up to that, Core reads the
     frame and answers ``FRAME_TOO_LARGE``, keeping the connection. No permessage-deflate:
     its zlib state costs ~50 KiB per connection, most of an idle session's memory."""
@@ -349,6 +391,11 @@ def uvicorn_config(app: Starlette, config: CoreConfig) -> uvicorn.Config:
         app, host=config.host, port=config.port, log_level="warning", access_log=False,
         ws_max_size=4 * config.max_frame_bytes, ws_per_message_deflate=False, lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
+        http=bounded_http(config.header_timeout), loop=f"{accept.__name__}:new_event_loop",
+        # the client's address from X-Forwarded-For only when the peer is a proxy named by
+        # --forwarded-allow-ips (uvicorn alone would trust 127.0.0.1 by default)
+        proxy_headers=bool(config.forwarded_allow_ips),
+        forwarded_allow_ips=list(config.forwarded_allow_ips),
     )
 
 

@@ -10,7 +10,9 @@ Next to the runtime (``<out>/pyodide/``) it is three files: the manifest
 ``pedelec-snapshot.json`` (key, build id, the sha256 of each wheel in it: the loader
 compares them with our lock) and the snapshot compressed, ``pedelec-snapshot.bin.gz`` and
 ``.br``. Core serves ``pedelec-snapshot.bin`` in the encoding the browser takes
-(``server.py``): ~30 MiB raw, ~7 MiB gzip, ~6 MiB brotli.
+(``server.py``): ~30 MiB raw, ~7 MiB gzip, ~6 MiB brotli. For a client that takes
+neither, Core inflates the ``.gz`` once per key into a dot-file beside it
+(:func:`make_identity`), never again per request.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ __all__ = [
     "SnapshotError",
     "choose_encoding",
     "ensure_snapshot",
+    "identity_file",
     "inflate",
+    "make_identity",
     "remove_snapshot",
     "snapshot_key",
     "stored_file",
@@ -165,10 +169,12 @@ def ensure_snapshot(pyodide_dir: Path, lock: Mapping[str, Any], *, web_dir: Path
 
 
 def remove_snapshot(pyodide_dir: Path) -> None:
-    """Remove the snapshot and its manifest from ``pyodide_dir``, if there."""
+    """Remove the snapshot, its manifest and its inflated forms from ``pyodide_dir``."""
     (pyodide_dir / MANIFEST_NAME).unlink(missing_ok=True)
     for encoding in ENCODINGS:
         stored_file(pyodide_dir, encoding).unlink(missing_ok=True)
+    for inflated in pyodide_dir.glob(identity_file(pyodide_dir, "*").name):
+        inflated.unlink(missing_ok=True)
 
 
 def _sizes(directory: Path) -> dict[str, int] | None:
@@ -270,6 +276,28 @@ def choose_encoding(accept_encoding: str) -> Encoding | Literal["identity"] | No
 def stored_file(directory: Path, encoding: Encoding) -> Path:
     """Where the snapshot is stored in ``encoding``."""
     return directory / (SNAPSHOT_NAME + _SUFFIX[encoding])
+
+
+def identity_file(directory: Path, key: str) -> Path:
+    """Where the snapshot of ``key`` is kept inflated, once a client asked for it so: a
+    dot-name, never served as a static file, named by its key, so never stale."""
+    return directory / f".{SNAPSHOT_NAME}.{key}"
+
+
+def make_identity(directory: Path, key: str) -> Path:
+    """Inflate the stored ``.gz`` into :func:`identity_file` (under a temporary name, then
+    renamed into place); its path. Raises :class:`SnapshotError` when the ``.gz`` is cut
+    short (nothing is left behind), ``OSError`` when the directory cannot be written."""
+    target = identity_file(directory, key)
+    tmp = _temporary(target)
+    try:
+        with tmp.open("wb") as out:
+            for chunk in inflate(stored_file(directory, "gzip")):
+                out.write(chunk)
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
 
 
 def inflate(path: Path) -> Iterator[bytes]:

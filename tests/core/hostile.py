@@ -141,8 +141,9 @@ class CoreProcess:
         return time.perf_counter() - started
 
     def log_tail(self, lines: int) -> str:
-        """The last lines Core wrote after its start-up banner (URL, admin token)."""
-        logged = self.log.read_text(errors="replace").splitlines()[2:]
+        """The last lines Core wrote after its start-up banner (its URL: the admin token
+        from the environment is not printed)."""
+        logged = self.log.read_text(errors="replace").splitlines()[1:]
         return "\n".join(logged[-lines:]) or "(nothing)"
 
 

@@ -16,6 +16,8 @@ from pedelec_pyodide.core.cli import build_parser, config_from_args
 
 
 def start(*args: str, token: str | None = None) -> tuple[subprocess.Popen[str], str, str]:
+    """Core as a user starts it, ``token`` in ``$PEDELEC_ADMIN_TOKEN`` (else none set);
+    its URL, and the token it printed (none when it came from the environment)."""
     env = dict(os.environ)
     env.pop("PEDELEC_ADMIN_TOKEN", None)
     if token is not None:
@@ -26,34 +28,48 @@ def start(*args: str, token: str | None = None) -> tuple[subprocess.Popen[str], 
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
     url_line = process.stdout.readline()
-    token_line = process.stdout.readline()
     assert url_line.startswith(f"pedelec {args[0]}: http://127.0.0.1:"), url_line
-    return process, url_line.split(": ", 1)[1].strip(), token_line.rsplit(" ", 1)[1].strip()
+    printed = ""
+    if token is None:
+        token_line = process.stdout.readline()
+        assert token_line.startswith("admin token (generated; set PEDELEC_ADMIN_TOKEN"), (
+            token_line)
+        printed = token_line.rsplit(" ", 1)[1].strip()
+    return process, url_line.split(": ", 1)[1].strip(), printed
 
 
 @pytest.mark.parametrize("command", ["serve", "demo"])
-def test_cli_prints_url_and_token_answers_and_stops_on_sigterm(command: str) -> None:
-    process, url, token = start(command, token="from-the-env")
+def test_cli_prints_url_answers_and_stops_on_sigterm(command: str) -> None:
+    """With the token in the environment, Core prints its URL only: the token never
+    reaches its output or its log (both end up in log collectors)."""
+    process, url, printed = start(command, token="from-the-env")
     try:
-        assert token == "from-the-env"
+        assert printed == ""
         health = httpx.get(url + "pedelec/v1/health", timeout=10)
         assert health.status_code == 200
         sessions = httpx.get(url + "pedelec/v1/sessions", timeout=10,
-                             headers={"Authorization": f"Bearer {token}"})
+                             headers={"Authorization": "Bearer from-the-env"})
         assert sessions.status_code == 200
         assert httpx.get(url, timeout=10).status_code in (200, 503)
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
-    assert process.stderr is not None
-    assert "from-the-env" not in process.stderr.read()  # tokens never reach the log
+    assert process.stdout is not None and process.stderr is not None
+    output = process.stdout.read() + process.stderr.read()
+    assert "from-the-env" not in output
+    assert "admin token" not in output
 
 
-def test_cli_generates_a_token_and_refuses_bad_agents() -> None:
-    process, _url, token = start("serve")
-    process.send_signal(signal.SIGINT)
-    assert process.wait(timeout=15) == 0
-    assert len(token) >= 32
+def test_cli_prints_a_token_it_generated_and_refuses_bad_agents() -> None:
+    process, url, token = start("serve")
+    try:
+        assert len(token) >= 32
+        sessions = httpx.get(url + "pedelec/v1/sessions", timeout=10,
+                             headers={"Authorization": f"Bearer {token}"})
+        assert sessions.status_code == 200
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=15) == 0
     failed = subprocess.run(
         [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--agent", "nonsense"],
         capture_output=True, text=True, timeout=30)
@@ -77,6 +93,9 @@ def test_help_explains_every_option() -> None:
     ["--max-sessions", "0"], ["--max-metadata-bytes", "1.5"], ["--max-queued-bytes", "-1"],
     ["--max-pending", "many"], ["--max-history-bytes", "0"],
     ["--user-wait-limit", "0"], ["--user-wait-limit", "nan"], ["--max-total-factor", "0.5"],
+    ["--header-timeout", "0"], ["--header-timeout", "inf"], ["--header-timeout", "nan"],
+    ["--forwarded-allow-ips", "proxy.example"], ["--forwarded-allow-ips", "10.0.0.1,"],
+    ["--forwarded-allow-ips", "10.0.0.0/33"],
     ["--max-total-factor", "inf"],
 ])
 def test_out_of_range_options_are_refused_with_a_message(
@@ -94,6 +113,21 @@ def test_kept_results_and_their_retention_reach_the_config() -> None:
     assert (cfg.kept_results, cfg.result_retention) == (5, 90.5)
     default, _ = config_from_args(build_parser().parse_args(["serve"]))
     assert (default.kept_results, default.result_retention) == (64, 86400.0)
+
+
+def test_the_transport_options_reach_the_config() -> None:
+    """Core trusts no proxy unless told (uvicorn alone trusts 127.0.0.1: any local
+    process could then claim any client address)."""
+    default, _ = config_from_args(build_parser().parse_args(["serve"]))
+    assert (default.header_timeout, default.forwarded_allow_ips) == (10.0, ())
+    cfg, _ = config_from_args(build_parser().parse_args([
+        "serve", "--header-timeout", "2.5", "--forwarded-allow-ips", "10.0.0.5, 10.1.0.0/16",
+        "--forwarded-allow-ips", "::1"]))
+    assert (cfg.header_timeout, cfg.forwarded_allow_ips) == (
+        2.5, ("10.0.0.5", "10.1.0.0/16", "::1"))
+    star, _ = config_from_args(build_parser().parse_args([
+        "serve", "--forwarded-allow-ips", "*"]))
+    assert star.forwarded_allow_ips == ("*",)
 
 
 def test_the_longest_deadline_is_accepted() -> None:

@@ -13,10 +13,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gzip
 import json
 import shutil
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -202,22 +205,80 @@ def test_a_cut_accept_encoding_never_turns_a_refusal_into_consent() -> None:
 
 def test_inflating_a_truncated_snapshot_fails(tmp_path: Path) -> None:
     """A .gz cut short (a crash, a full disk) is not served as a shorter snapshot to a
-    client that takes no encoding: the stream fails, so the page falls back."""
+    client that takes no encoding: it is refused (503), nothing inflated is left behind,
+    and asking again does not inflate it again."""
     stored = tmp_path / "s.gz"
     stored.write_bytes(gzip.compress(b"snapshot " * 50_000)[:-100])
     with pytest.raises(snap.SnapshotError, match="truncated"):
         for _ in snap.inflate(stored):
             pass
 
-    fake_snapshot(tmp_path / "pyodide", "k1")
-    shutil.copyfile(stored, snap.stored_file(tmp_path / "pyodide", "gzip"))
+    directory = tmp_path / "pyodide"
+    fake_snapshot(directory, "k1")
+    shutil.copyfile(stored, snap.stored_file(directory, "gzip"))
 
     async def scenario() -> None:
-        async with running_core(config(pyodide_dir=tmp_path / "pyodide")) as core:
-            with pytest.raises(httpx.RemoteProtocolError):
-                await core.http.get(URL, headers={"accept-encoding": "identity"})
+        async with running_core(config(pyodide_dir=directory)) as core:
+            for _ in range(3):
+                response = await core.http.get(URL, headers={"accept-encoding": "identity"})
+                assert response.status_code == 503
+                assert "truncated" in response.text
+        assert [p.name for p in directory.iterdir() if p.name.startswith(".")] == []
 
-    run(scenario())
+    with counting_inflations() as inflations:
+        run(scenario())
+    assert inflations == [snap.stored_file(directory, "gzip")]
+
+
+@contextlib.contextmanager
+def counting_inflations() -> Iterator[list[Path]]:
+    """The real :func:`snapshot.inflate`, with each file it was asked to inflate listed."""
+    real = snap.inflate
+    calls: list[Path] = []
+
+    def inflate(path: Path) -> Iterator[bytes]:
+        calls.append(path)
+        return real(path)
+
+    snap.inflate = inflate
+    try:
+        yield calls
+    finally:
+        snap.inflate = real
+
+
+def test_the_inflated_snapshot_is_made_once(tmp_path: Path) -> None:
+    """The issue's figure: each HEAD or identity GET inflated the whole snapshot (1.1 s of
+    CPU for 10). Now HEADs, conditional requests and GETs, in any order and at once,
+    inflate it once per key; it is kept under a dot-name (never served as a file) and
+    removed with the snapshot."""
+    directory = tmp_path / "pyodide"
+    raw = fake_snapshot(directory, "k1")
+    identity = {"accept-encoding": "identity"}
+
+    async def scenario() -> None:
+        async with running_core(config(pyodide_dir=directory)) as core:
+            conditional = await core.http.get(URL, headers={**identity,
+                                                            "if-none-match": '"k1-identity"'})
+            assert conditional.status_code == 304
+            heads = await asyncio.gather(*(core.http.head(URL, headers=identity)
+                                           for _ in range(10)))
+            assert {(h.status_code, h.headers["content-length"]) for h in heads} == {
+                (200, str(len(raw)))}
+            assert all("content-encoding" not in h.headers for h in heads)
+            gets = await asyncio.gather(*(core.http.get(URL, headers=identity)
+                                          for _ in range(5)))
+            assert all(g.status_code == 200 and g.content == raw for g in gets)
+            assert gets[0].headers["etag"] == '"k1-identity"'
+            hidden = snap.identity_file(directory, "k1")
+            assert (await core.http.get(f"/pedelec/pyodide/{hidden.name}")).status_code == 404
+
+    with counting_inflations() as inflations:
+        run(scenario())
+    assert inflations == [snap.stored_file(directory, "gzip")]
+    assert snap.identity_file(directory, "k1").read_bytes() == raw
+    snap.remove_snapshot(directory)
+    assert list(directory.iterdir()) == []
 
 
 def minimal_runtime(directory: Path) -> dict[str, object]:

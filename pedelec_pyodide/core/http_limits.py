@@ -1,0 +1,212 @@
+"""HTTP/1.1 requests bounded in size and time: uvicorn's httptools protocol, wrapped.
+
+uvicorn's httptools path has neither bound. llhttp parses a head of any length, and
+httptools joins the pieces of one header with ``bytes +=`` (a 200 MiB header line: ~60 s
+of CPU, hundreds of MiB); ``timeout_keep_alive`` is cancelled by the first byte of a
+request and not armed again before a response, so a head sent one byte at a time, or
+never finished, holds its socket for good. :class:`BoundedHttpProtocol` adds both bounds
+and parses nothing itself: it feeds uvicorn's own ``data_received`` in slices and counts
+with the parser's callbacks.
+
+Size: a request head (request line and headers) over :data:`MAX_HEAD_BYTES` is answered
+431 and its connection closed; the parser never holds more than that of it. The same
+bound holds for a chunked body's framing and trailers. While such a section may be open,
+the parser gets at most :data:`FEED_BYTES` at a time; a body with a Content-Length, at
+most what is left of it (llhttp reports every byte of such a body). llhttp does not say
+where in a slice one request ended and the next began, so a slice in which that happened
+counts in full against what followed: a head pipelined behind another request in the
+same slice may be over-counted by at most :data:`FEED_BYTES`, never under-counted.
+
+Time: a head must be complete within ``header_timeout`` of the connection's opening or of
+its first byte (blank lines before a request included), else the connection is closed.
+uvicorn's ``timeout_keep_alive`` closes a connection idle between requests; a response
+complete while its request's body is still arriving (a refusal sent before the body was
+read) leaves the rest of that body the same timeout, however slowly it trickles in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Literal
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .log import log_event
+
+#: the largest request head (request line and headers, with their line ends) Core takes
+MAX_HEAD_BYTES = 64 * 1024
+#: the most bytes the parser is given at once while a head, chunk framing or trailers
+#: may be open: the count's only uncertainty (see above)
+FEED_BYTES = 4096
+
+#: idle: between requests; head: a request line has begun; body: its head is complete
+Phase = Literal["idle", "head", "body"]
+
+_TOO_LARGE = (f"431 Request Header Fields Too Large: a request head (request line and "
+              f"headers) may have at most {MAX_HEAD_BYTES} bytes\n").encode()
+
+
+class BoundedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's :class:`HttpToolsProtocol` with a head size limit and a head deadline.
+    Make one per configuration with :func:`bounded_http`."""
+
+    #: seconds a head may take to arrive (``--header-timeout``; set by :func:`bounded_http`)
+    header_timeout: float
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._phase: Phase = "idle"
+        self._chunked = False
+        #: what is left of a body with a Content-Length (None: chunked, or not in a body)
+        self._body_left: int | None = None
+        #: bytes of the open head (or chunk framing and trailers) fed so far
+        self._open_bytes = 0
+        #: per slice: body bytes the parser reported; whether a head, chunk or message
+        #: ended in it; whether uvicorn dropped the rest of the data (an upgrade)
+        self._slice_body = 0
+        self._slice_ended = False
+        self._dropped = False
+        self._deadline: asyncio.TimerHandle | None = None
+        # last: httptools looks the chunk callbacks up when uvicorn makes the parser
+        super().__init__(*args, **kwargs)
+
+    # --- the connection -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self.header_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._phase == "idle" and self._deadline is None:
+            self._arm(self.header_timeout)  # the first byte of the next request
+        self._dropped = False
+        view = memoryview(data)
+        while view and not self._dropped and not self.transport.is_closing():
+            if self._holding() and self._open_bytes >= MAX_HEAD_BYTES:
+                self._refuse()  # what is open has all it may have, and goes on
+                return
+            size = self._slice_size(len(view))
+            piece, view = view[:size], view[size:]
+            self._slice_body = 0
+            self._slice_ended = False
+            super().data_received(piece)  # type: ignore[arg-type]  # httptools takes a view
+            outside_body = len(piece) - self._slice_body
+            if self._slice_ended:  # all of it may belong to what opened since
+                self._open_bytes = outside_body if self._holding() else 0
+            elif self._holding():
+                self._open_bytes += outside_body
+            if self._open_bytes > MAX_HEAD_BYTES:
+                self._refuse()
+                return
+
+    # --- the parser's callbacks -----------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._phase = "head"
+
+    def on_headers_complete(self) -> None:
+        self._phase = "body"
+        self._slice_ended = True
+        self._disarm()
+        length = None
+        self._chunked = False
+        for name, value in self.headers:
+            if name == b"transfer-encoding":
+                self._chunked = True
+            elif name == b"content-length":
+                with contextlib.suppress(ValueError):  # llhttp checked it; only a slice size
+                    length = int(value)
+        self._body_left = None if self._chunked else length
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._slice_body += len(body)
+        if self._body_left is not None:
+            self._body_left -= len(body)
+        super().on_body(body)
+
+    def on_chunk_complete(self) -> None:
+        self._slice_ended = True
+
+    def on_message_complete(self) -> None:
+        self._phase = "idle"
+        self._slice_ended = True
+        self._body_left = None
+        super().on_message_complete()
+
+    def handle_websocket_upgrade(self) -> None:
+        self._dropped = True  # the WebSocket protocol has the connection from here
+        super().handle_websocket_upgrade()
+
+    def _unsupported_upgrade_warning(self) -> None:
+        self._dropped = True  # uvicorn drops the rest of the data after such a head
+        super()._unsupported_upgrade_warning()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._phase == "body" and self.cycle.response_complete:
+            # answered before its body was read: the rest of it is owed within the
+            # keep-alive timeout, however slowly it comes
+            self._arm(self.timeout_keep_alive)
+
+    # --- the bounds -------------------------------------------------------------------------
+
+    def _slice_size(self, available: int) -> int:
+        if self._phase == "body" and not self._chunked:
+            return max(1, min(available, self._body_left or available))
+        return max(1, min(available, FEED_BYTES, MAX_HEAD_BYTES - self._open_bytes))
+
+    def _holding(self) -> bool:
+        """Whether the parser is in a section whose bytes it keeps: a head, or a chunked
+        body's framing and trailers."""
+        return self._phase == "head" or (self._phase == "body" and self._chunked)
+
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._expire)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _answering(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if self._phase == "idle" and self._answering():
+            return  # blank lines while a response is on its way: keep-alive follows it
+        if not self.transport.is_closing():
+            log_event("http.timeout", client=self._peer(), phase=self._phase)
+            self.transport.close()
+
+    def _refuse(self) -> None:
+        log_event("http.head_too_large", client=self._peer(), phase=self._phase)
+        if self._phase == "head" and not self._answering():
+            self.transport.write(b"".join([
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
+                *(name + b": " + value + b"\r\n"
+                  for name, value in self.server_state.default_headers),
+                b"content-type: text/plain; charset=utf-8\r\n",
+                b"content-length: %d\r\n" % len(_TOO_LARGE),
+                b"connection: close\r\n\r\n", _TOO_LARGE]))
+        self.transport.close()
+
+    def _peer(self) -> str | None:
+        return self.client[0] if self.client else None
+
+
+def bounded_http(header_timeout: float) -> type[BoundedHttpProtocol]:
+    """The protocol class to give uvicorn (``http=``) for this ``--header-timeout``."""
+
+    class Protocol(BoundedHttpProtocol):
+        pass
+
+    Protocol.header_timeout = header_timeout
+    return Protocol
