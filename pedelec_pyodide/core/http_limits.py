@@ -66,6 +66,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._slice_body = 0
         self._slice_ended = False
         self._dropped = False
+        #: when the awaited head's time began (the connection's opening, or its first
+        #: byte); None while no head is awaited or its first byte has not come
+        self._head_since: float | None = None
         self._deadline: asyncio.TimerHandle | None = None
         # last: httptools looks the chunk callbacks up when uvicorn makes the parser
         super().__init__(*args, **kwargs)
@@ -74,22 +77,27 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm(self.header_timeout)
+        self._head_since = self.loop.time()
+        self._arm_head_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._phase == "idle" and self._deadline is None:
-            self._arm(self.header_timeout)  # the first byte of the next request
+        if self._head_since is None and self._phase != "body":
+            self._head_since = self.loop.time()  # the first byte of the next request
         self._dropped = False
         view = memoryview(data)
         while view and not self._dropped and not self.transport.is_closing():
-            if self._holding() and self._open_bytes >= MAX_HEAD_BYTES:
+            holding = self._holding()
+            if holding and self._open_bytes >= MAX_HEAD_BYTES:
                 self._refuse()  # what is open has all it may have, and goes on
                 return
-            size = self._slice_size(len(view))
+            if self._phase == "body" and not self._chunked:
+                size = self._body_left or len(view)  # llhttp reports all of such a body
+            else:
+                size = min(FEED_BYTES, MAX_HEAD_BYTES - self._open_bytes)
             piece, view = view[:size], view[size:]
             self._slice_body = 0
             self._slice_ended = False
@@ -97,21 +105,26 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             outside_body = len(piece) - self._slice_body
             if self._slice_ended:  # all of it may belong to what opened since
                 self._open_bytes = outside_body if self._holding() else 0
-            elif self._holding():
+            elif self._holding():  # (a request line may have begun in it)
                 self._open_bytes += outside_body
             if self._open_bytes > MAX_HEAD_BYTES:
                 self._refuse()
                 return
+        if self._head_since is not None and not self._dropped:
+            self._arm_head_deadline()  # a head still to come: only then a timer
 
     # --- the parser's callbacks -----------------------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._phase = "head"
+        if self._head_since is None:  # pipelined behind the request that just ended
+            self._head_since = self.loop.time()
 
     def on_headers_complete(self) -> None:
         self._phase = "body"
         self._slice_ended = True
+        self._head_since = None
         self._disarm()
         length = None
         self._chunked = False
@@ -152,23 +165,20 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self._phase == "body" and self.cycle.response_complete:
             # answered before its body was read: the rest of it is owed within the
             # keep-alive timeout, however slowly it comes
-            self._arm(self.timeout_keep_alive)
+            self._disarm()
+            self._deadline = self.loop.call_later(self.timeout_keep_alive, self._expire)
 
     # --- the bounds -------------------------------------------------------------------------
-
-    def _slice_size(self, available: int) -> int:
-        if self._phase == "body" and not self._chunked:
-            return max(1, min(available, self._body_left or available))
-        return max(1, min(available, FEED_BYTES, MAX_HEAD_BYTES - self._open_bytes))
 
     def _holding(self) -> bool:
         """Whether the parser is in a section whose bytes it keeps: a head, or a chunked
         body's framing and trailers."""
         return self._phase == "head" or (self._phase == "body" and self._chunked)
 
-    def _arm(self, seconds: float) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(seconds, self._expire)
+    def _arm_head_deadline(self) -> None:
+        if self._deadline is None and self._head_since is not None:
+            self._deadline = self.loop.call_at(self._head_since + self.header_timeout,
+                                               self._expire)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -181,7 +191,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def _expire(self) -> None:
         self._deadline = None
         if self._phase == "idle" and self._answering():
-            return  # blank lines while a response is on its way: keep-alive follows it
+            self._head_since = None  # blank lines while a response is on its way: the
+            return  # next request's time begins with its own first byte
         if not self.transport.is_closing():
             log_event("http.timeout", client=self._peer(), phase=self._phase)
             self.transport.close()
