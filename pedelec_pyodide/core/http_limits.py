@@ -18,7 +18,9 @@ counts in full against what followed: a head pipelined behind another request in
 same slice may be over-counted by at most :data:`FEED_BYTES`, never under-counted.
 
 Time: a head must be complete within ``header_timeout`` of the connection's opening or of
-its first byte (blank lines before a request included), else the connection is closed.
+its first byte (blank lines before a request included), else the connection is closed;
+a WebSocket's handshake must be done within that time of its upgrade request, and a head
+the WebSocket library refuses is answered as it says (uvicorn leaves that answer unsent).
 uvicorn's ``timeout_keep_alive`` closes a connection idle between requests; a response
 complete while its request's body is still arriving (a refusal sent before the body was
 read) leaves the rest of that body the same timeout, however slowly it trickles in.
@@ -66,6 +68,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._slice_body = 0
         self._slice_ended = False
         self._dropped = False
+        #: a pipelined head was too large: it is refused once the answers before it are out
+        self._refusing = False
         #: when the awaited head's time began (the connection's opening, or its first
         #: byte); None while no head is awaited or its first byte has not come
         self._head_since: float | None = None
@@ -88,6 +92,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self._head_since is None and self._phase != "body":
             self._head_since = self.loop.time()  # the first byte of the next request
         self._dropped = False
+        if self._refusing:
+            return  # what follows a refused head is never read
         view = memoryview(data)
         while view and not self._dropped and not self.transport.is_closing():
             holding = self._holding()
@@ -155,14 +161,36 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def handle_websocket_upgrade(self) -> None:
         self._dropped = True  # the WebSocket protocol has the connection from here
         super().handle_websocket_upgrade()
+        upgraded = self.transport.get_protocol()
+        conn = getattr(upgraded, "conn", None)  # uvicorn's websockets ServerProtocol
+        if (conn is not None and conn.handshake_exc is not None
+                and not getattr(upgraded, "handshake_initiated", True)):
+            # websockets refused the head (a header line over its 8 KiB, over 128
+            # headers, a body, ...) and queued its answer (431, or none), which uvicorn
+            # never sends: send it, and close, else the socket would be held for good
+            log_event("http.upgrade_refused", client=self._peer(),
+                      reason=str(conn.handshake_exc)[:100])
+            self.transport.write(b"".join(conn.data_to_send()))
+            self.transport.close()
+            return
+        # the handshake (the app accepting or refusing) is owed within the head's time too
+        self.loop.call_later(self.header_timeout, self._handshake_done, upgraded)
+
+    def _handshake_done(self, upgraded: asyncio.BaseProtocol) -> None:
+        if not getattr(upgraded, "handshake_complete", True) and not self.transport.is_closing():
+            log_event("http.timeout", client=self._peer(), phase="handshake")
+            self.transport.close()
 
     def _unsupported_upgrade_warning(self) -> None:
         self._dropped = True  # uvicorn drops the rest of the data after such a head
         super()._unsupported_upgrade_warning()
 
     def on_response_complete(self) -> None:
+        last = not self.pipeline
         super().on_response_complete()
-        if self._phase == "body" and self.cycle.response_complete:
+        if self._refusing and last:
+            self._send_refusal()
+        elif self._phase == "body" and self.cycle.response_complete:
             # answered before its body was read: the rest of it is owed within the
             # keep-alive timeout, however slowly it comes
             self._disarm()
@@ -199,7 +227,16 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def _refuse(self) -> None:
         log_event("http.head_too_large", client=self._peer(), phase=self._phase)
-        if self._phase == "head" and not self._answering():
+        if self._phase != "head":
+            self.transport.close()  # trailers: the request itself cannot be finished
+        elif self._answering() or self.pipeline:
+            self._refusing = True  # pipelined: answered 431 after the requests before it
+            self.flow.pause_reading()
+        else:
+            self._send_refusal()
+
+    def _send_refusal(self) -> None:
+        if not self.transport.is_closing():
             self.transport.write(b"".join([
                 b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
                 *(name + b": " + value + b"\r\n"
@@ -207,7 +244,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                 b"content-type: text/plain; charset=utf-8\r\n",
                 b"content-length: %d\r\n" % len(_TOO_LARGE),
                 b"connection: close\r\n\r\n", _TOO_LARGE]))
-        self.transport.close()
+            self.transport.close()
 
     def _peer(self) -> str | None:
         return self.client[0] if self.client else None

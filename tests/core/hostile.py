@@ -29,6 +29,7 @@ import json
 import math
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -148,16 +149,24 @@ class CoreProcess:
 
 
 @contextlib.contextmanager
-def core_process(workdir: Path, *options: str) -> Iterator[CoreProcess]:
+def core_process(workdir: Path, *options: str, nofile: int | None = None,
+                 quiet: bool = True) -> Iterator[CoreProcess]:
     """``pedelec serve`` on a free loopback port, its output in ``workdir/core.log``;
-    killed on exit if still running."""
+    killed on exit if still running. ``nofile``: its limit of open files
+    (RLIMIT_NOFILE); ``quiet=False`` logs every event, not only warnings."""
+
+    def limit_files() -> None:
+        assert nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
     log = workdir / "core.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--host", "127.0.0.1",
-             "--port", "0", "--no-provision", "--quiet", *options],
+             "--port", "0", "--no-provision", *(["--quiet"] if quiet else []), *options],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(os.environ, PEDELEC_ADMIN_TOKEN=TOKEN))
+            env=dict(os.environ, PEDELEC_ADMIN_TOKEN=TOKEN),
+            preexec_fn=None if nofile is None else limit_files)
     try:
         port = None
         for _ in range(300):  # 30 s for Core to listen
@@ -480,6 +489,7 @@ class Attack:
     run: Callable[[Context], Awaitable[None]]
     store: bool = False  # run Core with a temporary SQLite store
     rss_kind: str | None = None  # a key of RSS_BOUNDS_MIB when memory is the figure
+    options: tuple[str, ...] = ()  # more options of pedelec serve
 
 
 @dataclass
@@ -854,7 +864,7 @@ async def run_attack(attack: Attack, scale: Scale) -> Row:
     with tempfile.TemporaryDirectory(prefix="pedelec-hostile-") as tmp:
         workdir = Path(tmp)
         options = ("--store", str(workdir / "store.sqlite")) if attack.store else ()
-        with core_process(workdir, *options) as core:
+        with core_process(workdir, *options, *attack.options) as core:
             return await _measure(attack, scale, core)
 
 

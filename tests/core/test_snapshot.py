@@ -22,7 +22,6 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from corekit import config, run, running_core
 
