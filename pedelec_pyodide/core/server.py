@@ -395,7 +395,9 @@ def uvicorn_config(app: Starlette, config: CoreConfig) -> uvicorn.Config:
         # the client's address from X-Forwarded-For only when the peer is a proxy named by
         # --forwarded-allow-ips (uvicorn alone would trust 127.0.0.1 by default)
         proxy_headers=bool(config.forwarded_allow_ips),
-        forwarded_allow_ips=list(config.forwarded_allow_ips),
+        # uvicorn trusts any peer for "*" alone, not for "*" among others
+        forwarded_allow_ips="*" if "*" in config.forwarded_allow_ips
+        else list(config.forwarded_allow_ips),
     )
 
 

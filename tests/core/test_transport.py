@@ -24,8 +24,10 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import socket
 import statistics
+import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -33,6 +35,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from clusterkit import haproxy_config
 from hostile import (
     FULL,
     P99_NOISY,
@@ -52,6 +55,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from storekit import free_port
 
 from pedelec_pyodide.core.config import CoreConfig
 from pedelec_pyodide.core.http_limits import MAX_HEAD_BYTES
@@ -562,8 +566,11 @@ async def whoami(request: Request) -> JSONResponse:
 
 @contextlib.asynccontextmanager
 async def serving(cfg: CoreConfig) -> AsyncIterator[int]:
-    """A route answering ``scope["client"]`` under Core's own uvicorn settings."""
-    server = uvicorn.Server(uvicorn_config(Starlette(routes=[Route("/who", whoami)]), cfg))
+    """A route answering ``scope["client"]`` under Core's own uvicorn settings (and a
+    health route, for HAProxy's checks)."""
+    app = Starlette(routes=[Route("/who", whoami),
+                            Route(HEALTH, lambda request: JSONResponse({"status": "ok"}))])
+    server = uvicorn.Server(uvicorn_config(app, cfg))
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     for _ in range(1000):
@@ -583,6 +590,7 @@ async def serving(cfg: CoreConfig) -> AsyncIterator[int]:
     (("10.0.0.0/8",), "127.0.0.1"),
     (("127.0.0.1",), "203.0.113.7"),
     (("*",), "203.0.113.7"),
+    (("10.0.0.1", "*"), "203.0.113.7"),
 ])
 def test_forwarded_for_names_the_client_only_from_a_named_proxy(
         trusted: tuple[str, ...], seen: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -603,3 +611,42 @@ def test_forwarded_for_names_the_client_only_from_a_named_proxy(
     assert isinstance(answer, dict)
     assert answer["client"] == seen
     assert answer["scheme"] == ("https" if seen != "127.0.0.1" else "http")
+
+
+def test_haproxy_in_front_names_the_client(tmp_path: Path) -> None:
+    """deploy/haproxy.cfg adds X-Forwarded-For; a Core started with
+    --forwarded-allow-ips naming HAProxy (127.0.0.1 here) sees the real client (a
+    client on 127.0.0.2), not HAProxy, and not the address that client wrote in its own
+    X-Forwarded-For; straight to Core, that client's header is ignored."""
+    binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    if not os.path.exists(binary):
+        raise RuntimeError("haproxy is missing: ./scripts/setup.sh installs it")
+    cfg = CoreConfig(port=0, web_dir=None, forwarded_allow_ips=("127.0.0.1",))
+    proxy_port = free_port()
+    spoof = {"x-forwarded-for": "203.0.113.9"}
+
+    async def scenario() -> tuple[str, str]:
+        async with serving(cfg) as port:
+            (tmp_path / "haproxy.cfg").write_text(
+                haproxy_config(f"127.0.0.1:{proxy_port}", [port]))
+            with open(tmp_path / "haproxy.log", "wb") as log:
+                proxy = subprocess.Popen([binary, "-db", "-f", str(tmp_path / "haproxy.cfg")],
+                                         stdout=log, stderr=subprocess.STDOUT)
+            transport = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+            try:
+                async with httpx.AsyncClient(transport=transport, trust_env=False,
+                                             timeout=10) as http:
+                    for _ in range(100):  # until HAProxy's check finds the server up
+                        with contextlib.suppress(httpx.HTTPError):
+                            via = await http.get(f"http://127.0.0.1:{proxy_port}/who",
+                                                 headers=spoof)
+                            if via.status_code == 200:
+                                break
+                        await asyncio.sleep(0.1)
+                    direct = await http.get(f"http://127.0.0.1:{port}/who", headers=spoof)
+                    return via.json()["client"], direct.json()["client"]
+            finally:
+                proxy.kill()
+                proxy.wait(10)
+
+    assert run(scenario()) == ("127.0.0.2", "127.0.0.2")
