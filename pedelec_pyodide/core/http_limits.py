@@ -40,7 +40,7 @@ from .log import log_event
 MAX_HEAD_BYTES = 64 * 1024
 #: the most bytes the parser is given at once while a head, chunk framing or trailers
 #: may be open: the count's only uncertainty (see above)
-FEED_BYTES = 4096
+FEED_BYTES = 16 * 1024
 
 #: idle: between requests; head: a request line has begun; body: its head is complete
 Phase = Literal["idle", "head", "body"]
