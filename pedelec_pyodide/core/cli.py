@@ -226,8 +226,8 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         default=CoreConfig.header_timeout, metavar="SECONDS",
                         help="how long an HTTP request head (a WebSocket's upgrade request "
                         "too) may take to arrive, from the connection's opening or its first "
-                        f"byte; then the connection is closed (default: "
-                        f"{CoreConfig.header_timeout:g})")
+                        "byte, and a client may leave its response unread; then the "
+                        f"connection is closed (default: {CoreConfig.header_timeout:g})")
     parser.add_argument("--rate-limit", type=_positive(float), default=200.0, metavar="N",
                         help="frames per second a connection may send (default: 200)")
     parser.add_argument("--rate-burst", type=_positive(int), default=400, metavar="N",

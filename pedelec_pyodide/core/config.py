@@ -77,7 +77,8 @@ class CoreConfig:
     allow_hosts: tuple[str, ...] = ()
     max_frame_bytes: int = MAX_FRAME_BYTES
     #: seconds an HTTP request head (a WebSocket's upgrade request too) may take to
-    #: arrive, from the connection's opening or the head's first byte (``--header-timeout``)
+    #: arrive, from the connection's opening or the head's first byte, and a client may
+    #: leave its response unread (``--header-timeout``)
     header_timeout: float = 10.0
     #: proxies whose ``X-Forwarded-For`` names the client (``--forwarded-allow-ips``:
     #: addresses, networks or ``*``); none by default, whoever connects is the client

@@ -21,6 +21,8 @@ Time: a head must be complete within ``header_timeout`` of the connection's open
 its first byte (blank lines before a request included), else the connection is closed;
 a WebSocket's handshake must be done within that time of its upgrade request, and a head
 the WebSocket library refuses is answered as it says (uvicorn leaves that answer unsent).
+A client that reads none of its response for that time (the send buffer full, a "slow
+read") is cut off.
 uvicorn's ``timeout_keep_alive`` closes a connection idle between requests; a response
 complete while its request's body is still arriving (a refusal sent before the body was
 read) leaves the rest of that body the same timeout, however slowly it trickles in.
@@ -74,6 +76,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         #: byte); None while no head is awaited or its first byte has not come
         self._head_since: float | None = None
         self._deadline: asyncio.TimerHandle | None = None
+        #: armed while a response waits for the client to read some of what is sent
+        self._stalled: asyncio.TimerHandle | None = None
         # last: httptools looks the chunk callbacks up when uvicorn makes the parser
         super().__init__(*args, **kwargs)
 
@@ -86,7 +90,27 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._stalled is not None:
+            self._stalled.cancel()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stalled is None:
+            self._stalled = self.loop.call_later(self.header_timeout, self._stop_sending)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
+    def _stop_sending(self) -> None:
+        """A client that took none of its response for ``header_timeout``: cut off (the
+        rest is dropped: closing would wait for it to be read)."""
+        self._stalled = None
+        log_event("http.timeout", client=self._peer(), phase="response")
+        self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         if self._head_since is None and self._phase != "body":

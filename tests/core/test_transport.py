@@ -9,7 +9,8 @@ the JSON, against real ``pedelec serve`` processes on loopback, with raw sockets
   first byte closes the connection: silent sockets, half-sent requests, byte-by-byte
   trickles, blank lines, a WebSocket upgrade that trickles, a second request that
   trickles; a keep-alive connection idle past uvicorn's 5 s is closed, and so is one
-  still trickling a body Core answered without reading;
+  still trickling a body Core answered without reading, and one that stops reading its
+  response;
 - 1,000 such sockets (3,000 with ``PEDELEC_LONG=1``) cost only their sender: health and
   another page's calls answer while they are held, and all are closed at the deadline;
 - with its file descriptors used up Core does not spin, and serves again once they free;
@@ -434,6 +435,34 @@ def test_idle_keep_alive_and_unread_bodies_are_closed(tmp_path: Path) -> None:
         assert isinstance(closed, (tuple, list))
         for seconds in closed:
             assert KEEP_ALIVE * 0.9 <= seconds <= SLACK * KEEP_ALIVE, closed
+
+
+def test_a_client_that_stops_reading_its_response_is_cut_off(tmp_path: Path) -> None:
+    """A "slow read": a 20 MB file asked for and never read. Core's send buffer fills and
+    stays full; before, the connection (and the open file) were held for good. Now
+    Core cuts it off once nothing was taken for --header-timeout."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "big.bin").write_bytes(os.urandom(20 * MIB))
+    with core(tmp_path, "--app", str(app)) as process:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", process.port))
+        sock.sendall(request(process.port, "/big.bin"))
+        started = time.monotonic()
+        while logged(process, "http.timeout") == 0:
+            assert time.monotonic() - started < SLACK * HEADER_TIMEOUT + 5, "never cut off"
+            time.sleep(0.05)
+        cut = time.monotonic() - started
+        assert "phase=response" in process.log.read_text()
+        sock.settimeout(10)
+        received = 0
+        with contextlib.suppress(ConnectionError):
+            while chunk := sock.recv(65536):
+                received += len(chunk)
+        sock.close()
+    assert received < 20 * MIB
+    assert HEADER_TIMEOUT * 0.9 <= cut <= SLACK * HEADER_TIMEOUT, cut
 
 
 # --- many at once ----------------------------------------------------------------------------
