@@ -190,6 +190,7 @@ def test_a_200_mib_header_line_is_refused_without_buffering(tmp_path: Path) -> N
         assert health.status_code == 200
         growth_mib = (peak - before) / KIB
         assert logged(process, "http.head_too_large") == 1
+    print(f"refused after {sent / MIB:.0f} MiB sent ({refused!r}); RSS +{growth_mib:.1f} MiB")
     assert refused is not None, "all 200 MiB were taken"
     assert sent <= 32 * MIB, f"{sent / MIB:.0f} MiB were sent before Core refused the head"
     assert growth_mib < 16, f"Core's RSS grew {growth_mib:.0f} MiB"
