@@ -22,10 +22,10 @@ its first byte (blank lines before a request included), else the connection is c
 a WebSocket's handshake must be done within that time of its upgrade request, and a head
 the WebSocket library refuses is answered as it says (uvicorn leaves that answer unsent).
 A client that reads none of its response for that time (the send buffer full, a "slow
-read") is cut off.
-uvicorn's ``timeout_keep_alive`` closes a connection idle between requests; a response
-complete while its request's body is still arriving (a refusal sent before the body was
-read) leaves the rest of that body the same timeout, however slowly it trickles in.
+read") is cut off. uvicorn's ``timeout_keep_alive`` closes a connection idle between
+requests; a response complete while its request's body is still arriving (a refusal sent
+before the body was read) leaves the rest of that body the same timeout, however slowly
+it trickles in.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ _TOO_LARGE = (f"431 Request Header Fields Too Large: a request head (request lin
 
 
 class BoundedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's :class:`HttpToolsProtocol` with a head size limit and a head deadline.
+    """uvicorn's :class:`HttpToolsProtocol` with the bounds of this module's docstring.
     Make one per configuration with :func:`bounded_http`."""
 
     #: seconds a head may take to arrive (``--header-timeout``; set by :func:`bounded_http`)
