@@ -52,6 +52,7 @@ from .sessions import SHUTDOWN_SECONDS, Registry
 from .snapshot import MANIFEST_NAME, SNAPSHOT_NAME, choose_encoding, inflate, stored_file
 from .store import PRUNE_SECONDS, RECENT_TURNS, Store, check_reachable, open_store
 from .turns import restore
+from .ws_limits import bounded_websocket
 
 for _suffix, _type in ((".mjs", "text/javascript"), (".js", "text/javascript"),
                        (".wasm", "application/wasm"), (".whl", "application/zip"),
@@ -344,9 +345,12 @@ def uvicorn_config(app: Starlette, config: CoreConfig) -> uvicorn.Config:
     """uvicorn settings for Core. The WebSocket library refuses frames over four times
     the limit outright (close 1009) without buffering them; up to that, Core reads the
     frame and answers ``FRAME_TOO_LARGE``, keeping the connection. No permessage-deflate:
-    its zlib state costs ~50 KiB per connection, most of an idle session's memory."""
+    its zlib state costs ~50 KiB per connection, most of an idle session's memory. The
+    WebSocket protocol counts every frame and keeps no pongs for a client that does not
+    read (:mod:`.ws_limits`)."""
     return uvicorn.Config(
         app, host=config.host, port=config.port, log_level="warning", access_log=False,
+        ws=bounded_websocket(config),
         ws_max_size=4 * config.max_frame_bytes, ws_per_message_deflate=False, lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
     )
