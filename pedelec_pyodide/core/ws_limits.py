@@ -30,6 +30,7 @@ The app finds its connection's :class:`BoundedWebSocket` with :func:`frame_guard
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, ClassVar
 
 from starlette.types import Scope
@@ -259,14 +260,13 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         not read them now. Read them, before uvicorn queues the disconnect, so the app
         handles every frame that arrived."""
         sock = self.transport.get_extra_info("socket")
-        left = b""
+        left = bytearray()
         if sock is not None:
-            try:
-                with sock.dup() as raw:  # asyncio's own socket object takes no recv
-                    left = raw.recv(LEFT_BYTES)
-            except OSError:
-                pass
-        data = left if self._unread is None else self._unread[self._unread_at:] + left
+            # after a reset, each recv gives one segment at most
+            with contextlib.suppress(OSError), sock.dup() as raw:  # asyncio's takes no recv
+                while len(left) < LEFT_BYTES and (got := raw.recv(LEFT_BYTES - len(left))):
+                    left += got
+        data = bytes(left) if self._unread is None else self._unread[self._unread_at:] + left
         self._unread = None
         for at in range(0, len(data), SLICE_BYTES):  # the rate limit still applies
             if self._cut_off:
