@@ -262,7 +262,6 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         sock = self.transport.get_extra_info("socket")
         left = bytearray()
         if sock is not None:
-            # after a reset, each recv gives one segment at most
             with contextlib.suppress(OSError), sock.dup() as raw:  # asyncio's takes no recv
                 while len(left) < LEFT_BYTES and (got := raw.recv(LEFT_BYTES - len(left))):
                     left += got
