@@ -20,6 +20,7 @@ import struct
 import termios
 import threading
 import time
+from collections.abc import MutableMapping
 from typing import Any
 
 from corekit import WAIT, config, run, running_core, tool_meta
@@ -44,13 +45,13 @@ class ScriptedSocket:
 
     def __init__(self) -> None:
         self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.sent: list[dict[str, Any]] = []
+        self.sent: list[MutableMapping[str, Any]] = []
         self.gone = False
 
     async def receive(self) -> dict[str, Any]:
         return await self.inbox.get()
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: MutableMapping[str, Any]) -> None:
         if self.gone and message["type"] == "websocket.send":
             raise OSError("the page is gone")
         self.sent.append(message)

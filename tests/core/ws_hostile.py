@@ -65,14 +65,16 @@ class WsScale:
     fragments: int  # empty continuation frames after a first fragment
     pings: int  # pings (125-byte payloads) from a client that never reads
     pongs: int  # unsolicited pongs
-    pattern_seconds: float  # tools.update frames of patterns before hello, 100 a second
+    #: tools.update frames of patterns before hello, 100 a second (less than the default
+    #: hello deadline, 10 s: past it Core closes the connection)
+    pattern_seconds: float
     reloads: int  # pages that answer 15 of 40 calls and close, per way of closing
 
 
 QUICK_WS = WsScale("quick", sockets=40, fragments=200_000, pings=200_000, pongs=100_000,
                    pattern_seconds=2.0, reloads=10)
 FULL_WS = WsScale("full", sockets=600, fragments=1_000_000, pings=1_500_000,
-                  pongs=1_000_000, pattern_seconds=10.0, reloads=60)
+                  pongs=1_000_000, pattern_seconds=8.0, reloads=60)
 SCALE = FULL_WS if LONG else QUICK_WS
 #: hostile.py's measuring: probes per phase (the attack runs while they do), caps
 MEASURE = HOSTILE_FULL if LONG else QUICK
@@ -170,6 +172,13 @@ async def flood(sock: RawSocket, unit: bytes, count: int, first: bytes = b"") ->
     return sent
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) a process has used."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -247,11 +256,12 @@ def fragments_attack(first: bytes, unit: bytes, what: str) -> Callable[[Context]
 
     async def attack(ctx: Context) -> None:
         sock = await RawSocket.open(ctx.core.port)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds(ctx.core.pid)
         sent = await flood(sock, unit, SCALE.fragments, first)
         close = await sock.closed_by_core(ctx.scale.cap)
         ctx.notes.append(f"{what}: Core took {sent:,} of {SCALE.fragments:,} in "
-                         f"{time.perf_counter() - started:.2f} s; closed "
+                         f"{time.perf_counter() - started:.2f} s, "
+                         f"{cpu_seconds(ctx.core.pid) - cpu:.2f} s of its CPU; closed "
                          f"{close.code if close else 'without a close frame'}")
         if sent >= SCALE.fragments and close is None:
             ctx.failures.append(f"{what}: every frame taken, and no close from Core")
@@ -267,11 +277,13 @@ async def attack_pings_unread(ctx: Context) -> None:
     limit lets them all through: the buffered pongs are what is measured)."""
     sock = await RawSocket.open(ctx.core.port)
     baseline = open_fds(ctx.core.pid) - 1
+    cpu = cpu_seconds(ctx.core.pid)
     sent = await flood(sock, frame(Opcode.PING, b"q" * 125), SCALE.pings)
     ctx.mark_rss()
     back = await fds_back(ctx.core, baseline, ctx.scale.cap)
-    ctx.notes.append(f"Core took {sent:,} of {SCALE.pings:,} pings before the socket broke; "
-                     f"its socket gone {'-' if back is None else f'{back:.1f}'} s later")
+    ctx.notes.append(f"Core took {sent:,} of {SCALE.pings:,} pings before the socket broke "
+                     f"({cpu_seconds(ctx.core.pid) - cpu:.2f} s of its CPU); its socket gone "
+                     f"{'-' if back is None else f'{back:.1f}'} s later")
     if sent >= SCALE.pings:
         ctx.failures.append("Core took every ping from a client that reads nothing")
     if back is None:
@@ -282,9 +294,11 @@ async def attack_pings_unread(ctx: Context) -> None:
 async def attack_pongs(ctx: Context) -> None:
     """Unsolicited pongs, as fast as Core takes them."""
     sock = await RawSocket.open(ctx.core.port)
+    cpu = cpu_seconds(ctx.core.pid)
     sent = await flood(sock, frame(Opcode.PONG, b"r" * 16), SCALE.pongs)
     close = await sock.closed_by_core(ctx.scale.cap)
-    ctx.notes.append(f"Core took {sent:,} of {SCALE.pongs:,} pongs; closed "
+    ctx.notes.append(f"Core took {sent:,} of {SCALE.pongs:,} pongs "
+                     f"({cpu_seconds(ctx.core.pid) - cpu:.2f} s of its CPU); closed "
                      f"{close.code if close else 'without a close frame'}")
     if sent >= SCALE.pongs and close is None:
         ctx.failures.append("every pong taken, and no close from Core")
