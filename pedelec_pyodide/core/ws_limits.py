@@ -20,9 +20,10 @@ every byte) that adds, per connection:
   is closed, whatever the client sends meanwhile;
 - **closes that end**: a socket closed with bytes its client never reads is dropped
   after :data:`CLOSE_GRACE` seconds instead of waiting for it for ever;
-- **nothing received is lost**: a connection that breaks (a reset) while reading is
-  paused for the app leaves frames in the kernel that asyncio never reads; what is left
-  (at most :data:`LEFT_BYTES`) is read and handed to the app before the disconnect.
+- **nothing received is lost**: when a write meets the client's reset, asyncio drops
+  the socket with what the client sent before still unread in the kernel (not read yet,
+  or reading paused for the app); that (at most :data:`LEFT_BYTES`) is read and handed to
+  the app before the disconnect.
 
 The app finds its connection's :class:`BoundedWebSocket` with :func:`frame_guard`.
 """
@@ -217,6 +218,8 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         if closing and self.close_timer is not None:  # no answer to the close: drop it
             self.close_timer.cancel()
             self.close_timer = self.loop.call_later(self.close_timeout, self.transport.abort)
+            if self._unread is not None:  # uvicorn reads on for the answer: it may be here
+                self._feed()
 
     def handle_close(self, event: Frame) -> None:
         super().handle_close(event)
