@@ -200,7 +200,7 @@ async def main(rounds: int, calls: int) -> None:
     base = p50["ws echo"]
     print(f"{rounds} rounds x {calls} calls per variant, interleaved; p50 ratios:")
     for name, value in p50.items():
-        print(f"  {name:20s} {value / base:5.2f}x ws echo")
+        print(f"  {name:20s} {value / base:5.2f}x ws echo   (p50 {value * 1e6:7.1f} us)")
     print("Core's own cost, over the hops a control-API call cannot avoid:")
     print(f"  httpx client:   tool call / (http + ws echo) = "
           f"{p50['tool call'] / p50['http + ws echo']:.2f}x")

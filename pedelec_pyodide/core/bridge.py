@@ -3,8 +3,11 @@ socket and a :class:`~.connection.PageConnection`, which speaks the protocol.
 
 Here: the Origin check before the handshake (Core's own origin, plus the
 ``--allow-origin`` list; a request without Origin, i.e. not from a browser, is let in),
+the hello deadline (``--hello-timeout``, kept by the WebSocket protocol, :mod:`.ws_limits`,
+which also charges the frames that are not messages to the connection's rate limit),
 long frames parsed in a worker thread, the store's round trip before a first hello, and
-sending what the connection queues.
+sending what the connection queues. Every frame received before the socket closed is
+handled, even when sending to the page failed first: only Core's own close ends reading.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .connection import CLOSE_POLICY, PageConnection
 from .log import log_event
 from .offload import LARGE_CHARS
 from .sessions import Registry
+from .ws_limits import frame_guard
 
 # how long Core offers a close frame to a page before it stops waiting for the page to read
 CLOSE_WAIT = 10.0
@@ -53,7 +57,11 @@ class BridgeConnection:
     def __init__(self, websocket: WebSocket, registry: Registry) -> None:
         self.websocket = websocket
         self.registry = registry
-        self.page = PageConnection(registry, self)
+        #: the protocol under the socket: the rate limit it shares, the hello deadline
+        self.guard = frame_guard(websocket.scope)
+        self.page = PageConnection(registry, self, bucket=None if self.guard is None
+                                   else self.guard.bucket)
+        self._awaiting_hello = True
         self._flusher: asyncio.Task[None] | None = None
 
     # --- the Output side ----------------------------------------------------------------
@@ -96,11 +104,16 @@ class BridgeConnection:
             await websocket.close(code=CLOSE_POLICY)
             return
         await websocket.accept()
+        if self.guard is not None:
+            timeout = self.registry.config.hello_timeout
+            self.guard.start_deadline(timeout, "bridge.hello_timeout",
+                                      f"no hello within {timeout:g} s (--hello-timeout)")
         page = self.page
         try:
-            while page.open:
+            # not `page.open`: a failed send (the page is gone) leaves frames to read
+            while page.closing is None:
                 message = await websocket.receive()
-                if message["type"] == "websocket.disconnect" or not page.open:
+                if message["type"] == "websocket.disconnect" or page.closing is not None:
                     break
                 data = message.get("text")
                 if data is None:
@@ -119,7 +132,7 @@ class BridgeConnection:
         """:meth:`PageConnection.receive`, a long frame parsed in a worker thread (frames
         of one connection are still handled one after the other, in order)."""
         page = self.page
-        if len(data) <= PARSE_IN_THREAD_CHARS:
+        if len(data) <= PARSE_IN_THREAD_CHARS or page.refuses_unparsed(data):
             parsed = page.parse(data)
         else:
             parsed = await asyncio.get_running_loop().run_in_executor(
@@ -135,4 +148,9 @@ class BridgeConnection:
                     return False
             else:
                 page.new_id = await self.registry.new_session_id()
-        return page.receive(data, parsed)
+        going_on = page.receive(data, parsed)
+        if self._awaiting_hello and page.session is not None:  # a valid hello
+            self._awaiting_hello = False
+            if self.guard is not None:
+                self.guard.cancel_deadline()
+        return going_on

@@ -232,6 +232,11 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         help="frames per second a connection may send (default: 200)")
     parser.add_argument("--rate-burst", type=_positive(int), default=400, metavar="N",
                         help="frames a connection may send at once (default: 400)")
+    parser.add_argument("--hello-timeout", type=_positive(float),
+                        default=CoreConfig.hello_timeout, metavar="SECONDS",
+                        help="a WebSocket that has not opened its session with a valid hello "
+                        "within this is closed (1008), whatever else it sends "
+                        f"(default: {CoreConfig.hello_timeout:g})")
     parser.add_argument("--kept-results", type=_positive(int), default=64, metavar="N",
                         help="results of control-API and MCP tool calls kept per session for "
                         "GET .../tool-calls/ID and Idempotency-Key retries, oldest dropped "
@@ -286,6 +291,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         forwarded_allow_ips=tuple(ip for ips in args.forwarded_allow_ips for ip in ips),
         max_frame_bytes=args.max_frame_bytes, header_timeout=args.header_timeout,
         rate_limit=args.rate_limit, rate_burst=args.rate_burst,
+        hello_timeout=args.hello_timeout,
         tool_timeout_ms=args.tool_timeout, tool_timeouts_ms=dict(args.tool_timeouts),
         user_wait_limit=args.user_wait_limit, max_total_factor=args.max_total_factor,
         max_steps=args.max_steps, session_ttl=args.session_ttl,

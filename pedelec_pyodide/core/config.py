@@ -86,6 +86,8 @@ class CoreConfig:
     #: frames a connection may send per second, and the burst it may save up
     rate_limit: float = 200.0
     rate_burst: int = 400
+    #: seconds a WebSocket may stay open without a valid hello (``--hello-timeout``)
+    hello_timeout: float = 10.0
     #: a tool request's deadline unless the call or ``tool_timeouts_ms`` says otherwise
     tool_timeout_ms: int = 30_000
     tool_timeouts_ms: dict[str, int] = field(default_factory=dict)

@@ -7,7 +7,8 @@ carries the frames between it and a WebSocket. Per connection: a frame-size limi
 rate limit (a token bucket: over it a frame is refused with ``RATE_LIMITED``; a flood
 that goes on is cut off with close code 1008), a bound on the frames queued for a page
 that does not read them, and the protocol itself. Every bad frame gets an ``error``
-frame; the connection stays open.
+frame; the connection stays open. Before ``hello``, Core reads no more of a frame than
+its leading ``type``: anything but a hello is refused ``HELLO_REQUIRED`` unparsed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .. import protocol
 from ..protocol import ProtocolError
 from ..results import TOOL_RESULT_TOO_LARGE, tool_error
 from .log import log_event
+from .ratelimit import TokenBucket
 from .sessions import (
     DUPLICATE_HELLO,
     HELLO_REQUIRED,
@@ -49,6 +51,20 @@ RESULT_ENVELOPE_BYTES = 1024
 # the request or turn it was for ends now rather than waiting for ever
 _RESULT_FRAME = re.compile(r'\{"type":"tool\.result","toolRequestId":"([0-9A-Za-z_-]{1,128})"')
 _TURN_START_FRAME = re.compile(r'\{"type":"turn\.start","turnId":"([0-9A-Za-z_-]{1,128})"')
+#: before hello, the most of a frame Core looks at (characters, or bytes of a binary frame)
+PEEK_CHARS = 256
+# a frame's leading "type" member, JSON whitespace allowed: all Core reads before hello
+_LEADING_TYPE = re.compile(r'[ \t\n\r]*\{[ \t\n\r]*"type"[ \t\n\r]*:[ \t\n\r]*'
+                           r'"([0-9A-Za-z._-]{1,64})"')
+
+
+def leading_type(data: str | bytes) -> str | None:
+    """The ``type`` a frame starts with (``{"type":"hello",...``), from its first
+    :data:`PEEK_CHARS` only; None when it does not start so."""
+    head = data[:PEEK_CHARS]
+    found = _LEADING_TYPE.match(head if isinstance(head, str)
+                                else head.decode("utf-8", "replace"))
+    return found.group(1) if found else None
 
 
 class Output(Protocol):
@@ -75,23 +91,23 @@ class PageConnection:
     """Speaks protocol v1 with one page; a :class:`~.sessions.Connection` for its session."""
 
     def __init__(self, registry: Registry, output: Output,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 bucket: TokenBucket | None = None) -> None:
         self.registry = registry
         self._output = output
-        self._clock = clock
         config = registry.config
         self.max_bytes = config.max_frame_bytes
-        self.rate = config.rate_limit
-        self.burst = float(config.rate_burst)
-        self.tokens = self.burst
-        self.refilled = clock()
+        #: the rate limit; shared with the WebSocket protocol under the connection, which
+        #: charges the frames that are not messages (bridge.py)
+        self.bucket = bucket or TokenBucket(config.rate_limit, float(config.rate_burst), clock)
         self.session: CoreSession | None = None
         self._outbox: deque[str] = deque()
         self.max_queued = config.max_queued_bytes
         self._queued = 0  # bytes of memory the outbox holds
         #: the close to send once the outbox is empty
         self.closing: tuple[int, str] | None = None
-        #: False once frames no longer go out (and the page's frames no longer count)
+        #: False once frames no longer go out (the page's frames, already received, still
+        #: count until Core closes the connection: ``closing``)
         self.open = True
         self._took_over = False  # this connection has asked for a take-over already
         #: the id (and lease) of the session it may create, from the store (bridge.py)
@@ -168,9 +184,20 @@ class PageConnection:
             self.session.detach(self)
             log_event("bridge.disconnected", session=self.session.id)
 
+    def refuses_unparsed(self, data: str | bytes) -> bool:
+        """Before hello, a frame that does not start as one (``{"type":"hello"``) is
+        refused unparsed: a stranger's frame costs Core a look at its first characters,
+        whatever it holds (:meth:`parse` answers it ``HELLO_REQUIRED`` at once)."""
+        return self.session is None and leading_type(data) != "hello"
+
     def parse(self, data: str | bytes) -> Parsed:
         """``data`` checked and decoded; reads only the limits, so a worker thread may
         run it (bridge.py does for long frames)."""
+        if self.refuses_unparsed(data):
+            kind = leading_type(data)
+            return Parsed(ProtocolError(HELLO_REQUIRED, f"send hello before {kind!r}" if kind
+                                        else "send hello first; before hello, Core reads "
+                                        "no more of a frame than its leading \"type\""))
         text = data if isinstance(data, str) else ""
         limit = self.max_bytes + (RESULT_ENVELOPE_BYTES if _RESULT_FRAME.match(text) else 0)
         try:
@@ -200,12 +227,14 @@ class PageConnection:
             charge = self._charge()
             if charge == "ok":  # a turn.start refused names its turn: the page fails it
                 turn_of = _TURN_START_FRAME.match(text)
-                # logged only when answered: a flood is cut by the rate limit, not logged
-                log_event("bridge.frame_refused",
-                          session=None if self.session is None else self.session.id,
-                          code=exc.code, bytes=len(data) if isinstance(data, bytes)
-                          else protocol.frame_size(text),
-                          turn=turn_of.group(1) if turn_of else None)
+                # logged only when answered: a flood is cut by the rate limit, not logged;
+                # before hello, a refusal costs no more than the look at the type
+                if exc.code != HELLO_REQUIRED:
+                    log_event("bridge.frame_refused",
+                              session=None if self.session is None else self.session.id,
+                              code=exc.code, bytes=len(data) if isinstance(data, bytes)
+                              else protocol.frame_size(text),
+                              turn=turn_of.group(1) if turn_of else None)
                 self.send(protocol.error_frame(
                     exc.code, exc.message, turn_id=turn_of.group(1) if turn_of else None))
             return charge != "cut"
@@ -219,19 +248,18 @@ class PageConnection:
 
     def _charge(self) -> str:
         """The rate limit: ``ok``, ``refused`` (an error frame went out) or ``cut``."""
-        now = self._clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
-        self.refilled = now
-        self.tokens -= 1.0
-        if self.tokens >= 0:
+        bucket = self.bucket
+        tokens = bucket.take()
+        if tokens >= 0:
             return "ok"
-        if self.tokens < -self.burst:
+        if bucket.flooded(tokens):
             log_event("bridge.flood", session=None if self.session is None else self.session.id)
             self.close(CLOSE_POLICY, "rate limit exceeded")
             return "cut"
         self.send(protocol.error_frame(
             RATE_LIMITED,
-            f"more than {self.rate:g} frames per second (burst {self.burst:g}); frame dropped",
+            f"more than {bucket.rate:g} frames per second (burst {bucket.burst:g}); "
+            "frame dropped",
         ))
         return "refused"
 

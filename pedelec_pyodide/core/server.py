@@ -60,6 +60,7 @@ from .snapshot import (
 )
 from .store import PRUNE_SECONDS, RECENT_TURNS, Store, check_reachable, open_store
 from .turns import restore
+from .ws_limits import bounded_websocket
 
 for _suffix, _type in ((".mjs", "text/javascript"), (".js", "text/javascript"),
                        (".wasm", "application/wasm"), (".whl", "application/zip"),
@@ -386,9 +387,12 @@ def uvicorn_config(app: Starlette, config: CoreConfig) -> uvicorn.Config:
     (:mod:`.accept`). The WebSocket library refuses frames over four times
     the limit outright (close 1009) without buffering them; up to that, Core reads the
     frame and answers ``FRAME_TOO_LARGE``, keeping the connection. No permessage-deflate:
-    its zlib state costs ~50 KiB per connection, most of an idle session's memory."""
+    its zlib state costs ~50 KiB per connection, most of an idle session's memory. The
+    WebSocket protocol counts every frame and keeps no pongs for a client that does not
+    read (:mod:`.ws_limits`)."""
     return uvicorn.Config(
         app, host=config.host, port=config.port, log_level="warning", access_log=False,
+        ws=bounded_websocket(config),
         ws_max_size=4 * config.max_frame_bytes, ws_per_message_deflate=False, lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
         http=bounded_http(config.header_timeout), loop=f"{accept.__name__}:new_event_loop",

@@ -75,8 +75,9 @@ frame("deep-object-200", "objects nested 200 deep", {"make": "nested", "depth": 
       "open": "{"}, "FRAME_TOO_DEEP")
 frame("deep-unbalanced", "60,000 opening brackets, never closed",
       {"make": "repeat", "unit": "[", "count": 60_000}, "FRAME_TOO_DEEP")
+# before hello, Core reads no more of a frame than its leading type: refused unparsed
 frame("deep-before-hello", "a deeply nested frame before hello",
-      {"make": "nested", "depth": 5000, "open": "["}, "FRAME_TOO_DEEP", stage="before_hello")
+      {"make": "nested", "depth": 5000, "open": "["}, "HELLO_REQUIRED", stage="before_hello")
 
 # size (Core in these tests: max_frame_bytes = 65536; over 4x is closed unread with 1009)
 for kind, size in (("just-over", 65_537), ("double", 131_072), ("triple", 200_000)):
@@ -127,7 +128,7 @@ for body in (
     frame(f"wrong-direction-{body['type']}", f"{body['type']} sent to Core", {"json": body},
           "WRONG_DIRECTION")
     frame(f"wrong-direction-{body['type']}-before-hello", f"{body['type']} before hello",
-          {"json": body}, "WRONG_DIRECTION", stage="before_hello")
+          {"json": body}, "HELLO_REQUIRED", stage="before_hello")
 frame("wrong-direction-minimal", "a bare {type: welcome} (no fields) is still the wrong way",
       {"json": {"type": "welcome"}}, "WRONG_DIRECTION")
 
@@ -260,6 +261,20 @@ for kind in ("tools.update", "turn.start", "tool.result", "turn.cancel"):
     body = {**GOOD[kind]}
     frame(f"before-hello-{kind}", f"{kind} before hello", {"json": body}, "HELLO_REQUIRED",
           "before_hello")
+frame("before-hello-type-last", "a tools.update whose type comes last, before hello",
+      {"json": {"tools": [META], "type": "tools.update"}}, "HELLO_REQUIRED", "before_hello")
+frame("before-hello-hello-type-last", "a hello whose type is not its first member (before "
+      "hello Core reads a leading type only)",
+      {"json": {"protocol": 1, "tools": [META], "type": "hello"}}, "HELLO_REQUIRED",
+      "before_hello")
+frame("before-hello-hello-escaped", "a hello whose type is spelt with an escape",
+      {"text": '{"type":"hell\\u006f","protocol":1,"tools":[]}'}, "HELLO_REQUIRED",
+      "before_hello")
+frame("before-hello-binary-update", "a binary tools.update before hello",
+      {"bytes_hex": json.dumps({"type": "tools.update", "tools": [META]}).encode().hex()},
+      "HELLO_REQUIRED", "before_hello")
+frame("before-hello-not-json", "text that is not JSON before hello", {"text": "not json"},
+      "HELLO_REQUIRED", "before_hello")
 frame("hello-twice", "a second hello on one connection", {"json": GOOD["hello"]},
       "DUPLICATE_HELLO")
 frame("hello-twice-resume", "a second hello, resuming another session, on an open one",

@@ -1,0 +1,276 @@
+"""The WebSocket protocol under the bridge: uvicorn's websockets (Sans-I/O) protocol,
+bounded frame by frame.
+
+uvicorn hands the app whole messages; what it does below them costs Core as much, and
+the app never sees it: it answers every ping at once, into a write buffer that grows
+without bound for a client that does not read, and it parses every frame of a read (up
+to 256 KiB: some 40,000 empty fragments, ~0.1 s) in one step of the event loop.
+:class:`BoundedWebSocket` is a thin subclass of uvicorn's class (websockets still parses
+every byte) that adds, per connection:
+
+- **every frame counts**: pings, pongs and continuation frames are charged to the
+  connection's rate limit, the :class:`~.ratelimit.TokenBucket` the app charges its
+  messages to; past the limit's cut-off the connection is closed (1008);
+- **no buffered pongs**: a ping from a client whose write buffer is over its high-water
+  mark (it does not read what Core sends) closes the connection, its socket dropped;
+- **a bounded step**: a read is parsed in slices of :data:`SLICE_BYTES`, and parsing
+  stops once a message waits for the app, until the app takes it (uvicorn's own
+  back-pressure, slice by slice instead of read by read);
+- **a deadline** the app may set (the bridge's hello deadline): past it the connection
+  is closed, whatever the client sends meanwhile;
+- **closes that end**: a socket closed with bytes its client never reads is dropped
+  after :data:`CLOSE_GRACE` seconds instead of waiting for it for ever;
+- **nothing received is lost**: when a write meets the client's reset, asyncio drops
+  the socket with what the client sent before still unread in the kernel (not read yet,
+  or reading paused for the app); that (at most :data:`LEFT_BYTES`) is read and handed to
+  the app before the disconnect.
+
+The app finds its connection's :class:`BoundedWebSocket` with :func:`frame_guard`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, ClassVar
+
+from starlette.types import Scope
+from uvicorn._types import ASGIReceiveEvent, ASGISendEvent
+from uvicorn.config import Config
+from uvicorn.protocols.utils import ClientDisconnected
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from uvicorn.server import ServerState
+from websockets.frames import Frame
+from websockets.http11 import Request
+
+from .config import CoreConfig
+from .connection import CLOSE_POLICY
+from .log import log_event
+from .ratelimit import TokenBucket
+
+#: the most of a read parsed in one step (4 KiB: ~700 of the smallest frames, ~2 ms)
+SLICE_BYTES = 4096
+#: seconds a closing socket may keep bytes its client does not read
+CLOSE_GRACE = 5.0
+#: the most read from a broken connection's kernel buffer (a reloading page's last results)
+LEFT_BYTES = 64 * 1024
+#: where the app's scope holds the guard (``scope["extensions"][EXTENSION]["guard"]``)
+EXTENSION = "pedelec.frames"
+
+
+def frame_guard(scope: Scope) -> BoundedWebSocket | None:
+    """The :class:`BoundedWebSocket` under this WebSocket scope (None under a protocol
+    of another kind: Core served other than by :func:`~.server.uvicorn_config`)."""
+    guard = (scope.get("extensions") or {}).get(EXTENSION, {}).get("guard")
+    return guard if isinstance(guard, BoundedWebSocket) else None
+
+
+def bounded_websocket(config: CoreConfig) -> type[BoundedWebSocket]:
+    """The protocol class for uvicorn's ``ws=``, with Core's rate limit."""
+
+    class Configured(BoundedWebSocket):
+        rate = config.rate_limit
+        burst = float(config.rate_burst)
+
+    return Configured
+
+
+class BoundedWebSocket(WebSocketsSansIOProtocol):
+    """uvicorn's websockets protocol with every frame counted (see the module)."""
+
+    rate: ClassVar[float] = 200.0
+    burst: ClassVar[float] = 400.0
+
+    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        #: the connection's rate limit, which the app charges its messages to
+        self.bucket = TokenBucket(self.rate, self.burst)
+        self._unread: bytes | None = None  # what a read brought that is not parsed yet
+        self._unread_at = 0
+        self._deadline: asyncio.TimerHandle | None = None
+        self._reaper: asyncio.TimerHandle | None = None
+        self._cut_off = False  # closed here: nothing more is parsed
+        self._lost = False  # the socket is gone: what is left is read, nothing written
+
+    # --- what the app may set ----------------------------------------------------------
+
+    def start_deadline(self, seconds: float, event: str, reason: str) -> None:
+        """Close the connection (1008 ``reason``, logged as ``event``) in ``seconds``
+        unless :meth:`cancel_deadline` comes first."""
+        self.cancel_deadline()
+        self._deadline = self.loop.call_later(seconds, self._expire, event, reason)
+
+    def cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expire(self, event: str, reason: str) -> None:
+        self._deadline = None
+        if not self._cut_off and not self.transport.is_closing():
+            log_event(event)
+            self._cut(reason)
+
+    # --- reading, slice by slice ---------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self._unread is None:
+            if len(data) <= SLICE_BYTES:
+                super().data_received(data)
+                return
+            self._unread, self._unread_at = data, 0
+        else:  # reads resumed while a slice waited (the app closed): keep the order
+            self._unread = self._unread[self._unread_at:] + data
+            self._unread_at = 0
+        self._feed()
+
+    def _feed(self) -> None:
+        """Parse what waits, a slice at a time, until a message waits for the app."""
+        data, at = self._unread, self._unread_at
+        assert data is not None
+        transport = self.transport
+        while at < len(data) and not self.read_paused and not transport.is_closing():
+            super().data_received(data[at:at + SLICE_BYTES])
+            at += SLICE_BYTES
+        if at >= len(data) or transport.is_closing():
+            self._unread = None
+        else:  # reading stays paused (uvicorn paused it for the message) until receive()
+            self._unread_at = at
+
+    async def receive(self) -> ASGIReceiveEvent:
+        message = await self.queue.get()
+        if self.read_paused and self.queue.empty():
+            self.read_paused = False
+            if self._unread is not None:
+                self._feed()
+            if not self.read_paused:
+                self.transport.resume_reading()
+        return message
+
+    # --- frames the app never sees --------------------------------------------------------
+
+    def handle_cont(self, event: Frame) -> None:
+        if self._counted():
+            super().handle_cont(event)
+
+    def handle_ping(self) -> None:
+        if not self._counted() or self._lost:
+            return
+        if not self.writable.is_set():  # over the high-water mark: it does not read
+            log_event("bridge.not_reading", pong=True,
+                      buffered=self.transport.get_write_buffer_size())
+            self._cut("not reading: no pongs are buffered for a client that does not read")
+            return
+        super().handle_ping()
+
+    def handle_pong(self, event: Frame) -> None:
+        if self._counted():
+            super().handle_pong(event)
+
+    def _counted(self) -> bool:
+        """Charge one frame to the rate limit; False when the connection is (now) cut."""
+        if self._cut_off:
+            return False
+        bucket = self.bucket
+        if bucket.flooded(bucket.take()):
+            log_event("bridge.flood", frames="control or continuation")
+            self._cut("rate limit exceeded")
+            return False
+        return True
+
+    def _cut(self, reason: str) -> None:
+        """Close now: a close frame (1008) for a client that reads, and the socket in any
+        case (dropped at once if bytes are still unsent: the client does not read)."""
+        self._unread = None
+        self._cut_off = self.close_sent = True
+        self.conn.fail(CLOSE_POLICY, reason)
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": CLOSE_POLICY,
+                               "reason": reason})
+        if self._lost:
+            return
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        if self.transport.get_write_buffer_size():
+            self.transport.abort()
+        else:
+            self.transport.close()
+
+    # --- closes that end ----------------------------------------------------------------
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)
+        if self.response.status_code == 101:  # the app runs: it may find the guard
+            self.scope["extensions"][EXTENSION] = {"guard": self}
+
+    async def send(self, message: ASGISendEvent) -> None:
+        if message["type"] == "websocket.send" and self.transport.is_closing():
+            raise ClientDisconnected  # the socket is going (asyncio logs every such write)
+        closing = message["type"] == "websocket.close" and self.handshake_complete
+        if closing and not self.writable.is_set():
+            # the close frame would wait behind bytes the client does not read
+            try:
+                await asyncio.wait_for(self.writable.wait(), CLOSE_GRACE)
+            except TimeoutError:
+                self.close_sent = True
+                self.transport.abort()
+                return
+        await super().send(message)
+        if closing and self.close_timer is not None:  # no answer to the close: drop it
+            self.close_timer.cancel()
+            self.close_timer = self.loop.call_later(self.close_timeout, self.transport.abort)
+            if self._unread is not None:  # uvicorn reads on for the answer: it may be here
+                self._feed()
+
+    def handle_close(self, event: Frame) -> None:
+        super().handle_close(event)
+        self._reap()
+
+    def handle_parser_exception(self) -> None:
+        super().handle_parser_exception()
+        self._reap()
+
+    def keepalive_timeout(self) -> None:
+        super().keepalive_timeout()
+        self._reap()
+
+    async def run_asgi(self) -> None:
+        await super().run_asgi()
+        self._reap()
+
+    def _reap(self) -> None:
+        """uvicorn closed the transport: one with bytes unsent waits for its client to
+        read them, which a client that does not read never does."""
+        transport = self.transport
+        if (self._reaper is None and transport.is_closing()
+                and transport.get_write_buffer_size()):
+            self._reaper = self.loop.call_later(CLOSE_GRACE, transport.abort)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        if exc is not None and self.handshake_complete and not self._cut_off:
+            self._read_what_is_left()
+        self._unread = None
+        self.cancel_deadline()
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
+        super().connection_lost(exc)
+
+    def _read_what_is_left(self) -> None:
+        """The socket broke (a write met the client's reset): frames the client sent
+        before may still be in the kernel (Linux keeps them readable after a reset), not
+        yet read, or not read because reading was paused for the app, and asyncio will
+        not read them now. Read them, before uvicorn queues the disconnect, so the app
+        handles every frame that arrived."""
+        sock = self.transport.get_extra_info("socket")
+        left = bytearray()
+        if sock is not None:
+            with contextlib.suppress(OSError), sock.dup() as raw:  # asyncio's takes no recv
+                while len(left) < LEFT_BYTES and (got := raw.recv(LEFT_BYTES - len(left))):
+                    left += got
+        data = bytes(left) if self._unread is None else self._unread[self._unread_at:] + left
+        self._unread = None
+        for at in range(0, len(data), SLICE_BYTES):  # the rate limit still applies
+            if self._cut_off:
+                break
+            super().data_received(data[at:at + SLICE_BYTES])
