@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from starlette.websockets import WebSocket
 
 from .. import protocol
+from .clients import client_key
 from .connection import CLOSE_POLICY, PageConnection
 from .log import log_event
 from .offload import LARGE_CHARS
@@ -53,7 +54,9 @@ class BridgeConnection:
     def __init__(self, websocket: WebSocket, registry: Registry) -> None:
         self.websocket = websocket
         self.registry = registry
-        self.page = PageConnection(registry, self)
+        address = websocket.client
+        self.page = PageConnection(registry, self,
+                                   client=client_key(None if address is None else address.host))
         self._flusher: asyncio.Task[None] | None = None
 
     # --- the Output side ----------------------------------------------------------------
@@ -94,6 +97,7 @@ class BridgeConnection:
             log_event("bridge.origin_refused", origin=websocket.headers.get("origin"),
                       host=websocket.headers.get("host"))
             await websocket.close(code=CLOSE_POLICY)
+            self.page.disconnected()
             return
         await websocket.accept()
         page = self.page
@@ -119,9 +123,8 @@ class BridgeConnection:
         """:meth:`PageConnection.receive`, a long frame parsed in a worker thread (frames
         of one connection are still handled one after the other, in order)."""
         page = self.page
-        if len(data) <= PARSE_IN_THREAD_CHARS:
-            parsed = page.parse(data)
-        else:
+        parsed = page.parse_on_loop(data) if len(data) <= PARSE_IN_THREAD_CHARS else None
+        if parsed is None:  # long, or many new regular expressions to check
             parsed = await asyncio.get_running_loop().run_in_executor(
                 _PARSER, page.parse, data)
         hello = page.first_hello(parsed)

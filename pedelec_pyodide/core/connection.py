@@ -6,8 +6,10 @@ sockets, no Starlette, no waiting; the time comes from an injected clock. bridge
 carries the frames between it and a WebSocket. Per connection: a frame-size limit, a
 rate limit (a token bucket: over it a frame is refused with ``RATE_LIMITED``; a flood
 that goes on is cut off with close code 1008), a bound on the frames queued for a page
-that does not read them, and the protocol itself. Every bad frame gets an ``error``
-frame; the connection stays open.
+that does not read them (and on those of all connections together: outboxes.py), and the
+protocol itself. Per client address (clients.py): the new regular expressions in its tool
+metadata that Core checks per second. Every bad frame gets an ``error`` frame; the
+connection stays open.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from .. import protocol
 from ..protocol import ProtocolError
 from ..results import TOOL_RESULT_TOO_LARGE, tool_error
+from ..schemas import PatternsOverBudget, charging_patterns
+from .clients import TokenBucket
 from .log import log_event
 from .sessions import (
     DUPLICATE_HELLO,
@@ -49,6 +53,13 @@ RESULT_ENVELOPE_BYTES = 1024
 # the request or turn it was for ends now rather than waiting for ever
 _RESULT_FRAME = re.compile(r'\{"type":"tool\.result","toolRequestId":"([0-9A-Za-z_-]{1,128})"')
 _TURN_START_FRAME = re.compile(r'\{"type":"turn\.start","turnId":"([0-9A-Za-z_-]{1,128})"')
+#: characters of new regular expressions a frame parsed on the event loop may have
+#: checked there (~3 ms at worst); a frame with more is parsed again in a worker thread
+LOOP_PATTERN_CHARS = 2048
+
+
+class _OffLoop(Exception):
+    """A frame parsed on the event loop holds more new patterns than the loop takes."""
 
 
 class Output(Protocol):
@@ -75,20 +86,22 @@ class PageConnection:
     """Speaks protocol v1 with one page; a :class:`~.sessions.Connection` for its session."""
 
     def __init__(self, registry: Registry, output: Output,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, client: str) -> None:
         self.registry = registry
         self._output = output
-        self._clock = clock
         config = registry.config
         self.max_bytes = config.max_frame_bytes
-        self.rate = config.rate_limit
-        self.burst = float(config.rate_burst)
-        self.tokens = self.burst
-        self.refilled = clock()
+        self._frames = TokenBucket(config.rate_limit, float(config.rate_burst), clock)
+        #: the client (clients.client_key) this connection is from
+        self.client = client
+        # its client's budget for checking new regular expressions, until disconnected
+        self._patterns: TokenBucket | None = registry.patterns.open(client)
         self.session: CoreSession | None = None
         self._outbox: deque[str] = deque()
         self.max_queued = config.max_queued_bytes
-        self._queued = 0  # bytes of memory the outbox holds
+        # bytes of memory the outbox holds, with the frame being sent (next_frame)
+        self._queued = 0
+        self._sending = 0  # of which the frame being sent
         #: the close to send once the outbox is empty
         self.closing: tuple[int, str] | None = None
         #: False once frames no longer go out (and the page's frames no longer count)
@@ -104,27 +117,55 @@ class PageConnection:
             return
         size = sys.getsizeof(frame)
         if self._queued and self._queued + size > self.max_queued:  # one frame always fits
-            self._not_reading(size)
+            self._cut_off(CLOSE_POLICY, f"not reading: over {self.max_queued} bytes queued "
+                          "(--max-queued-bytes)", "connection", size)
+            return
+        if not self.registry.outboxes.make_room(self, size):
+            self.shed()
             return
         self._queued += size
         self._outbox.append(frame)
         self._output.wake()
 
-    def _not_reading(self, size: int) -> None:
-        """The page does not read what Core sends: close its connection rather than
-        buffer for it. Its session is detached now and waits for a resume (what it
-        missed, pending requests and turn ends, is sent again then)."""
+    @property
+    def queued(self) -> int:
+        """Bytes of memory queued for the page (outboxes.Holder)."""
+        return self._queued
+
+    def shed(self) -> None:
+        """Core's queues for all connections are full and this one holds the most."""
+        limit = self.registry.outboxes.limit
+        self._cut_off(protocol.CLOSE_TRY_AGAIN, f"Core's queues are full (over {limit} bytes "
+                      "for all connections, --max-queued-total-bytes) and this connection "
+                      "held the most", "all", 0)
+
+    def _cut_off(self, code: int, reason: str, bound: Literal["connection", "all"],
+                 frame: int) -> None:
+        """The page does not read what Core sends (or reads too little of it): close its
+        connection rather than buffer for it. Its session is detached now and waits for
+        a resume (what it missed, pending requests and turn ends, is sent again then).
+        ``bound``: whose queue was full, this connection's or all connections'."""
         session = self.session
         log_event("bridge.not_reading", session=None if session is None else session.id,
-                  queued=self._queued, frame=size)
-        self._outbox.clear()
-        self._queued = 0
-        self.closing = (CLOSE_POLICY, f"not reading: over {self.max_queued} bytes queued "
-                        "(--max-queued-bytes)")
+                  queued=self._queued, frame=frame or None, bound=bound)
+        self._drop_outbox()
+        self.closing = (code, reason)
         self.open = False  # the receive loop stops at the next frame
         if session is not None:
             session.detach(self)
         self._output.abort()
+
+    def _drop_outbox(self) -> None:
+        self._outbox.clear()
+        self.registry.outboxes.release(self, self._set_queued(0))
+
+    def _set_queued(self, queued: int) -> int:
+        """``_queued`` set to ``queued``; the bytes given back."""
+        given_back = self._queued - queued
+        self._queued = queued
+        if not queued:
+            self._sending = 0
+        return given_back
 
     def close(self, code: int, reason: str) -> None:
         if not self.open or self.closing is not None:
@@ -135,18 +176,29 @@ class PageConnection:
     # --- the output side (the serve loop calls these) -----------------------------------
 
     def next_frame(self) -> str | None:
-        """The next frame to send, or None when the outbox is empty."""
-        if not self._outbox:
-            return None
-        frame = self._outbox.popleft()
-        self._queued -= sys.getsizeof(frame)
+        """The next frame to send, or None when the outbox is empty. The frame handed
+        out last has been sent by then: its bytes are given back now (until then, while
+        the socket waits for the page to read, they count as queued)."""
+        sent = self._sending
+        self._sending = 0
+        if self._outbox:
+            frame = self._outbox.popleft()
+            self._sending = sys.getsizeof(frame)
+        else:
+            frame = None
+        self.registry.outboxes.release(self, self._set_queued(self._queued - sent))
         return frame
 
     def ended(self) -> None:
         """No more frames go out: the close went, or the page is gone."""
         self.open = False
-        self._outbox.clear()
-        self._queued = 0
+        self._drop_outbox()
+        self._release_client()
+
+    def _release_client(self) -> None:
+        if self._patterns is not None:
+            self._patterns = None
+            self.registry.patterns.close(self.client)
 
     # --- the input side -----------------------------------------------------------------
 
@@ -164,19 +216,54 @@ class PageConnection:
     def disconnected(self) -> None:
         """The page's socket is closed: its session waits for a resume."""
         self.open = False
+        self._release_client()
         if self.session is not None:
             self.session.detach(self)
             log_event("bridge.disconnected", session=self.session.id)
 
+    def parse_on_loop(self, data: str | bytes) -> Parsed | None:
+        """:meth:`parse` on the event loop, or None when the frame holds more new
+        regular expressions than the loop checks (:data:`LOOP_PATTERN_CHARS`): then it
+        must be parsed in a worker thread (what it checked so far is not checked again)."""
+        checked = 0
+
+        def loop_charge(characters: int) -> None:
+            nonlocal checked
+            checked += characters
+            if checked > LOOP_PATTERN_CHARS:
+                raise _OffLoop
+            self._charge_patterns(characters)
+
+        try:
+            return self._parse(data, loop_charge)
+        except _OffLoop:
+            return None
+
     def parse(self, data: str | bytes) -> Parsed:
-        """``data`` checked and decoded; reads only the limits, so a worker thread may
-        run it (bridge.py does for long frames)."""
+        """``data`` checked and decoded; reads only the limits and thread-safe budgets,
+        so a worker thread may run it (bridge.py does for long frames)."""
+        return self._parse(data, self._charge_patterns)
+
+    def _charge_patterns(self, characters: int) -> None:
+        """A new regular expression is to be checked: its client pays, or the frame is
+        refused."""
+        budget = self._patterns
+        if budget is not None and not budget.take(characters):
+            raise PatternsOverBudget(
+                f"more than {budget.rate:g} characters of new regular expressions per "
+                f"second (burst {budget.burst:g}) from this client (--pattern-rate); frame "
+                "dropped")
+
+    def _parse(self, data: str | bytes, charge: Callable[[int], None]) -> Parsed:
         text = data if isinstance(data, str) else ""
         limit = self.max_bytes + (RESULT_ENVELOPE_BYTES if _RESULT_FRAME.match(text) else 0)
         try:
-            message = protocol.parse_client_frame(data, max_bytes=limit)
+            with charging_patterns(charge):
+                message = protocol.parse_client_frame(data, max_bytes=limit)
         except ProtocolError as exc:
             return Parsed(exc)
+        except PatternsOverBudget as exc:
+            return Parsed(ProtocolError(RATE_LIMITED, str(exc)))
         if isinstance(message, protocol.Hello):
             return Parsed(message, dump_json(message.tools), dump_json(message.client or {}))
         if isinstance(message, protocol.ToolsUpdate):
@@ -219,19 +306,18 @@ class PageConnection:
 
     def _charge(self) -> str:
         """The rate limit: ``ok``, ``refused`` (an error frame went out) or ``cut``."""
-        now = self._clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
-        self.refilled = now
-        self.tokens -= 1.0
-        if self.tokens >= 0:
+        frames = self._frames
+        tokens = frames.spend(1.0)
+        if tokens >= 0:
             return "ok"
-        if self.tokens < -self.burst:
+        if tokens < -frames.burst:
             log_event("bridge.flood", session=None if self.session is None else self.session.id)
             self.close(CLOSE_POLICY, "rate limit exceeded")
             return "cut"
         self.send(protocol.error_frame(
             RATE_LIMITED,
-            f"more than {self.rate:g} frames per second (burst {self.burst:g}); frame dropped",
+            f"more than {frames.rate:g} frames per second (burst {frames.burst:g}); frame "
+            "dropped",
         ))
         return "refused"
 
@@ -320,7 +406,7 @@ class PageConnection:
             metadata = page_metadata(hello.tools, parsed.tools_json, parsed.client_json,
                                      registry.config.max_metadata_bytes)
             if hello.session_id is None:
-                session = registry.create(metadata, self.new_id)
+                session = registry.create(metadata, self.client, self.new_id)
         except SessionRefused as exc:
             self.send(protocol.error_frame(exc.code, exc.message))
             if exc.code == TOO_MANY_SESSIONS:
@@ -329,7 +415,7 @@ class PageConnection:
         if hello.session_id is None:
             resumed = False
         else:
-            found = registry.resume(hello.session_id, hello.resume_token)
+            found = registry.resume(hello.session_id, hello.resume_token, self.client)
             if found is None:
                 log_event("session.resume_refused")
                 self.send(protocol.error_frame(

@@ -6,9 +6,11 @@ resumed by id and token. Results are keyed by ``toolRequestId``: each pending re
 resolved exactly once (by the page's result, its deadline, a cancellation or expiry);
 whatever arrives after that is refused with an ``error`` frame and changes nothing.
 
-Memory is bounded per session and in all: ``max_sessions`` (a new page takes the place of
-the session disconnected longest), metadata as JSON text of at most ``max_metadata_bytes``,
-``max_pending`` requests; the agent's history is bounded in turns.py.
+Memory is bounded per session, per client and in all: ``max_sessions`` in all and
+``max_sessions_per_client`` per client address (a new page may take the place of its own
+client's session disconnected longest, never another client's), metadata as JSON text
+of at most ``max_metadata_bytes``, ``max_pending`` requests, the texts of ended turns;
+the agent's history is bounded in turns.py.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from .. import protocol
 from ..results import INVALID_ARGS, TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
 from ..text import excerpt
 from .agent import Agent
+from .clients import PatternBudgets
 from .clock import Timer
 from .config import CoreConfig
 from .idempotency import CallerMemory
 from .log import log_event
+from .outboxes import Outboxes
 from .store import (
     RECENT_TURNS,
     STORE_FAILED,
@@ -429,6 +433,9 @@ class CoreSession:
         # when the page's connection went away (epoch seconds); None while it is connected
         # and before its first connection
         self.disconnected_at: float | None = None
+        #: the client (clients.client_key) it counts for: the one whose hello made it, or
+        #: for a session restored from the store, the first to resume it (None until then)
+        self.client: str | None = None
 
     @property
     def id(self) -> str:
@@ -476,7 +483,7 @@ class CoreSession:
         previous = self.connection
         self.connection = connection
         self.disconnected_at = None
-        self.registry.disconnected.pop(self.id, None)
+        self.registry.waits_no_more(self)
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
@@ -512,7 +519,7 @@ class CoreSession:
     def await_resume(self) -> None:
         """Disconnected: expire after the TTL, or sooner if Core needs the room."""
         self.disconnected_at = time.time()
-        self.registry.disconnected[self.id] = self
+        self.registry.waits(self)
         self._expiry = asyncio.get_running_loop().call_later(
             self.registry.config.session_ttl, self.expire)
 
@@ -943,6 +950,22 @@ def bad_message(exc: Exception) -> None:
               error=excerpt(f"{type(exc).__name__}: {exc}"))
 
 
+#: a client's burst of new regular expressions to check: this many seconds' worth of
+#: ``--pattern-rate``
+PATTERN_BURST_SECONDS = 4.0
+
+
+class ClientSessions:
+    """One client's sessions here: how many it holds, and which of them await a resume
+    (the longest disconnected first)."""
+
+    __slots__ = ("held", "waiting")
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.waiting: OrderedDict[str, CoreSession] = OrderedDict()
+
+
 class Registry:
     """Every session Core knows, by id; on a shared store (Redis), every session this
     node holds a lease on."""
@@ -956,8 +979,12 @@ class Registry:
         # on this module, so it is handed in rather than imported)
         self._restore = restore
         self.sessions: dict[str, CoreSession] = {}
-        # sessions awaiting a resume, the longest disconnected first
-        self.disconnected: OrderedDict[str, CoreSession] = OrderedDict()
+        # each client's sessions here (restored ones nobody resumed yet count for none)
+        self.clients: dict[str, ClientSessions] = {}
+        # bytes queued for all connections, and each client's budget for new patterns
+        self.outboxes = Outboxes(config.max_queued_total_bytes)
+        self.patterns = PatternBudgets(config.pattern_rate, PATTERN_BURST_SECONDS
+                                       * config.pattern_rate)
         # this process, as a node of the cluster sharing the store (Redis)
         self.node = secrets.token_hex(8)
         # sessions taken over by this node, waiting for their holder to let go of them
@@ -985,20 +1012,34 @@ class Registry:
         # told of every change of a session's tools, by its id (relay.py, for other nodes)
         self.on_tools_changed: Callable[[str], None] | None = None
 
-    def create(self, metadata: PageMetadata, session_id: str | None = None) -> CoreSession:
-        """A new session (its id ``session_id``, from :meth:`new_session_id`, if given);
-        :class:`SessionRefused` when Core holds ``max_sessions``, all of them connected
-        (else the one disconnected longest is expired to make room)."""
-        limit = self.config.max_sessions
-        while len(self.sessions) >= limit and self.disconnected:
-            _, oldest = self.disconnected.popitem(last=False)
-            log_event("session.evicted", session=oldest.id, sessions=len(self.sessions))
+    def create(self, metadata: PageMetadata, client: str,
+               session_id: str | None = None) -> CoreSession:
+        """A new session for ``client`` (its id ``session_id``, from
+        :meth:`new_session_id`, if given); :class:`SessionRefused` when Core holds
+        ``max_sessions``, or the client ``max_sessions_per_client``, and no session of
+        this client awaits a resume (else the one of them disconnected longest is expired
+        to make room: another client's session never is)."""
+        config = self.config
+        mine = self.clients.get(client)
+        while mine is not None and mine.waiting and (
+                len(self.sessions) >= config.max_sessions
+                or mine.held >= config.max_sessions_per_client):
+            _, oldest = mine.waiting.popitem(last=False)
+            log_event("session.evicted", session=oldest.id, sessions=len(self.sessions),
+                      client=client)
             oldest.expire()
-        if len(self.sessions) >= limit:
-            log_event("session.refused", sessions=len(self.sessions))
+            mine = self.clients.get(client)
+        if len(self.sessions) >= config.max_sessions:
+            log_event("session.refused", sessions=len(self.sessions), client=client)
             raise SessionRefused(TOO_MANY_SESSIONS, (
-                f"Core already holds {limit} sessions, all connected (--max-sessions); "
-                "try again later"))
+                f"Core already holds {config.max_sessions} sessions (--max-sessions), none "
+                "of this client's awaiting a resume; try again later"))
+        if mine is not None and mine.held >= config.max_sessions_per_client:
+            log_event("session.refused", sessions=len(self.sessions), client=client,
+                      held=mine.held)
+            raise SessionRefused(TOO_MANY_SESSIONS, (
+                f"this client already holds {config.max_sessions_per_client} sessions, all "
+                "connected (--max-sessions-per-client); try again later"))
         token = secrets.token_urlsafe(32)
         record = SessionRecord(
             id=session_id or secrets.token_urlsafe(18), token_hash=hash_token(token),
@@ -1007,12 +1048,16 @@ class Registry:
         session = CoreSession(self, record, metadata.client_json, metadata.names)
         session.resume_token = token
         self.sessions[record.id] = session
+        self._count(session, client)
         self.store.save_session(record)
         log_event("session.created", session=record.id, tools=len(metadata.names))
         return session
 
-    def resume(self, session_id: str, resume_token: str | None) -> CoreSession | None:
-        """The session, if the token is right; None says nothing about why."""
+    def resume(self, session_id: str, resume_token: str | None,
+               client: str) -> CoreSession | None:
+        """The session, if the token is right; None says nothing about why. A session
+        restored from the store counts for the first client to resume it (a resume is
+        never refused for a client's count: it makes no new session)."""
         session = self.sessions.get(session_id)
         expected = session.record.token_hash if session is not None else _NO_SESSION_HASH
         given = resume_token or ""
@@ -1021,7 +1066,32 @@ class Registry:
         if session is None or not ok or session.closed:
             return None
         session.resume_token = given
+        if session.client is None:
+            self._count(session, client)
         return session
+
+    def _count(self, session: CoreSession, client: str) -> None:
+        session.client = client
+        share = self.clients.get(client)
+        if share is None:
+            share = self.clients[client] = ClientSessions()
+        share.held += 1
+        if session.connection is None and session.disconnected_at is not None:
+            share.waiting[session.id] = session
+
+    def _share(self, session: CoreSession) -> ClientSessions | None:
+        return None if session.client is None else self.clients.get(session.client)
+
+    def waits(self, session: CoreSession) -> None:
+        """``session`` is disconnected: it waits for a resume (the longest first)."""
+        share = self._share(session)
+        if share is not None:
+            share.waiting[session.id] = session
+
+    def waits_no_more(self, session: CoreSession) -> None:
+        share = self._share(session)
+        if share is not None:
+            share.waiting.pop(session.id, None)
 
     def get(self, session_id: str) -> CoreSession | None:
         return self.sessions.get(session_id)
@@ -1035,10 +1105,15 @@ class Registry:
     def forget(self, session: CoreSession) -> bool:
         """Let go of ``session`` here (the store is left as it is); False if it was gone."""
         session.close()
-        self.disconnected.pop(session.id, None)
         if self.sessions.get(session.id) is not session:
             return False
         del self.sessions[session.id]
+        share = self._share(session)
+        if share is not None:
+            share.waiting.pop(session.id, None)
+            share.held -= 1
+            if not share.held:
+                self.clients.pop(str(session.client))
         return True
 
     # --- the cluster (a shared store) ----------------------------------------------------

@@ -300,8 +300,9 @@ def test_rss_40_sessions_with_1_mib_of_metadata_each(tmp_path: Path) -> None:
         ws_url = url.replace("http", "ws", 1) + BRIDGE
         pages = []
         with Peak(pid) as peak:
-            for _ in range(40):
-                page = await websockets.connect(ws_url, open_timeout=WAIT, max_size=None)
+            for i in range(40):  # from two addresses: one holds 32 at most
+                page = await websockets.connect(ws_url, open_timeout=WAIT, max_size=None,
+                                                local_addr=(f"127.0.0.{2 + i % 2}", 0))
                 await page.send(hello)
                 assert json.loads(await asyncio.wait_for(page.recv(), WAIT))["type"] == "welcome"
                 pages.append(page)

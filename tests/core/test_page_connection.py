@@ -56,7 +56,7 @@ def registry(**overrides: Any) -> Registry:
 def connect(registry: Registry, clock: Clock | None = None
             ) -> tuple[PageConnection, FakeBridge]:
     bridge = FakeBridge()
-    return PageConnection(registry, bridge, clock or Clock()), bridge
+    return PageConnection(registry, bridge, clock or Clock(), client="127.0.0.1"), bridge
 
 
 def feed(page: PageConnection, frame: dict[str, Any] | str) -> bool:
