@@ -356,7 +356,7 @@ class PageConnection:
             if running is not None and running.turn_id == message.turn_id:
                 pass  # re-sent by the page after a resume: the turn is running
             elif message.turn_id in session.ended:  # its turn.end was lost on the way
-                session.send_turn_end(session.ended[message.turn_id])
+                session.send_ended(session.ended[message.turn_id])
             elif message.turn_id in session.callers.turns:  # kept for a caller's retries
                 self.send(protocol.error_frame(
                     TURN_ID_TAKEN, "that turn id is a control-API caller's turn, kept for its "

@@ -255,10 +255,30 @@ class PendingRequest:
 CheckedRequest = tuple[str, str]
 
 
-def _for_resend(turn: TurnRecord) -> TurnRecord:
-    """What an ended turn keeps in memory: enough to send its ``turn.end`` again (its
-    text and tool calls, which may be large, went to the store and the turn's caller)."""
-    return dataclasses.replace(turn, text="", tool_calls=[])
+#: what a re-sent ``turn.end`` says in place of a reply Core no longer keeps
+FORGOTTEN_REPLY = ("[Core no longer keeps the reply of this earlier turn for a re-sent "
+                   "turn.end; the whole text is in the turn's record]")
+
+
+class EndedTurn:
+    """An ended turn as its session remembers it, to send its ``turn.end`` again: its
+    record without its texts and tool calls (they went to the store and the turn's
+    caller), and its ``turn.end`` frame as UTF-8 while the session's budget keeps it
+    (:meth:`CoreSession.remember_end`)."""
+
+    __slots__ = ("frame", "record", "replied")
+
+    def __init__(self, turn: TurnRecord, frame: str) -> None:
+        self.record = dataclasses.replace(turn, text="", final_text="", tool_calls=[])
+        self.replied = bool(turn.final_text)
+        self.frame: bytes | None = frame.encode()
+
+    def end_frame(self, max_frame_bytes: int) -> str:
+        """The ``turn.end`` frame as first sent, or one saying its reply is not kept."""
+        if self.frame is not None:
+            return self.frame.decode()
+        return end_frame(dataclasses.replace(
+            self.record, final_text=FORGOTTEN_REPLY if self.replied else ""), max_frame_bytes)
 
 
 def new_request_id() -> str:
@@ -418,9 +438,9 @@ class CoreSession:
         # requests resolved lately: id -> how ("delivered", "timeout", "cancelled", ...)
         self.finished: OrderedDict[str, str] = OrderedDict()
         self.turn: RunningTurn | None = None
-        self.unsent_ends: list[TurnRecord] = []
-        # turns that ended lately, by id (see RECENT_TURNS)
-        self.ended: OrderedDict[str, TurnRecord] = OrderedDict()
+        self.unsent_ends: list[EndedTurn] = []
+        # turns that ended lately, by id, the oldest first (see RECENT_TURNS)
+        self.ended: OrderedDict[str, EndedTurn] = OrderedDict()
         self.closed = False
         # run after the page's tool list changed, by a key their owner chooses
         # (the MCP endpoint: one per MCP client session)
@@ -503,8 +523,8 @@ class CoreSession:
             if not pending.record.answered:
                 connection.send(pending.frame or pending.message().encode())
         ends, self.unsent_ends = self.unsent_ends, []
-        for turn in ends:
-            self.send_turn_end(turn)
+        for ended in ends:
+            self.send_ended(ended)
 
     def detach(self, connection: Connection) -> None:
         """``connection`` is gone; if it was ours, wait for a resume until the TTL."""
@@ -530,22 +550,46 @@ class CoreSession:
         connection.send(frame)
         return True
 
-    def remember_end(self, turn: TurnRecord) -> None:
-        self.ended[turn.id] = _for_resend(turn)
+    def remember_end(self, turn: TurnRecord, frame: str | None = None) -> EndedTurn:
+        """Remember an ended turn (``frame``: its ``turn.end``, if made already): the
+        last :data:`RECENT_TURNS`, their frames together at most ``--max-frame-bytes``
+        (the newest first: the newest always fits, an older one that does not is
+        forgotten, :data:`FORGOTTEN_REPLY`)."""
+        budget = self.registry.config.max_frame_bytes
+        if frame is None:
+            frame = end_frame(turn, budget)
+        ended = self.ended[turn.id] = EndedTurn(turn, frame)
         while len(self.ended) > RECENT_TURNS:
             self.ended.popitem(last=False)
+        for kept in reversed(self.ended.values()):
+            if kept.frame is not None:
+                if len(kept.frame) <= budget:
+                    budget -= len(kept.frame)
+                else:
+                    kept.frame = None
+        return ended
 
     def send_turn_end(self, turn: TurnRecord, frame: str | None = None) -> None:
         """Send the turn's end (``frame``: made already, by :func:`end_frame`)."""
-        self.remember_end(turn)
         if frame is None:
             frame = end_frame(turn, self.registry.config.max_frame_bytes)
-        if self.send(frame):
+        ended = self.remember_end(turn, frame)
+        if self._send_end(ended, frame):
             turn.end_delivered = True
-            self.registry.store.mark_end_delivered(turn.session_id, turn.id)
-        else:
-            self.unsent_ends.append(self.ended[turn.id])
-            del self.unsent_ends[:-RECENT_TURNS]
+
+    def send_ended(self, ended: EndedTurn) -> None:
+        """Send a remembered turn's end again (lost with a connection, or never sent)."""
+        self._send_end(ended, ended.end_frame(self.registry.config.max_frame_bytes))
+
+    def _send_end(self, ended: EndedTurn, frame: str) -> bool:
+        record = ended.record
+        if self.send(frame):
+            record.end_delivered = True
+            self.registry.store.mark_end_delivered(record.session_id, record.id)
+            return True
+        self.unsent_ends.append(ended)
+        del self.unsent_ends[:-RECENT_TURNS]
+        return False
 
     def update_tools(self, metadata: PageMetadata) -> None:
         """The page's tools (and, from a hello, its client info) changed."""

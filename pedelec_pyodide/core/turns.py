@@ -401,9 +401,9 @@ def restore(registry: Registry, snapshot: Snapshot) -> None:
             runner.start()
             log_event("turn.resumed", session=owner.id, turn=turn.id, journal=len(journal))
         else:
-            owner.remember_end(turn)
+            ended = owner.remember_end(turn)
             if not turn.end_delivered:
-                owner.unsent_ends.append(owner.ended[turn.id])
+                owner.unsent_ends.append(ended)
     keys: dict[str, list[IdempotencyRecord]] = {}
     for key in snapshot.keys:
         keys.setdefault(key.session_id, []).append(key)
