@@ -36,6 +36,7 @@ from corekit import WAIT, Page, RawClient, config, fake_clock, run, running_core
 from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.agents.offline import OfflineAgent
 from pedelec_pyodide.core.sessions import (
+    FORGOTTEN_REPLY,
     METADATA_TOO_LARGE,
     TOO_MANY_PENDING,
     TOO_MANY_SESSIONS,
@@ -219,6 +220,38 @@ def test_a_tools_update_does_not_serialise_the_history_again(
             await core.registry.store.flush()
             assert encoded == []  # the row is written from the JSON the session keeps
             await page.drop()
+
+    run(main())
+
+
+def test_ended_turns_keep_their_ends_within_one_frame_newest_first() -> None:
+    """Ended turns kept their whole reply text, up to 8 a session (~3 MiB a page that
+    reads, against 1.5 documented). Now their ends together take at most a frame's bytes:
+    the newest is re-sent whole, an older one that does not fit says it is not kept."""
+    limit = 64 * 1024
+
+    async def main() -> None:
+        async with running_core(config(max_frame_bytes=limit)) as core:  # EchoAgent
+            page = await RawClient.open(core.ws_url)
+            sid = (await page.hello())["sessionId"]
+            texts = [f"turn {n} " + "r" * (limit // 4) for n in range(4)]
+            for n, text in enumerate(texts):  # each reply: a quarter of the frame limit
+                await page.send({"type": "turn.start", "turnId": f"t{n}", "text": text})
+                end = await page.recv()
+                while end["type"] == "turn.delta":
+                    end = await page.recv()
+                assert end["type"] == "turn.end" and end["text"] == "echo: " + text
+            session = core.registry.sessions[sid]
+            kept = [e.frame for e in session.ended.values()]
+            assert sum(len(frame) for frame in kept if frame is not None) <= limit
+            assert [frame is not None for frame in kept] == [False, True, True, True]
+            for n in (3, 1):  # re-sent turn.start: its end again, whole
+                await page.send({"type": "turn.start", "turnId": f"t{n}", "text": texts[n]})
+                assert (await page.recv())["text"] == "echo: " + texts[n]
+            await page.send({"type": "turn.start", "turnId": "t0", "text": texts[0]})
+            forgotten = await page.recv()
+            assert forgotten["status"] == "completed" and forgotten["text"] == FORGOTTEN_REPLY
+            await page.close()
 
     run(main())
 
