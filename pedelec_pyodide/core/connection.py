@@ -42,7 +42,7 @@ from .sessions import (
     SessionRefused,
     page_metadata,
 )
-from .store import dump_json
+from .store import JsonText, dump_json
 from .turns import start_turn
 
 CLOSE_POLICY = 1008
@@ -80,6 +80,7 @@ class Parsed(NamedTuple):
     #: parse, so off the event loop for a long frame (other messages have none)
     tools_json: str = ""
     client_json: str = "{}"  # a hello's client info, the same way
+    result_json: str = ""  # a tool.result's result, the same way (Core keeps it as text)
 
 
 class PageConnection:
@@ -268,6 +269,8 @@ class PageConnection:
             return Parsed(message, dump_json(message.tools), dump_json(message.client or {}))
         if isinstance(message, protocol.ToolsUpdate):
             return Parsed(message, dump_json(message.tools))
+        if isinstance(message, protocol.ToolResult):
+            return Parsed(message, result_json=dump_json(message.result))
         return Parsed(message)
 
     def receive(self, data: str | bytes, parsed: Parsed) -> bool:
@@ -347,7 +350,7 @@ class PageConnection:
             self.send(protocol.error_frame(
                 HELLO_REQUIRED, f"send hello before {message.type!r}"))
         elif isinstance(message, protocol.ToolResult):
-            refused = session.accept_result(message)
+            refused = session.accept_result(message, JsonText(parsed.result_json))
             if refused is not None:
                 self.send(protocol.error_frame(
                     refused[0], refused[1], tool_request_id=message.tool_request_id))

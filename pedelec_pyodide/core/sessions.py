@@ -41,12 +41,14 @@ from .store import (
     RECENT_TURNS,
     STORE_FAILED,
     IdempotencyRecord,
+    JsonText,
     RequestRecord,
     SessionRecord,
     Snapshot,
     Store,
     StoreError,
     TurnRecord,
+    as_text,
     hash_token,
 )
 
@@ -734,8 +736,10 @@ class CoreSession:
         if self.pending.get(pending.id) is pending:
             self._resolve(pending, refused_request(exc), "none", "refused")
 
-    def accept_result(self, message: protocol.ToolResult) -> tuple[str, str] | None:
-        """Feed the page's result to its request; an ``(error code, message)`` if refused."""
+    def accept_result(self, message: protocol.ToolResult,
+                      kept: JsonText | None = None) -> tuple[str, str] | None:
+        """Feed the page's result to its request; an ``(error code, message)`` if refused.
+        ``kept``: the result as JSON text, if made already (with the frame's parse)."""
         request_id = message.tool_request_id
         pending = self.pending.get(request_id)
         if pending is None:
@@ -752,7 +756,7 @@ class CoreSession:
             return LATE_RESULT, (
                 f"tool request {request_id!r} was already resolved ({how}); "
                 "this result is dropped")
-        self._resolve(pending, message.result, message.handled_by, "delivered")
+        self._resolve(pending, message.result, message.handled_by, "delivered", kept)
         return None
 
     def accept_progress(self, message: protocol.ToolProgress) -> None:
@@ -851,7 +855,10 @@ class CoreSession:
         ), "none", "cancelled")
         self.send(protocol.ToolCancel(tool_request_id=pending.id, reason=reason).encode())
 
-    def _resolve(self, pending: PendingRequest, result: Any, handled_by: str, how: str) -> None:
+    def _resolve(self, pending: PendingRequest, result: Any, handled_by: str, how: str,
+                 kept: JsonText | None = None) -> None:
+        """The request's result is in: its caller gets ``result``; its record (kept, or
+        its turn's journal) keeps it as JSON text (``kept``, if made already)."""
         record = pending.record
         del self.pending[record.id]
         if pending.timer is not None:
@@ -859,7 +866,7 @@ class CoreSession:
         self.finished[record.id] = how
         while len(self.finished) > self.registry.config.remembered_results:
             self.finished.popitem(last=False)
-        record.result = result
+        record.result = kept if kept is not None else as_text(result)
         record.handled_by = handled_by
         if record.turn_id is None:  # kept for GET .../tool-calls/{id} and retries
             self.callers.keep(record)

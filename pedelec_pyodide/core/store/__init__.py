@@ -35,11 +35,13 @@ from .records import (
     TOOL_CALL,
     TURN,
     IdempotencyRecord,
+    JsonText,
     KeyKind,
     RequestRecord,
     SessionRecord,
     Snapshot,
     TurnRecord,
+    as_text,
     dump_json,
     hash_token,
     turn_key,
@@ -50,10 +52,11 @@ from .writer import DEFAULT_STORE_TIMEOUT
 __all__ = [
     "CORE_CALL", "DEFAULT_STORE_TIMEOUT", "KEY_KINDS", "PRUNE_SECONDS", "RECENT_TURNS",
     "STORE_FAILED",
-    "STORE_UNAVAILABLE", "TOOL_CALL", "TURN", "FlushTimeout", "IdempotencyRecord", "KeyKind",
+    "STORE_UNAVAILABLE", "TOOL_CALL", "TURN", "FlushTimeout", "IdempotencyRecord", "JsonText",
+    "KeyKind",
     "MemoryStore", "RequestRecord", "SQLiteStore", "SessionRecord", "Snapshot", "Store",
     "StoreError", "StoreSpec", "StoreUnavailable", "TurnRecord", "WriteFailed",
-    "WriterStopped", "check_reachable", "dump_json", "hash_token", "open_store",
+    "WriterStopped", "as_text", "check_reachable", "dump_json", "hash_token", "open_store",
     "parse_store", "turn_key",
 ]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,9 +27,59 @@ def turn_key(session_id: str, turn_id: str) -> str:
     return f"{session_id}/{turn_id}"
 
 
-def dump_json(value: Any) -> str:
-    """Compact JSON text, as Core keeps metadata and history in memory."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+class JsonText:
+    """A JSON value Core keeps as its compact text: decoded, what a page sends can take
+    ~24 times the memory of its JSON (``[{}, {}, ...]``), so what Core holds beyond the
+    moment it works on it (results, a turn's tool calls) is kept as text.
+    :func:`dump_json` writes it as the value it is."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def value(self) -> Any:
+        return json.loads(self.text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JsonText) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"JsonText({self.text[:60]!r})"
+
+
+def as_text(value: Any) -> JsonText:
+    """``value`` as a :class:`JsonText` (itself, if it is one)."""
+    return value if isinstance(value, JsonText) else JsonText(dump_json(value))
+
+
+def dump_json(value: Any, *, strict: bool = False) -> str:
+    """Compact JSON text, as Core keeps metadata and history in memory; a
+    :class:`JsonText` inside is written as it is. ``strict``: NaN and the infinities
+    are refused (no page or model could read them back)."""
+    if isinstance(value, JsonText):
+        return value.text
+    kept: list[str] = []
+
+    def raw(item: Any) -> str:
+        if not isinstance(item, JsonText):
+            raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
+        kept.append(item.text)
+        return f"\0{marker}{len(kept) - 1}\0"
+
+    marker = secrets.token_hex(8)  # no value can have guessed it
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=not strict,
+                      default=raw)
+    if not kept:
+        return text
+    # each placeholder string, with its quotes, becomes the text it stands for
+    pieces = re.split(f'"\\\\u0000{marker}(\\d+)\\\\u0000"', text)
+    for index in range(1, len(pieces), 2):
+        pieces[index] = kept[int(pieces[index])]
+    return "".join(pieces)
 
 
 @dataclass
