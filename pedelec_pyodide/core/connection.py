@@ -42,7 +42,7 @@ from .sessions import (
     SessionRefused,
     page_metadata,
 )
-from .store import JsonText, dump_json
+from .store import JsonText, kept_json
 from .turns import start_turn
 
 CLOSE_POLICY = 1008
@@ -266,11 +266,11 @@ class PageConnection:
         except PatternsOverBudget as exc:
             return Parsed(ProtocolError(RATE_LIMITED, str(exc)))
         if isinstance(message, protocol.Hello):
-            return Parsed(message, dump_json(message.tools), dump_json(message.client or {}))
+            return Parsed(message, kept_json(message.tools), kept_json(message.client or {}))
         if isinstance(message, protocol.ToolsUpdate):
-            return Parsed(message, dump_json(message.tools))
+            return Parsed(message, kept_json(message.tools))
         if isinstance(message, protocol.ToolResult):
-            return Parsed(message, result_json=dump_json(message.result))
+            return Parsed(message, result_json=kept_json(message.result))
         return Parsed(message)
 
     def receive(self, data: str | bytes, parsed: Parsed) -> bool:

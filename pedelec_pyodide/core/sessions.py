@@ -50,6 +50,7 @@ from .store import (
     TurnRecord,
     as_text,
     hash_token,
+    kept_size,
 )
 
 # Codes of the `error` frames Core sends for session-level problems (parse errors use
@@ -102,8 +103,9 @@ def page_metadata(tools: list[dict[str, Any]], tools_json: str, client_json: str
                   limit: int) -> PageMetadata:
     """A hello's or tools.update's metadata, or :class:`SessionRefused` when the tools
     and client info together are over ``limit`` bytes of JSON. ``tools_json``: the tools
-    as :func:`dump_json` text (made with the frame's parse: off the event loop)."""
-    size = protocol.frame_size(tools_json) + protocol.frame_size(client_json)
+    as :func:`kept_json` text (made with the frame's parse: off the event loop). The
+    limit counts their UTF-8 bytes, or their bytes of memory where those are more."""
+    size = kept_size(tools_json) + kept_size(client_json)
     if size > limit:
         raise SessionRefused(METADATA_TOO_LARGE, (
             f"the tool metadata and client info are {size} bytes as JSON; a session may "

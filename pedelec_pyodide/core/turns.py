@@ -44,7 +44,9 @@ from .store import (
     Snapshot,
     StoreError,
     TurnRecord,
+    char_width,
     dump_json,
+    kept_json,
     turn_key,
 )
 
@@ -341,8 +343,9 @@ def trimmed_history(history: list[dict[str, Any]], limit: int) -> str:
     """The agent's history as the JSON text a session keeps, at most ``limit`` bytes: the
     oldest turns are dropped whole (a turn's entries are consecutive and share their
     turn), so a model never sees a tool result without the call it answers."""
-    texts = [dump_json(entry) for entry in history]
-    sizes = [protocol.frame_size(text) + 1 for text in texts]  # + its comma
+    texts, width = _kept_texts(history)
+    # + its comma; its bytes of memory where those are more than its UTF-8 bytes
+    sizes = [max(protocol.frame_size(text), width * len(text)) + 1 for text in texts]
     total = 1 + sum(sizes)  # + the brackets, less the last comma
     start = 0
     while start < len(texts) and total > limit:
@@ -353,6 +356,20 @@ def trimmed_history(history: list[dict[str, Any]], limit: int) -> str:
             if start == len(texts) or turn is None or _turn_of(history[start]) != turn:
                 break
     return "[" + ",".join(texts[start:]) + "]"
+
+
+def _kept_texts(history: list[dict[str, Any]]) -> tuple[list[str], int]:
+    """Each entry's JSON text, and the bytes each character of them all will take once
+    joined (the width of the widest): their characters as they are, or all ASCII with
+    escapes where that takes less memory (see :func:`~.store.kept_json`)."""
+    texts = [dump_json(entry) for entry in history]
+    width = max(map(char_width, texts), default=1)
+    if width == 1:
+        return texts, 1
+    escaped = [dump_json(entry, ascii=True) for entry in history]
+    if sum(map(len, escaped)) < width * sum(map(len, texts)):
+        return escaped, 1
+    return texts, width
 
 
 def _steps(journal: list[RequestRecord]) -> list[list[RequestRecord]]:
@@ -383,7 +400,7 @@ def _vetted(calls: list[ToolCallRequest], turn_id: str, max_frame_bytes: int
     for call in calls:
         try:
             vetted.append(_Vetted(None, checked_call(call.tool, call.args, max_frame_bytes,
-                                                     turn_id), None, dump_json(call.args)))
+                                                     turn_id), None, kept_json(call.args)))
         except protocol.ProtocolError as exc:
             vetted.append(_Vetted(_refusal(call), None, exc))
     return vetted

@@ -224,6 +224,40 @@ def test_a_tools_update_does_not_serialise_the_history_again(
     run(main())
 
 
+def test_text_with_one_wide_character_is_kept_at_a_byte_a_character() -> None:
+    """Python keeps a text at the width of its widest character: 100 KB of ASCII with one
+    emoji took 400 KB as it was. Metadata, history and results are kept in whichever
+    form takes less (escaped ASCII here), and the bounds count memory where it is more."""
+    wide = "a" * 100_000 + "\U0001f600"
+    tool = {"name": "t", "description": wide, "argsSchema": {"type": "object"}}
+
+    async def main() -> None:
+        async with running_core(config(agent_factory=OfflineAgent)) as core:
+            page = await RawClient.open(core.ws_url)
+            sid = (await page.hello([tool]))["sessionId"]
+            session = core.registry.sessions[sid]
+            assert json.loads(session.record.tools) == [tool]
+            assert sys.getsizeof(session.record.tools) < 1.01 * len(wide)
+            await page.send({"type": "turn.start", "turnId": "w", "text": wide})
+            while (await page.recv())["type"] != "turn.end":
+                pass
+            history = session.record.history
+            assert json.loads(history)[-1]["user"] == wide
+            assert sys.getsizeof(history) < 3.1 * len(wide)  # user text, reply quoting it
+            await page.close()
+        # all of a text in characters of 4 bytes: its memory is what the limit counts
+        async with running_core(config(max_metadata_bytes=500_000)) as core:
+            page = await RawClient.open(core.ws_url)
+            emoji = {**tool, "description": "\U0001f600" * 60_000 + "a" * 100_000}
+            refused = await page.hello([emoji])
+            # 340 KB of UTF-8, but 640 KB of memory as it is (820 KB escaped)
+            assert refused["code"] == METADATA_TOO_LARGE
+            assert (await page.hello([tool]))["type"] == "welcome"
+            await page.close()
+
+    run(main())
+
+
 def test_ended_turns_keep_their_ends_within_one_frame_newest_first() -> None:
     """Ended turns kept their whole reply text, up to 8 a session (~3 MiB a page that
     reads, against 1.5 documented). Now their ends together take at most a frame's bytes:

@@ -42,8 +42,11 @@ from .records import (
     Snapshot,
     TurnRecord,
     as_text,
+    char_width,
     dump_json,
     hash_token,
+    kept_json,
+    kept_size,
     turn_key,
 )
 from .sqlite import SQLiteStore
@@ -56,8 +59,8 @@ __all__ = [
     "KeyKind",
     "MemoryStore", "RequestRecord", "SQLiteStore", "SessionRecord", "Snapshot", "Store",
     "StoreError", "StoreSpec", "StoreUnavailable", "TurnRecord", "WriteFailed",
-    "WriterStopped", "as_text", "check_reachable", "dump_json", "hash_token", "open_store",
-    "parse_store", "turn_key",
+    "WriterStopped", "as_text", "char_width", "check_reachable", "dump_json", "hash_token",
+    "kept_json", "kept_size", "open_store", "parse_store", "turn_key",
 ]
 
 SQLITE_SCHEME = "sqlite:"

@@ -53,13 +53,42 @@ class JsonText:
 
 def as_text(value: Any) -> JsonText:
     """``value`` as a :class:`JsonText` (itself, if it is one)."""
-    return value if isinstance(value, JsonText) else JsonText(dump_json(value))
+    return value if isinstance(value, JsonText) else JsonText(kept_json(value))
 
 
-def dump_json(value: Any, *, strict: bool = False) -> str:
+def char_width(text: str) -> int:
+    """Bytes of memory each character of ``text`` takes (1, 2 or 4: Python stores a
+    text at the width of its widest character)."""
+    if text.isascii():
+        return 1
+    widest = max(text)
+    return 1 if widest <= "\xff" else 2 if widest <= "\uffff" else 4
+
+
+def kept_json(value: Any) -> str:
+    """Compact JSON text as Core keeps it: its characters as they are, or ASCII with
+    escapes when that takes less memory (mostly ASCII text with one emoji in it takes 4
+    bytes a character as it is)."""
+    text = dump_json(value)
+    if char_width(text) == 1:
+        return text
+    escaped = dump_json(value, ascii=True)
+    return escaped if len(escaped) < char_width(text) * len(text) else text
+
+
+def kept_size(text: str) -> int:
+    """What a bound on kept JSON counts of ``text``: its UTF-8 bytes, or its bytes of
+    memory where those are more."""
+    if text.isascii():
+        return len(text)
+    return max(len(text.encode("utf-8", "surrogatepass")), char_width(text) * len(text))
+
+
+def dump_json(value: Any, *, strict: bool = False, ascii: bool = False) -> str:
     """Compact JSON text, as Core keeps metadata and history in memory; a
     :class:`JsonText` inside is written as it is. ``strict``: NaN and the infinities
-    are refused (no page or model could read them back)."""
+    are refused (no page or model could read them back); ``ascii``: other characters
+    escaped."""
     if isinstance(value, JsonText):
         return value.text
     kept: list[str] = []
@@ -71,7 +100,7 @@ def dump_json(value: Any, *, strict: bool = False) -> str:
         return f"\0{marker}{len(kept) - 1}\0"
 
     marker = secrets.token_hex(8)  # no value can have guessed it
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=not strict,
+    text = json.dumps(value, ensure_ascii=ascii, separators=(",", ":"), allow_nan=not strict,
                       default=raw)
     if not kept:
         return text
