@@ -19,11 +19,13 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -412,11 +414,12 @@ class NeverReads:
     """A WebSocket client on a bare socket that can stop reading: the kernel's receive
     buffer is made small, so Core's writes back up into Core at once."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, address: str = "127.0.0.1") -> None:
         host, port = url.removeprefix("http://").split(":")
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         self.sock.settimeout(WAIT)
+        self.sock.bind((address, 0))  # the client it is, to Core
         self.sock.connect((host, int(port)))
         self.sock.sendall((f"GET {BRIDGE} HTTP/1.1\r\nHost: {host}:{port}\r\n"
                            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -504,3 +507,133 @@ def test_rss_a_page_that_never_reads_is_closed_and_can_resume(tmp_path: Path) ->
     print(f"RSS growth, a page that never reads: {growth:.0f} MiB (close {close_code})")
     assert close_code in (1008, None)  # None: Core gave up offering the close frame
     assert growth < 128
+
+
+# --- the documented worst case (docs/reference/server.md, "Memory") --------------------------
+
+KIB = 1024
+
+
+def kernel_send_bytes(port: int) -> int:
+    """Bytes the kernel holds to send on Core's connections (``ss``: wmem queued): what
+    a client that does not read costs beyond Core's RSS."""
+    shown = subprocess.run(["ss", "-tmnH", "state", "established", f"( sport = :{port} )"],
+                           capture_output=True, text=True, timeout=WAIT).stdout
+    return sum(int(w) for w in re.findall(r"\bw(\d+)", shown))
+
+
+def documented_bound(frame: int, metadata: int, history: int, total_queued: int,
+                     steps: int, sessions: int, running: int) -> int:
+    """The worst case docs/reference/server.md gives, in bytes, for these options: per
+    session its metadata, history, ended turns (a frame), the frame on its way out and
+    the last frame the WebSocket library keeps (up to 4 frames: larger ones it refuses),
+    plus a fixed 128 KiB (its objects, its connection's); per running turn of the offline
+    agent (4 + 4 x steps) frames; in all the queues' cap and the work in progress (four
+    worker threads, each decoding up to ~24 frames' worth)."""
+    per_session = metadata + history + 6 * frame + 128 * KIB
+    per_turn = (4 + 4 * steps) * frame
+    return sessions * per_session + running * per_turn + total_queued + 4 * 24 * frame
+
+
+def test_rss_the_documented_worst_case(tmp_path: Path) -> None:
+    """Every session at every bound a page reaches: metadata and history full, ended
+    turns' ends kept, a turn running with all but its last call answered with results of
+    a frame each (``[{}, {}, ...]``, the worst shape), and then half of the pages stop
+    reading while Core sends them ends again (the queues fill: per connection, then in
+    all), the other half send a last frame of four times the limit (the WebSocket library
+    keeps it). Core's RSS must stay within the bound the docs give for these options;
+    the kernel's send buffers, which RSS does not show, are reported."""
+    long = os.environ.get("PEDELEC_LONG") == "1"
+    frame = MIB if long else 64 * KIB
+    clients, per_client = (2, 32) if long else (3, 8)
+    sessions = clients * per_client
+    steps = 8
+    history = frame // 2
+    total_queued = 64 * MIB if long else 16 * frame
+    options = ["--max-frame-bytes", str(frame), "--max-metadata-bytes", str(frame),
+               "--max-history-bytes", str(history), "--max-queued-bytes", str(8 * frame),
+               "--max-queued-total-bytes", str(total_queued), "--max-sessions", str(sessions),
+               "--max-sessions-per-client", str(per_client), "--tool-timeout", "600000",
+               "--agent", "offline"]
+    description = "d" * (frame - 2 * KIB)  # one line: quoted whole when no tool fits
+    tool = {"name": "t", "description": description, "argsSchema": {"type": "object"}}
+    result = json.dumps([{}] * ((frame - 2 * KIB) // 3), separators=(",", ":"))
+
+    def until_end(page: NeverReads, turn_id: str) -> list[dict[str, Any]]:
+        frames = []
+        while True:
+            frame_ = json.loads(page.recv()[1])
+            frames.append(frame_)
+            if frame_.get("turnId") == turn_id and frame_["type"] in ("turn.end", "error"):
+                return frames
+            if frame_["type"] == "tool.request" and frame_["turnId"] != "run":
+                page.send(json.dumps({"type": "tool.result", "toolRequestId":
+                                      frame_["toolRequestId"], "result": {"ok": 1},
+                                      "handledBy": "named"}))
+
+    def fill(page: NeverReads, index: int) -> None:
+        page.send(json.dumps({"type": "hello", "protocol": 1, "tools": [tool]}))
+        assert json.loads(page.recv()[1])["type"] == "welcome"
+        for n in range(3):  # the history
+            page.send(json.dumps({"type": "turn.start", "turnId": f"h{n}", "text":
+                                  f'/call t {{"pad": "{"p" * (history // 5)}"}}'}))
+            until_end(page, f"h{n}")
+        for n in range(8):  # ended turns, each with a reply of about a frame
+            page.send(json.dumps({"type": "turn.start", "turnId": f"e{n}",
+                                  "text": "nothing here fits"}))
+            assert until_end(page, f"e{n}")[-1]["type"] == "turn.end"
+        lines = ["/call t {}"] * (steps - 1) + ["/call t " + json.dumps({"a": "a" * (frame // 2)})]
+        page.send(json.dumps({"type": "turn.start", "turnId": "run", "text": "\n".join(lines)}))
+        for answered in range(steps):
+            request = json.loads(page.recv()[1])
+            while request["type"] != "tool.request":
+                request = json.loads(page.recv()[1])
+            if answered == steps - 1:
+                break  # the last call stays pending
+            page.send('{"type":"tool.result","toolRequestId":"' + request["toolRequestId"]
+                      + '","result":' + result + ',"handledBy":"named"}')
+        if index % 2 == 0:  # a last frame as large as the WebSocket library takes
+            page.send("x" * (4 * frame - KIB))  # (Core refuses it: FRAME_TOO_LARGE)
+            while json.loads(page.recv()[1]).get("code") != "FRAME_TOO_LARGE":
+                pass
+
+    def flood(readers_no_more: list[NeverReads]) -> None:
+        """The pages that read no more ask for ends again: each for just under its own
+        queue's bound (issue 22: ~6.7 MiB of 8 each), so that only the bound on all the
+        queues together cuts them off."""
+        again = json.dumps({"type": "turn.start", "turnId": "e7", "text": "nothing here fits"})
+        for _ in range(7):
+            for page in readers_no_more:
+                with contextlib.suppress(OSError):
+                    page.send(again)
+
+    with core_process(tmp_path, *options) as (pid, url):
+        port = int(url.rsplit(":", 1)[1])
+        kernel = 0
+        pages: list[NeverReads] = []
+        with Peak(pid) as peak:
+            for i in range(sessions):
+                page = NeverReads(url, f"127.0.0.{2 + i // per_client}")
+                pages.append(page)
+                fill(page, i)
+            flood(pages[1::2])
+            time.sleep(1.0)  # Core works through what the last pages sent
+            kernel = kernel_send_bytes(port)
+        closes = []  # of the pages that stopped reading: those cut off (the others are
+        for page in pages[1::2]:  # left, their queues under both bounds)
+            page.sock.settimeout(2.0)
+            with contextlib.suppress(EOFError, OSError):
+                for _ in range(100_000):
+                    opcode, payload = page.recv()
+                    if opcode == 8:
+                        closes.append(int.from_bytes(payload[:2], "big"))
+                        break
+        for page in pages:
+            page.sock.close()
+    assert 1013 in closes and set(closes) <= {1008, 1013}, closes  # the bound on all
+    print("the pages that stopped reading were closed:", sorted(closes))
+    bound = documented_bound(frame, frame, history, total_queued, steps, sessions, sessions)
+    print(f"worst case, {sessions} sessions of {frame // KIB} KiB frames: RSS grew "
+          f"{peak.growth_mib:.0f} MiB (bound {bound / MIB:.0f} MiB); kernel send buffers "
+          f"{kernel / MIB:.1f} MiB at most")
+    assert peak.peak - peak.base <= bound
