@@ -33,6 +33,10 @@ CLOSE_WAIT = 10.0
 #: (Core's own work on large values has threads of its own, offload.py).
 PARSE_IN_THREAD_CHARS = LARGE_CHARS
 _PARSER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pedelec-parse")
+#: a short frame with more new regular expressions than the loop checks goes to a thread
+#: of its own: a flood of them (each client's bounded by --pattern-rate) then holds at
+#: most one thread against the event loop, and never delays other pages' long frames
+_PATTERNS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pedelec-parse-patterns")
 
 
 def origin_allowed(headers: Mapping[str, str], allowed: frozenset[str]) -> bool:
@@ -123,10 +127,11 @@ class BridgeConnection:
         """:meth:`PageConnection.receive`, a long frame parsed in a worker thread (frames
         of one connection are still handled one after the other, in order)."""
         page = self.page
-        parsed = page.parse_on_loop(data) if len(data) <= PARSE_IN_THREAD_CHARS else None
-        if parsed is None:  # long, or many new regular expressions to check
+        short = len(data) <= PARSE_IN_THREAD_CHARS
+        parsed = page.parse_on_loop(data) if short else None
+        if parsed is None:  # long, or short with many new regular expressions to check
             parsed = await asyncio.get_running_loop().run_in_executor(
-                _PARSER, page.parse, data)
+                _PATTERNS if short else _PARSER, page.parse, data)
         hello = page.first_hello(parsed)
         if hello is not None:
             if hello.session_id is not None:

@@ -108,7 +108,7 @@ class CoreConfig:
     #: characters of regular expressions in tool metadata, not checked before, that Core
     #: checks per second for one client address (a burst of 4 s of it); over it a hello
     #: or tools.update is refused RATE_LIMITED
-    pattern_rate: float = 65536.0
+    pattern_rate: float = 16384.0
     #: tool requests pending at once per session
     max_pending: int = 64
     #: an agent's history per session, as JSON bytes (oldest turns dropped first)

@@ -34,6 +34,7 @@ import httpx
 import pytest
 import websockets
 from corekit import WAIT, Page, RawClient, config, fake_clock, run, running_core, tool_meta, until
+from hostile import documented_bound
 
 from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.agents.offline import OfflineAgent
@@ -522,19 +523,6 @@ def kernel_send_bytes(port: int) -> int:
     return sum(int(w) for w in re.findall(r"\bw(\d+)", shown))
 
 
-def documented_bound(frame: int, metadata: int, history: int, total_queued: int,
-                     steps: int, sessions: int, running: int) -> int:
-    """The worst case docs/reference/server.md gives, in bytes, for these options: per
-    session its metadata, history, ended turns (a frame), the frame on its way out and
-    the last frame the WebSocket library keeps (up to 4 frames: larger ones it refuses),
-    plus a fixed 128 KiB (its objects, its connection's); per running turn of the offline
-    agent (4 + 4 x steps) frames; in all the queues' cap and the work in progress (four
-    worker threads, each decoding up to ~24 frames' worth)."""
-    per_session = metadata + history + 6 * frame + 128 * KIB
-    per_turn = (4 + 4 * steps) * frame
-    return sessions * per_session + running * per_turn + total_queued + 4 * 24 * frame
-
-
 def test_rss_the_documented_worst_case(tmp_path: Path) -> None:
     """Every session at every bound a page reaches: metadata and history full, ended
     turns' ends kept, a turn running with all but its last call answered with results of
@@ -632,7 +620,9 @@ def test_rss_the_documented_worst_case(tmp_path: Path) -> None:
             page.sock.close()
     assert 1013 in closes and set(closes) <= {1008, 1013}, closes  # the bound on all
     print("the pages that stopped reading were closed:", sorted(closes))
-    bound = documented_bound(frame, frame, history, total_queued, steps, sessions, sessions)
+    bound = documented_bound(frame=frame, metadata=frame, history=history,
+                             total_queued=total_queued, steps=steps, sessions=sessions,
+                             connections=sessions, running=sessions)
     print(f"worst case, {sessions} sessions of {frame // KIB} KiB frames: RSS grew "
           f"{peak.growth_mib:.0f} MiB (bound {bound / MIB:.0f} MiB); kernel send buffers "
           f"{kernel / MIB:.1f} MiB at most")

@@ -13,7 +13,6 @@ import pytest
 from corekit import RawClient, config, run, running_core
 
 from pedelec_pyodide import protocol, schemas
-from pedelec_pyodide.core.connection import LOOP_PATTERN_CHARS
 from pedelec_pyodide.core.sessions import RATE_LIMITED
 
 
@@ -26,10 +25,11 @@ def patterned(prefix: str, count: int, length: int = 100) -> dict[str, Any]:
             "argsSchema": {"type": "object", "properties": properties}}
 
 
-def test_a_frame_with_many_new_patterns_is_checked_off_the_event_loop(
+def test_new_patterns_are_checked_off_the_event_loop_and_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
     parsed_in: list[str] = []
     checked: list[str] = []
+    checked_in: set[str] = set()
     parse = protocol.parse_client_frame
     problem = schemas._regex_problem
 
@@ -39,12 +39,13 @@ def test_a_frame_with_many_new_patterns_is_checked_off_the_event_loop(
 
     def spy_problem(pattern: str) -> str | None:
         checked.append(pattern)
+        checked_in.add(threading.current_thread().name)
         return problem(pattern)
 
     monkeypatch.setattr(protocol, "parse_client_frame", spy_parse)
     monkeypatch.setattr(schemas, "_regex_problem", spy_problem)
     schemas.PATTERN_CACHE.clear()
-    many = patterned("many", 2 * LOOP_PATTERN_CHARS // 100)  # a short frame (~5 KiB)
+    many = patterned("many", 40)  # a short frame (~5 KiB)
 
     async def main() -> None:
         async with running_core(config()) as core:
@@ -57,11 +58,13 @@ def test_a_frame_with_many_new_patterns_is_checked_off_the_event_loop(
             await client.close()
     run(main())
     main_thread = threading.main_thread().name
-    # few: on the loop; many: begun there, then again in a thread; known: on the loop
-    assert parsed_in[0] == parsed_in[1] == main_thread
-    assert parsed_in[2].startswith("pedelec-parse")
-    assert parsed_in[3:] == [main_thread, main_thread]
+    # each frame with a new pattern: begun on the loop, parsed in a thread (its patterns
+    # checked there); one whose patterns are all known, and any other: on the loop
+    assert parsed_in[0] == main_thread and parsed_in[1].startswith("pedelec-parse-patterns")
+    assert parsed_in[2] == main_thread and parsed_in[3].startswith("pedelec-parse-patterns")
+    assert parsed_in[4:] == [main_thread, main_thread]
     assert len(checked) == len(set(checked)) == 3 + len(many["argsSchema"]["properties"])
+    assert checked_in == {parsed_in[1]}  # never on the loop
 
 
 def test_new_patterns_are_charged_to_their_client_only() -> None:
