@@ -97,15 +97,14 @@ class BridgeConnection:
 
     async def serve(self, allowed_origins: frozenset[str]) -> None:
         websocket = self.websocket
-        if not origin_allowed(websocket.headers, allowed_origins):
-            log_event("bridge.origin_refused", origin=websocket.headers.get("origin"),
-                      host=websocket.headers.get("host"))
-            await websocket.close(code=CLOSE_POLICY)
-            self.page.disconnected()
-            return
-        await websocket.accept()
         page = self.page
-        try:
+        try:  # whatever happens, the connection ends here (its client's share with it)
+            if not origin_allowed(websocket.headers, allowed_origins):
+                log_event("bridge.origin_refused", origin=websocket.headers.get("origin"),
+                          host=websocket.headers.get("host"))
+                await websocket.close(code=CLOSE_POLICY)
+                return
+            await websocket.accept()
             while page.open:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect" or not page.open:

@@ -450,14 +450,20 @@ class NeverReads:
         self.sock.sendall(head + b"\0\0\0\0" + payload)  # masked with a zero key
 
     def recv(self) -> tuple[int, bytes]:
-        """The next frame: ``(opcode, payload)``; EOFError when the connection ended."""
-        first, second = self._exactly(2)
-        size = second & 0x7F
-        if size == 126:
-            size = int.from_bytes(self._exactly(2), "big")
-        elif size == 127:
-            size = int.from_bytes(self._exactly(8), "big")
-        return first & 0x0F, self._exactly(size)
+        """The next frame but pings (answered) and pongs: ``(opcode, payload)``;
+        EOFError when the connection ended."""
+        while True:
+            first, second = self._exactly(2)
+            size = second & 0x7F
+            if size == 126:
+                size = int.from_bytes(self._exactly(2), "big")
+            elif size == 127:
+                size = int.from_bytes(self._exactly(8), "big")
+            opcode, payload = first & 0x0F, self._exactly(size)
+            if opcode == 9:  # uvicorn's keep-alive ping
+                self.sock.sendall(bytes([0x8A, 0x80 | len(payload)]) + b"\0\0\0\0" + payload)
+            elif opcode != 10:
+                return opcode, payload
 
 
 def test_rss_a_page_that_never_reads_is_closed_and_can_resume(tmp_path: Path) -> None:
