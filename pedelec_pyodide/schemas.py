@@ -4,14 +4,24 @@
 rules for each keyword's value, written out here so that defining a tool does not import
 jsonschema: that import costs ~450 ms in the page and must stay off the path to "ready".
 The validator itself (jsonschema) is built on first use and kept for the tool's lifetime.
+
+Regular expressions are the one costly part of the check (~0.2 to 1.7 µs a character to
+parse, a hundred times JSON's): each distinct one is parsed once (:data:`PATTERN_CACHE`
+verdicts kept), and a caller that checks what strangers send (Core) charges what is not
+cached to its sender with :func:`charging_patterns`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
 import itertools
 import re
-from collections.abc import Callable
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import PedelecError
@@ -293,26 +303,105 @@ _RE_PARSER: Any = importlib.import_module("re._parser")
 _NOT_A_GROUP = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]?|[^()]", re.DOTALL)
 
 
+class PatternsOverBudget(Exception):
+    """A :func:`charging_patterns` charge refused a pattern: the check stops, unfinished
+    (not a ValueError: nothing says the schema is wrong)."""
+
+
+# the charge of the check under way in this thread (or task), if its caller set one
+_CHARGE: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar(
+    "pedelec_pattern_charge", default=None)
+
+
+@contextlib.contextmanager
+def charging_patterns(charge: Callable[[int], None]) -> Iterator[None]:
+    """While inside, each pattern not in :data:`PATTERN_CACHE` calls ``charge(its length)``
+    before it is parsed; ``charge`` raises :class:`PatternsOverBudget` (or its own
+    exception) to stop the check there."""
+    token = _CHARGE.set(charge)
+    try:
+        yield
+    finally:
+        _CHARGE.reset(token)
+
+
+class PatternCache:
+    """The verdicts on the patterns checked lately (None: valid; else why not), the
+    least recently used dropped first: at most ``entries``, their text at most
+    ``max_bytes`` of memory (with the verdicts). Shared by Core's threads, hence the lock."""
+
+    def __init__(self, entries: int, max_bytes: int) -> None:
+        self.entries = entries
+        self.max_bytes = max_bytes
+        self._verdicts: OrderedDict[str, str | None] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, pattern: str) -> tuple[bool, str | None]:
+        """``(known, verdict)``."""
+        with self._lock:
+            if pattern not in self._verdicts:
+                return False, None
+            self._verdicts.move_to_end(pattern)
+            return True, self._verdicts[pattern]
+
+    def put(self, pattern: str, verdict: str | None) -> None:
+        with self._lock:
+            if pattern in self._verdicts:
+                return
+            self._verdicts[pattern] = verdict
+            self._bytes += _cost(pattern, verdict)
+            while len(self._verdicts) > self.entries or self._bytes > self.max_bytes:
+                self._bytes -= _cost(*self._verdicts.popitem(last=False))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._verdicts.clear()
+            self._bytes = 0
+
+
+def _cost(pattern: str, verdict: str | None) -> int:
+    return sys.getsizeof(pattern) + (0 if verdict is None else sys.getsizeof(verdict))
+
+
+#: every check's verdicts: 4096 patterns, 1 MiB of their text at most
+PATTERN_CACHE = PatternCache(4096, 1024 * 1024)
+
+
 def _check_regex(pattern: str, where: Where) -> None:
     """Parsed, never compiled: compiling a page's pattern is where re's cost explodes
     (``(?i)[\\u0100-\\uffff]`` takes ~10 ms per class) and Core never runs one. A pattern
     re can parse but not compile (a look-behind of varying width) fails when the page
-    validates args with it, as a schema the validator cannot apply. The parser recurses
-    into groups: their nesting is bounded first."""
+    validates args with it, as a schema the validator cannot apply. Each distinct
+    pattern is looked at once (:data:`PATTERN_CACHE`), and charged (:func:`charging_patterns`)
+    before that."""
     if len(pattern) > MAX_PATTERN_LENGTH:
         raise SchemaError(f"{where}: the regular expression {quote(pattern)} has "
                           f"{len(pattern)} characters; the limit is {MAX_PATTERN_LENGTH}")
+    known, verdict = PATTERN_CACHE.get(pattern)
+    if not known:
+        charge = _CHARGE.get()
+        if charge is not None:
+            charge(len(pattern))
+        verdict = _regex_problem(pattern)
+        PATTERN_CACHE.put(pattern, verdict)
+    if verdict is not None:
+        raise SchemaError(f"{where}: {verdict}")
+
+
+def _regex_problem(pattern: str) -> str | None:
+    """What is wrong with ``pattern`` (without where it is), or None. The parser recurses
+    into groups: their nesting is bounded first."""
     parens = _NOT_A_GROUP.sub("", pattern)
     if max(itertools.accumulate(1 if p == "(" else -1 for p in parens), default=0) > (
             MAX_PATTERN_NESTING):
-        raise SchemaError(f"{where}: the regular expression {quote(pattern)} nests "
-                          f"groups deeper than {MAX_PATTERN_NESTING}")
+        return (f"the regular expression {quote(pattern)} nests "
+                f"groups deeper than {MAX_PATTERN_NESTING}")
     try:
         _RE_PARSER.parse(pattern)
     except re.error as exc:
-        raise SchemaError(
-            f"{where}: {quote(pattern)} is not a valid regular expression ({exc})"
-        ) from None
+        return f"{quote(pattern)} is not a valid regular expression ({exc})"
+    return None
 
 
 def _is_int(value: Any) -> bool:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .store import JsonText
+
 
 @dataclass(frozen=True)
 class ToolCallRequest:
@@ -32,6 +34,11 @@ class ToolCallOutcome:
     handled_by: str
     call_id: str | None = None
     duration_ms: float = 0.0
+    #: ``args`` and ``result`` as Core keeps them, JSON text: an agent that keeps them
+    #: past its step keeps these (decoded, what a page sends may take ~24 times the
+    #: memory of its JSON)
+    args_json: JsonText | None = None
+    result_json: JsonText | None = None
 
     @property
     def is_error(self) -> bool:

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from starlette.websockets import WebSocket
 
 from .. import protocol
+from .clients import client_key
 from .connection import CLOSE_POLICY, PageConnection
 from .log import log_event
 from .offload import LARGE_CHARS
@@ -36,6 +37,10 @@ CLOSE_WAIT = 10.0
 #: (Core's own work on large values has threads of its own, offload.py).
 PARSE_IN_THREAD_CHARS = LARGE_CHARS
 _PARSER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pedelec-parse")
+#: a short frame with more new regular expressions than the loop checks goes to a thread
+#: of its own: a flood of them (each client's bounded by --pattern-rate) then holds at
+#: most one thread against the event loop, and never delays other pages' long frames
+_PATTERNS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pedelec-parse-patterns")
 
 
 def origin_allowed(headers: Mapping[str, str], allowed: frozenset[str]) -> bool:
@@ -59,8 +64,10 @@ class BridgeConnection:
         self.registry = registry
         #: the protocol under the socket: the rate limit it shares, the hello deadline
         self.guard = frame_guard(websocket.scope)
-        self.page = PageConnection(registry, self, bucket=None if self.guard is None
-                                   else self.guard.bucket)
+        address = websocket.client
+        self.page = PageConnection(
+            registry, self, bucket=None if self.guard is None else self.guard.bucket,
+            client=client_key(None if address is None else address.host))
         self._awaiting_hello = True
         self._flusher: asyncio.Task[None] | None = None
 
@@ -98,18 +105,18 @@ class BridgeConnection:
 
     async def serve(self, allowed_origins: frozenset[str]) -> None:
         websocket = self.websocket
-        if not origin_allowed(websocket.headers, allowed_origins):
-            log_event("bridge.origin_refused", origin=websocket.headers.get("origin"),
-                      host=websocket.headers.get("host"))
-            await websocket.close(code=CLOSE_POLICY)
-            return
-        await websocket.accept()
-        if self.guard is not None:
-            timeout = self.registry.config.hello_timeout
-            self.guard.start_deadline(timeout, "bridge.hello_timeout",
-                                      f"no hello within {timeout:g} s (--hello-timeout)")
         page = self.page
-        try:
+        try:  # whatever happens, the connection ends here (its client's share with it)
+            if not origin_allowed(websocket.headers, allowed_origins):
+                log_event("bridge.origin_refused", origin=websocket.headers.get("origin"),
+                          host=websocket.headers.get("host"))
+                await websocket.close(code=CLOSE_POLICY)
+                return
+            await websocket.accept()
+            if self.guard is not None:
+                timeout = self.registry.config.hello_timeout
+                self.guard.start_deadline(timeout, "bridge.hello_timeout",
+                                          f"no hello within {timeout:g} s (--hello-timeout)")
             # not `page.open`: a failed send (the page is gone) leaves frames to read
             while page.closing is None:
                 message = await websocket.receive()
@@ -132,11 +139,13 @@ class BridgeConnection:
         """:meth:`PageConnection.receive`, a long frame parsed in a worker thread (frames
         of one connection are still handled one after the other, in order)."""
         page = self.page
-        if len(data) <= PARSE_IN_THREAD_CHARS or page.refuses_unparsed(data):
-            parsed = page.parse(data)
-        else:
+        short = len(data) <= PARSE_IN_THREAD_CHARS
+        # before hello, a frame that is not one is refused from a look at its type
+        parsed = (page.parse_on_loop(data) if short or page.refuses_unparsed(data)
+                  else None)
+        if parsed is None:  # long, or short with many new regular expressions to check
             parsed = await asyncio.get_running_loop().run_in_executor(
-                _PARSER, page.parse, data)
+                _PATTERNS if short else _PARSER, page.parse, data)
         hello = page.first_hello(parsed)
         if hello is not None:
             if hello.session_id is not None:

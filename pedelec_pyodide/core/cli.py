@@ -199,9 +199,14 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         f"it expires (default: {CoreConfig.session_ttl:g})")
     parser.add_argument("--max-sessions", type=_positive(int), default=CoreConfig.max_sessions,
                         metavar="N", help="sessions Core holds, connected or awaiting a "
-                        "resume; when full, the one disconnected longest is dropped, and "
-                        "with none a new page is refused TOO_MANY_SESSIONS "
-                        f"(default: {CoreConfig.max_sessions})")
+                        "resume; when full, the new page's own client's session "
+                        "disconnected longest is dropped, and with none the page is refused "
+                        f"TOO_MANY_SESSIONS (default: {CoreConfig.max_sessions})")
+    parser.add_argument("--max-sessions-per-client", type=_positive(int),
+                        default=CoreConfig.max_sessions_per_client, metavar="N",
+                        help="sessions one client address (an IPv6 /64) holds, connected or "
+                        "awaiting a resume; over it the same as --max-sessions "
+                        f"(default: {CoreConfig.max_sessions_per_client})")
     parser.add_argument("--max-metadata-bytes", type=_positive(int),
                         default=CoreConfig.max_metadata_bytes, metavar="N",
                         help="a session's tool metadata and client info, as JSON bytes; "
@@ -212,6 +217,18 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         help="frames queued for a page that is not reading them; over it "
                         "its connection is closed (1008), its session kept for a resume "
                         f"(default: {CoreConfig.max_queued_bytes})")
+    parser.add_argument("--max-queued-total-bytes", type=_positive(int),
+                        default=CoreConfig.max_queued_total_bytes, metavar="N",
+                        help="frames queued for all connections together; a frame that "
+                        "would go over it closes the connection holding the most (1013), "
+                        f"its session kept for a resume (default: "
+                        f"{CoreConfig.max_queued_total_bytes})")
+    parser.add_argument("--pattern-rate", type=_positive(float),
+                        default=CoreConfig.pattern_rate, metavar="N",
+                        help="characters of regular expressions in tool metadata, new to "
+                        "Core, that it checks per second for one client address (a burst "
+                        "of 4 s of it); more are refused RATE_LIMITED "
+                        f"(default: {CoreConfig.pattern_rate:g})")
     parser.add_argument("--max-pending", type=_positive(int), default=CoreConfig.max_pending,
                         metavar="N", help="tool requests pending at once per session; "
                         "more are answered TOO_MANY_PENDING "
@@ -299,6 +316,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         max_sessions=args.max_sessions, max_metadata_bytes=args.max_metadata_bytes,
         max_queued_bytes=args.max_queued_bytes, max_pending=args.max_pending,
         max_history_bytes=args.max_history_bytes,
+        max_sessions_per_client=args.max_sessions_per_client,
+        max_queued_total_bytes=args.max_queued_total_bytes, pattern_rate=args.pattern_rate,
     )
     return cfg, generated
 

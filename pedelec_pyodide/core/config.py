@@ -103,13 +103,21 @@ class CoreConfig:
     max_steps: int = 8
     #: how long a disconnected session waits to be resumed before it expires
     session_ttl: float = 120.0
-    #: sessions Core holds, connected or awaiting a resume; when full, the session
-    #: disconnected longest is dropped to make room, else a new one is refused
+    #: sessions Core holds, connected or awaiting a resume, in all and per client
+    #: address; when full, the new page's own client's session disconnected longest is
+    #: dropped to make room (never another client's), else the new one is refused
     max_sessions: int = 256
+    max_sessions_per_client: int = 32
     #: a session's tool metadata and client info, as JSON bytes (hello, tools.update)
     max_metadata_bytes: int = MAX_FRAME_BYTES
-    #: frames queued for a connection that is not reading them (bytes of memory)
+    #: frames queued for a connection that is not reading them (bytes of memory), and
+    #: for all connections together (over it, the one holding the most is closed)
     max_queued_bytes: int = 8 * MAX_FRAME_BYTES
+    max_queued_total_bytes: int = 64 * MAX_FRAME_BYTES
+    #: characters of regular expressions in tool metadata, not checked before, that Core
+    #: checks per second for one client address (a burst of 4 s of it); over it a hello
+    #: or tools.update is refused RATE_LIMITED
+    pattern_rate: float = 16384.0
     #: tool requests pending at once per session
     max_pending: int = 64
     #: an agent's history per session, as JSON bytes (oldest turns dropped first)

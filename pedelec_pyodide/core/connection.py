@@ -6,9 +6,11 @@ sockets, no Starlette, no waiting; the time comes from an injected clock. bridge
 carries the frames between it and a WebSocket. Per connection: a frame-size limit, a
 rate limit (a token bucket: over it a frame is refused with ``RATE_LIMITED``; a flood
 that goes on is cut off with close code 1008), a bound on the frames queued for a page
-that does not read them, and the protocol itself. Every bad frame gets an ``error``
-frame; the connection stays open. Before ``hello``, Core reads no more of a frame than
-its leading ``type``: anything but a hello is refused ``HELLO_REQUIRED`` unparsed.
+that does not read them (and on those of all connections together: outboxes.py), and the
+protocol itself. Per client address (clients.py): the new regular expressions in its tool
+metadata that Core checks per second. Every bad frame gets an ``error`` frame; the
+connection stays open. Before ``hello``, Core reads no more of a frame than its leading
+``type``: anything but a hello is refused ``HELLO_REQUIRED`` unparsed.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from .. import protocol
 from ..protocol import ProtocolError
 from ..results import TOOL_RESULT_TOO_LARGE, tool_error
+from ..schemas import PatternsOverBudget, charging_patterns
 from .log import log_event
 from .ratelimit import TokenBucket
 from .sessions import (
@@ -40,7 +43,7 @@ from .sessions import (
     SessionRefused,
     page_metadata,
 )
-from .store import dump_json
+from .store import JsonText, kept_json
 from .turns import start_turn
 
 CLOSE_POLICY = 1008
@@ -67,6 +70,14 @@ def leading_type(data: str | bytes) -> str | None:
     return found.group(1) if found else None
 
 
+class _OffLoop(Exception):
+    """A frame parsed on the event loop holds a regular expression Core has not checked."""
+
+
+def _off_loop(characters: int) -> None:
+    raise _OffLoop
+
+
 class Output(Protocol):
     """Whoever sends a :class:`PageConnection`'s frames: the serve loop, or a test."""
 
@@ -85,6 +96,7 @@ class Parsed(NamedTuple):
     #: parse, so off the event loop for a long frame (other messages have none)
     tools_json: str = ""
     client_json: str = "{}"  # a hello's client info, the same way
+    result_json: str = ""  # a tool.result's result, the same way (Core keeps it as text)
 
 
 class PageConnection:
@@ -92,7 +104,7 @@ class PageConnection:
 
     def __init__(self, registry: Registry, output: Output,
                  clock: Callable[[], float] = time.monotonic,
-                 bucket: TokenBucket | None = None) -> None:
+                 bucket: TokenBucket | None = None, *, client: str) -> None:
         self.registry = registry
         self._output = output
         config = registry.config
@@ -100,10 +112,16 @@ class PageConnection:
         #: the rate limit; shared with the WebSocket protocol under the connection, which
         #: charges the frames that are not messages (bridge.py)
         self.bucket = bucket or TokenBucket(config.rate_limit, float(config.rate_burst), clock)
+        #: the client (clients.client_key) this connection is from
+        self.client = client
+        # its client's budget for checking new regular expressions, until disconnected
+        self._patterns: TokenBucket | None = registry.patterns.open(client)
         self.session: CoreSession | None = None
         self._outbox: deque[str] = deque()
         self.max_queued = config.max_queued_bytes
-        self._queued = 0  # bytes of memory the outbox holds
+        # bytes of memory the outbox holds, with the frame being sent (next_frame)
+        self._queued = 0
+        self._sending = 0  # of which the frame being sent
         #: the close to send once the outbox is empty
         self.closing: tuple[int, str] | None = None
         #: False once frames no longer go out (the page's frames, already received, still
@@ -120,27 +138,55 @@ class PageConnection:
             return
         size = sys.getsizeof(frame)
         if self._queued and self._queued + size > self.max_queued:  # one frame always fits
-            self._not_reading(size)
+            self._cut_off(CLOSE_POLICY, f"not reading: over {self.max_queued} bytes queued "
+                          "(--max-queued-bytes)", "connection", size)
+            return
+        if not self.registry.outboxes.make_room(self, size):
+            self.shed()
             return
         self._queued += size
         self._outbox.append(frame)
         self._output.wake()
 
-    def _not_reading(self, size: int) -> None:
-        """The page does not read what Core sends: close its connection rather than
-        buffer for it. Its session is detached now and waits for a resume (what it
-        missed, pending requests and turn ends, is sent again then)."""
+    @property
+    def queued(self) -> int:
+        """Bytes of memory queued for the page (outboxes.Holder)."""
+        return self._queued
+
+    def shed(self) -> None:
+        """Core's queues for all connections are full and this one holds the most."""
+        limit = self.registry.outboxes.limit
+        self._cut_off(protocol.CLOSE_TRY_AGAIN, f"Core's queues are full (over {limit} bytes "
+                      "for all connections, --max-queued-total-bytes) and this connection "
+                      "held the most", "all", 0)
+
+    def _cut_off(self, code: int, reason: str, bound: Literal["connection", "all"],
+                 frame: int) -> None:
+        """The page does not read what Core sends (or reads too little of it): close its
+        connection rather than buffer for it. Its session is detached now and waits for
+        a resume (what it missed, pending requests and turn ends, is sent again then).
+        ``bound``: whose queue was full, this connection's or all connections'."""
         session = self.session
         log_event("bridge.not_reading", session=None if session is None else session.id,
-                  queued=self._queued, frame=size)
-        self._outbox.clear()
-        self._queued = 0
-        self.closing = (CLOSE_POLICY, f"not reading: over {self.max_queued} bytes queued "
-                        "(--max-queued-bytes)")
+                  queued=self._queued, frame=frame or None, bound=bound)
+        self._drop_outbox()
+        self.closing = (code, reason)
         self.open = False  # the receive loop stops at the next frame
         if session is not None:
             session.detach(self)
         self._output.abort()
+
+    def _drop_outbox(self) -> None:
+        self._outbox.clear()
+        self.registry.outboxes.release(self, self._set_queued(0))
+
+    def _set_queued(self, queued: int) -> int:
+        """``_queued`` set to ``queued``; the bytes given back."""
+        given_back = self._queued - queued
+        self._queued = queued
+        if not queued:
+            self._sending = 0
+        return given_back
 
     def close(self, code: int, reason: str) -> None:
         if not self.open or self.closing is not None:
@@ -151,18 +197,29 @@ class PageConnection:
     # --- the output side (the serve loop calls these) -----------------------------------
 
     def next_frame(self) -> str | None:
-        """The next frame to send, or None when the outbox is empty."""
-        if not self._outbox:
-            return None
-        frame = self._outbox.popleft()
-        self._queued -= sys.getsizeof(frame)
+        """The next frame to send, or None when the outbox is empty. The frame handed
+        out last has been sent by then: its bytes are given back now (until then, while
+        the socket waits for the page to read, they count as queued)."""
+        sent = self._sending
+        self._sending = 0
+        if self._outbox:
+            frame = self._outbox.popleft()
+            self._sending = sys.getsizeof(frame)
+        else:
+            frame = None
+        self.registry.outboxes.release(self, self._set_queued(self._queued - sent))
         return frame
 
     def ended(self) -> None:
         """No more frames go out: the close went, or the page is gone."""
         self.open = False
-        self._outbox.clear()
-        self._queued = 0
+        self._drop_outbox()
+        self._release_client()
+
+    def _release_client(self) -> None:
+        if self._patterns is not None:
+            self._patterns = None
+            self.registry.patterns.close(self.client)
 
     # --- the input side -----------------------------------------------------------------
 
@@ -180,6 +237,7 @@ class PageConnection:
     def disconnected(self) -> None:
         """The page's socket is closed: its session waits for a resume."""
         self.open = False
+        self._release_client()
         if self.session is not None:
             self.session.detach(self)
             log_event("bridge.disconnected", session=self.session.id)
@@ -190,9 +248,32 @@ class PageConnection:
         whatever it holds (:meth:`parse` answers it ``HELLO_REQUIRED`` at once)."""
         return self.session is None and leading_type(data) != "hello"
 
+    def parse_on_loop(self, data: str | bytes) -> Parsed | None:
+        """:meth:`parse` on the event loop, or None when the frame holds a regular
+        expression Core has not checked: checking one costs ~0.2 to 2.5 µs a character
+        (re's parser), so it is done in a worker thread, never on the loop (a frame full
+        of known ones is parsed here: their verdicts are cached)."""
+        try:
+            return self._parse(data, _off_loop)
+        except _OffLoop:
+            return None
+
     def parse(self, data: str | bytes) -> Parsed:
-        """``data`` checked and decoded; reads only the limits, so a worker thread may
-        run it (bridge.py does for long frames)."""
+        """``data`` checked and decoded; reads only the limits and thread-safe budgets,
+        so a worker thread may run it (bridge.py does for long frames)."""
+        return self._parse(data, self._charge_patterns)
+
+    def _charge_patterns(self, characters: int) -> None:
+        """A new regular expression is to be checked: its client pays, or the frame is
+        refused."""
+        budget = self._patterns
+        if budget is not None and not budget.take(characters):
+            raise PatternsOverBudget(
+                f"more than {budget.rate:g} characters of new regular expressions per "
+                f"second (burst {budget.burst:g}) from this client (--pattern-rate); frame "
+                "dropped")
+
+    def _parse(self, data: str | bytes, charge: Callable[[int], None]) -> Parsed:
         if self.refuses_unparsed(data):
             kind = leading_type(data)
             return Parsed(ProtocolError(HELLO_REQUIRED, f"send hello before {kind!r}" if kind
@@ -201,13 +282,18 @@ class PageConnection:
         text = data if isinstance(data, str) else ""
         limit = self.max_bytes + (RESULT_ENVELOPE_BYTES if _RESULT_FRAME.match(text) else 0)
         try:
-            message = protocol.parse_client_frame(data, max_bytes=limit)
+            with charging_patterns(charge):
+                message = protocol.parse_client_frame(data, max_bytes=limit)
         except ProtocolError as exc:
             return Parsed(exc)
+        except PatternsOverBudget as exc:
+            return Parsed(ProtocolError(RATE_LIMITED, str(exc)))
         if isinstance(message, protocol.Hello):
-            return Parsed(message, dump_json(message.tools), dump_json(message.client or {}))
+            return Parsed(message, kept_json(message.tools), kept_json(message.client or {}))
         if isinstance(message, protocol.ToolsUpdate):
-            return Parsed(message, dump_json(message.tools))
+            return Parsed(message, kept_json(message.tools))
+        if isinstance(message, protocol.ToolResult):
+            return Parsed(message, result_json=kept_json(message.result))
         return Parsed(message)
 
     def receive(self, data: str | bytes, parsed: Parsed) -> bool:
@@ -249,7 +335,7 @@ class PageConnection:
     def _charge(self) -> str:
         """The rate limit: ``ok``, ``refused`` (an error frame went out) or ``cut``."""
         bucket = self.bucket
-        tokens = bucket.take()
+        tokens = bucket.spend()
         if tokens >= 0:
             return "ok"
         if bucket.flooded(tokens):
@@ -289,7 +375,7 @@ class PageConnection:
             self.send(protocol.error_frame(
                 HELLO_REQUIRED, f"send hello before {message.type!r}"))
         elif isinstance(message, protocol.ToolResult):
-            refused = session.accept_result(message)
+            refused = session.accept_result(message, JsonText(parsed.result_json))
             if refused is not None:
                 self.send(protocol.error_frame(
                     refused[0], refused[1], tool_request_id=message.tool_request_id))
@@ -298,7 +384,7 @@ class PageConnection:
             if running is not None and running.turn_id == message.turn_id:
                 pass  # re-sent by the page after a resume: the turn is running
             elif message.turn_id in session.ended:  # its turn.end was lost on the way
-                session.send_turn_end(session.ended[message.turn_id])
+                session.send_ended(session.ended[message.turn_id])
             elif message.turn_id in session.callers.turns:  # kept for a caller's retries
                 self.send(protocol.error_frame(
                     TURN_ID_TAKEN, "that turn id is a control-API caller's turn, kept for its "
@@ -348,7 +434,7 @@ class PageConnection:
             metadata = page_metadata(hello.tools, parsed.tools_json, parsed.client_json,
                                      registry.config.max_metadata_bytes)
             if hello.session_id is None:
-                session = registry.create(metadata, self.new_id)
+                session = registry.create(metadata, self.client, self.new_id)
         except SessionRefused as exc:
             self.send(protocol.error_frame(exc.code, exc.message))
             if exc.code == TOO_MANY_SESSIONS:
@@ -357,7 +443,7 @@ class PageConnection:
         if hello.session_id is None:
             resumed = False
         else:
-            found = registry.resume(hello.session_id, hello.resume_token)
+            found = registry.resume(hello.session_id, hello.resume_token, self.client)
             if found is None:
                 log_event("session.resume_refused")
                 self.send(protocol.error_frame(

@@ -13,8 +13,9 @@ import secrets
 import time
 from typing import Any
 
+from starlette import responses
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from .. import __version__, protocol
@@ -39,6 +40,7 @@ from .store import (
     KeyKind,
     StoreError,
     TurnRecord,
+    dump_json,
 )
 from .turns import start_turn
 
@@ -59,6 +61,14 @@ EVENT_STREAM = "text/event-stream"
 #: set in the ASGI scope of a call whose ``Idempotency-Key`` the cluster router made
 #: (routing.py), not the caller: only that router retries with it, while it waits
 ROUTE_KEY = "pedelec.route_key"
+
+
+class JSONResponse(responses.JSONResponse):
+    """Starlette's, writing what Core keeps as JSON text (a turn's tool calls) as the
+    values they are."""
+
+    def render(self, content: Any) -> bytes:
+        return dump_json(content, strict=True).encode("utf-8")
 
 
 # what a 503 (the store out of reach) tells the caller to wait before trying again

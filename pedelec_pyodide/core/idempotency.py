@@ -18,6 +18,7 @@ is unknown again: a request with it starts a new run.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -28,10 +29,12 @@ from .store import (
     TOOL_CALL,
     TURN,
     IdempotencyRecord,
+    JsonText,
     KeyKind,
     RequestRecord,
     Store,
     TurnRecord,
+    as_text,
 )
 
 HEADER = "Idempotency-Key"
@@ -92,12 +95,19 @@ class CallerMemory:
         lot = self.results if request.id in self._callers_targets else self.others
         lot[request.id] = request
         self._store.save_request(request)
+        request.args = as_text(request.args)  # kept for a day: as text (see result())
         self.sweep()
 
     def result(self, request_id: str) -> RequestRecord | None:
+        """A kept result's record, its result decoded (kept as JSON text: decoded, what a
+        page sends may take ~24 times the memory)."""
         self.sweep()
         kept = self.results.get(request_id)
-        return kept if kept is not None else self.others.get(request_id)
+        if kept is None:
+            kept = self.others.get(request_id)
+        if kept is None or not isinstance(kept.result, JsonText):
+            return kept
+        return dataclasses.replace(kept, result=kept.result.value())
 
     def restore(self, results: list[RequestRecord], keys: list[IdempotencyRecord],
                 turns: dict[str, TurnRecord], pending: set[str]) -> None:
@@ -118,6 +128,7 @@ class CallerMemory:
                 self._callers_targets.add(record.target_id)
         for request in sorted(results, key=lambda r: r.finished_at or 0.0):
             lot = self.results if request.id in self._callers_targets else self.others
+            request.result, request.args = as_text(request.result), as_text(request.args)
             lot[request.id] = request
         self.sweep()
 

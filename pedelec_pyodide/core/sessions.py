@@ -6,9 +6,11 @@ resumed by id and token. Results are keyed by ``toolRequestId``: each pending re
 resolved exactly once (by the page's result, its deadline, a cancellation or expiry);
 whatever arrives after that is refused with an ``error`` frame and changes nothing.
 
-Memory is bounded per session and in all: ``max_sessions`` (a new page takes the place of
-the session disconnected longest), metadata as JSON text of at most ``max_metadata_bytes``,
-``max_pending`` requests; the agent's history is bounded in turns.py.
+Memory is bounded per session, per client and in all: ``max_sessions`` in all and
+``max_sessions_per_client`` per client address (a new page may take the place of its own
+client's session disconnected longest, never another client's), metadata as JSON text
+of at most ``max_metadata_bytes``, ``max_pending`` requests, the texts of ended turns;
+the agent's history is bounded in turns.py.
 """
 
 from __future__ import annotations
@@ -29,21 +31,26 @@ from .. import protocol
 from ..results import INVALID_ARGS, TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
 from ..text import excerpt
 from .agent import Agent
+from .clients import PatternBudgets
 from .clock import Timer
 from .config import CoreConfig
 from .idempotency import CallerMemory
 from .log import log_event
+from .outboxes import Outboxes
 from .store import (
     RECENT_TURNS,
     STORE_FAILED,
     IdempotencyRecord,
+    JsonText,
     RequestRecord,
     SessionRecord,
     Snapshot,
     Store,
     StoreError,
     TurnRecord,
+    as_text,
     hash_token,
+    kept_size,
 )
 
 # Codes of the `error` frames Core sends for session-level problems (parse errors use
@@ -96,8 +103,9 @@ def page_metadata(tools: list[dict[str, Any]], tools_json: str, client_json: str
                   limit: int) -> PageMetadata:
     """A hello's or tools.update's metadata, or :class:`SessionRefused` when the tools
     and client info together are over ``limit`` bytes of JSON. ``tools_json``: the tools
-    as :func:`dump_json` text (made with the frame's parse: off the event loop)."""
-    size = protocol.frame_size(tools_json) + protocol.frame_size(client_json)
+    as :func:`kept_json` text (made with the frame's parse: off the event loop). The
+    limit counts their UTF-8 bytes, or their bytes of memory where those are more."""
+    size = kept_size(tools_json) + kept_size(client_json)
     if size > limit:
         raise SessionRefused(METADATA_TOO_LARGE, (
             f"the tool metadata and client info are {size} bytes as JSON; a session may "
@@ -251,10 +259,30 @@ class PendingRequest:
 CheckedRequest = tuple[str, str]
 
 
-def _for_resend(turn: TurnRecord) -> TurnRecord:
-    """What an ended turn keeps in memory: enough to send its ``turn.end`` again (its
-    text and tool calls, which may be large, went to the store and the turn's caller)."""
-    return dataclasses.replace(turn, text="", tool_calls=[])
+#: what a re-sent ``turn.end`` says in place of a reply Core no longer keeps
+FORGOTTEN_REPLY = ("[Core no longer keeps the reply of this earlier turn for a re-sent "
+                   "turn.end; the whole text is in the turn's record]")
+
+
+class EndedTurn:
+    """An ended turn as its session remembers it, to send its ``turn.end`` again: its
+    record without its texts and tool calls (they went to the store and the turn's
+    caller), and its ``turn.end`` frame as UTF-8 while the session's budget keeps it
+    (:meth:`CoreSession.remember_end`)."""
+
+    __slots__ = ("frame", "record", "replied")
+
+    def __init__(self, turn: TurnRecord, frame: str) -> None:
+        self.record = dataclasses.replace(turn, text="", final_text="", tool_calls=[])
+        self.replied = bool(turn.final_text)
+        self.frame: bytes | None = frame.encode()
+
+    def end_frame(self, max_frame_bytes: int) -> str:
+        """The ``turn.end`` frame as first sent, or one saying its reply is not kept."""
+        if self.frame is not None:
+            return self.frame.decode()
+        return end_frame(dataclasses.replace(
+            self.record, final_text=FORGOTTEN_REPLY if self.replied else ""), max_frame_bytes)
 
 
 def new_request_id() -> str:
@@ -414,9 +442,9 @@ class CoreSession:
         # requests resolved lately: id -> how ("delivered", "timeout", "cancelled", ...)
         self.finished: OrderedDict[str, str] = OrderedDict()
         self.turn: RunningTurn | None = None
-        self.unsent_ends: list[TurnRecord] = []
-        # turns that ended lately, by id (see RECENT_TURNS)
-        self.ended: OrderedDict[str, TurnRecord] = OrderedDict()
+        self.unsent_ends: list[EndedTurn] = []
+        # turns that ended lately, by id, the oldest first (see RECENT_TURNS)
+        self.ended: OrderedDict[str, EndedTurn] = OrderedDict()
         self.closed = False
         # run after the page's tool list changed, by a key their owner chooses
         # (the MCP endpoint: one per MCP client session)
@@ -429,6 +457,9 @@ class CoreSession:
         # when the page's connection went away (epoch seconds); None while it is connected
         # and before its first connection
         self.disconnected_at: float | None = None
+        #: the client (clients.client_key) it counts for: the one whose hello made it, or
+        #: for a session restored from the store, the first to resume it (None until then)
+        self.client: str | None = None
 
     @property
     def id(self) -> str:
@@ -476,7 +507,7 @@ class CoreSession:
         previous = self.connection
         self.connection = connection
         self.disconnected_at = None
-        self.registry.disconnected.pop(self.id, None)
+        self.registry.waits_no_more(self)
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
@@ -496,8 +527,8 @@ class CoreSession:
             if not pending.record.answered:
                 connection.send(pending.frame or pending.message().encode())
         ends, self.unsent_ends = self.unsent_ends, []
-        for turn in ends:
-            self.send_turn_end(turn)
+        for ended in ends:
+            self.send_ended(ended)
 
     def detach(self, connection: Connection) -> None:
         """``connection`` is gone; if it was ours, wait for a resume until the TTL."""
@@ -512,7 +543,7 @@ class CoreSession:
     def await_resume(self) -> None:
         """Disconnected: expire after the TTL, or sooner if Core needs the room."""
         self.disconnected_at = time.time()
-        self.registry.disconnected[self.id] = self
+        self.registry.waits(self)
         self._expiry = asyncio.get_running_loop().call_later(
             self.registry.config.session_ttl, self.expire)
 
@@ -523,22 +554,46 @@ class CoreSession:
         connection.send(frame)
         return True
 
-    def remember_end(self, turn: TurnRecord) -> None:
-        self.ended[turn.id] = _for_resend(turn)
+    def remember_end(self, turn: TurnRecord, frame: str | None = None) -> EndedTurn:
+        """Remember an ended turn (``frame``: its ``turn.end``, if made already): the
+        last :data:`RECENT_TURNS`, their frames together at most ``--max-frame-bytes``
+        (the newest first: the newest always fits, an older one that does not is
+        forgotten, :data:`FORGOTTEN_REPLY`)."""
+        budget = self.registry.config.max_frame_bytes
+        if frame is None:
+            frame = end_frame(turn, budget)
+        ended = self.ended[turn.id] = EndedTurn(turn, frame)
         while len(self.ended) > RECENT_TURNS:
             self.ended.popitem(last=False)
+        for kept in reversed(self.ended.values()):
+            if kept.frame is not None:
+                if len(kept.frame) <= budget:
+                    budget -= len(kept.frame)
+                else:
+                    kept.frame = None
+        return ended
 
     def send_turn_end(self, turn: TurnRecord, frame: str | None = None) -> None:
         """Send the turn's end (``frame``: made already, by :func:`end_frame`)."""
-        self.remember_end(turn)
         if frame is None:
             frame = end_frame(turn, self.registry.config.max_frame_bytes)
-        if self.send(frame):
+        ended = self.remember_end(turn, frame)
+        if self._send_end(ended, frame):
             turn.end_delivered = True
-            self.registry.store.mark_end_delivered(turn.session_id, turn.id)
-        else:
-            self.unsent_ends.append(self.ended[turn.id])
-            del self.unsent_ends[:-RECENT_TURNS]
+
+    def send_ended(self, ended: EndedTurn) -> None:
+        """Send a remembered turn's end again (lost with a connection, or never sent)."""
+        self._send_end(ended, ended.end_frame(self.registry.config.max_frame_bytes))
+
+    def _send_end(self, ended: EndedTurn, frame: str) -> bool:
+        record = ended.record
+        if self.send(frame):
+            record.end_delivered = True
+            self.registry.store.mark_end_delivered(record.session_id, record.id)
+            return True
+        self.unsent_ends.append(ended)
+        del self.unsent_ends[:-RECENT_TURNS]
+        return False
 
     def update_tools(self, metadata: PageMetadata) -> None:
         """The page's tools (and, from a hello, its client info) changed."""
@@ -683,8 +738,10 @@ class CoreSession:
         if self.pending.get(pending.id) is pending:
             self._resolve(pending, refused_request(exc), "none", "refused")
 
-    def accept_result(self, message: protocol.ToolResult) -> tuple[str, str] | None:
-        """Feed the page's result to its request; an ``(error code, message)`` if refused."""
+    def accept_result(self, message: protocol.ToolResult,
+                      kept: JsonText | None = None) -> tuple[str, str] | None:
+        """Feed the page's result to its request; an ``(error code, message)`` if refused.
+        ``kept``: the result as JSON text, if made already (with the frame's parse)."""
         request_id = message.tool_request_id
         pending = self.pending.get(request_id)
         if pending is None:
@@ -701,7 +758,7 @@ class CoreSession:
             return LATE_RESULT, (
                 f"tool request {request_id!r} was already resolved ({how}); "
                 "this result is dropped")
-        self._resolve(pending, message.result, message.handled_by, "delivered")
+        self._resolve(pending, message.result, message.handled_by, "delivered", kept)
         return None
 
     def accept_progress(self, message: protocol.ToolProgress) -> None:
@@ -800,7 +857,10 @@ class CoreSession:
         ), "none", "cancelled")
         self.send(protocol.ToolCancel(tool_request_id=pending.id, reason=reason).encode())
 
-    def _resolve(self, pending: PendingRequest, result: Any, handled_by: str, how: str) -> None:
+    def _resolve(self, pending: PendingRequest, result: Any, handled_by: str, how: str,
+                 kept: JsonText | None = None) -> None:
+        """The request's result is in: its caller gets ``result``; its record (kept, or
+        its turn's journal) keeps it as JSON text (``kept``, if made already)."""
         record = pending.record
         del self.pending[record.id]
         if pending.timer is not None:
@@ -808,7 +868,7 @@ class CoreSession:
         self.finished[record.id] = how
         while len(self.finished) > self.registry.config.remembered_results:
             self.finished.popitem(last=False)
-        record.result = result
+        record.result = kept if kept is not None else as_text(result)
         record.handled_by = handled_by
         if record.turn_id is None:  # kept for GET .../tool-calls/{id} and retries
             self.callers.keep(record)
@@ -943,6 +1003,22 @@ def bad_message(exc: Exception) -> None:
               error=excerpt(f"{type(exc).__name__}: {exc}"))
 
 
+#: a client's burst of new regular expressions to check: this many seconds' worth of
+#: ``--pattern-rate``
+PATTERN_BURST_SECONDS = 4.0
+
+
+class ClientSessions:
+    """One client's sessions here: how many it holds, and which of them await a resume
+    (the longest disconnected first)."""
+
+    __slots__ = ("held", "waiting")
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.waiting: OrderedDict[str, CoreSession] = OrderedDict()
+
+
 class Registry:
     """Every session Core knows, by id; on a shared store (Redis), every session this
     node holds a lease on."""
@@ -956,8 +1032,12 @@ class Registry:
         # on this module, so it is handed in rather than imported)
         self._restore = restore
         self.sessions: dict[str, CoreSession] = {}
-        # sessions awaiting a resume, the longest disconnected first
-        self.disconnected: OrderedDict[str, CoreSession] = OrderedDict()
+        # each client's sessions here (restored ones nobody resumed yet count for none)
+        self.clients: dict[str, ClientSessions] = {}
+        # bytes queued for all connections, and each client's budget for new patterns
+        self.outboxes = Outboxes(config.max_queued_total_bytes)
+        self.patterns = PatternBudgets(config.pattern_rate, PATTERN_BURST_SECONDS
+                                       * config.pattern_rate)
         # this process, as a node of the cluster sharing the store (Redis)
         self.node = secrets.token_hex(8)
         # sessions taken over by this node, waiting for their holder to let go of them
@@ -985,20 +1065,34 @@ class Registry:
         # told of every change of a session's tools, by its id (relay.py, for other nodes)
         self.on_tools_changed: Callable[[str], None] | None = None
 
-    def create(self, metadata: PageMetadata, session_id: str | None = None) -> CoreSession:
-        """A new session (its id ``session_id``, from :meth:`new_session_id`, if given);
-        :class:`SessionRefused` when Core holds ``max_sessions``, all of them connected
-        (else the one disconnected longest is expired to make room)."""
-        limit = self.config.max_sessions
-        while len(self.sessions) >= limit and self.disconnected:
-            _, oldest = self.disconnected.popitem(last=False)
-            log_event("session.evicted", session=oldest.id, sessions=len(self.sessions))
+    def create(self, metadata: PageMetadata, client: str,
+               session_id: str | None = None) -> CoreSession:
+        """A new session for ``client`` (its id ``session_id``, from
+        :meth:`new_session_id`, if given); :class:`SessionRefused` when Core holds
+        ``max_sessions``, or the client ``max_sessions_per_client``, and no session of
+        this client awaits a resume (else the one of them disconnected longest is expired
+        to make room: another client's session never is)."""
+        config = self.config
+        mine = self.clients.get(client)
+        while mine is not None and mine.waiting and (
+                len(self.sessions) >= config.max_sessions
+                or mine.held >= config.max_sessions_per_client):
+            _, oldest = mine.waiting.popitem(last=False)
+            log_event("session.evicted", session=oldest.id, sessions=len(self.sessions),
+                      client=client)
             oldest.expire()
-        if len(self.sessions) >= limit:
-            log_event("session.refused", sessions=len(self.sessions))
+            mine = self.clients.get(client)
+        if len(self.sessions) >= config.max_sessions:
+            log_event("session.refused", sessions=len(self.sessions), client=client)
             raise SessionRefused(TOO_MANY_SESSIONS, (
-                f"Core already holds {limit} sessions, all connected (--max-sessions); "
-                "try again later"))
+                f"Core already holds {config.max_sessions} sessions (--max-sessions), none "
+                "of this client's awaiting a resume; try again later"))
+        if mine is not None and mine.held >= config.max_sessions_per_client:
+            log_event("session.refused", sessions=len(self.sessions), client=client,
+                      held=mine.held)
+            raise SessionRefused(TOO_MANY_SESSIONS, (
+                f"this client already holds {config.max_sessions_per_client} sessions, all "
+                "connected (--max-sessions-per-client); try again later"))
         token = secrets.token_urlsafe(32)
         record = SessionRecord(
             id=session_id or secrets.token_urlsafe(18), token_hash=hash_token(token),
@@ -1007,12 +1101,16 @@ class Registry:
         session = CoreSession(self, record, metadata.client_json, metadata.names)
         session.resume_token = token
         self.sessions[record.id] = session
+        self._count(session, client)
         self.store.save_session(record)
         log_event("session.created", session=record.id, tools=len(metadata.names))
         return session
 
-    def resume(self, session_id: str, resume_token: str | None) -> CoreSession | None:
-        """The session, if the token is right; None says nothing about why."""
+    def resume(self, session_id: str, resume_token: str | None,
+               client: str) -> CoreSession | None:
+        """The session, if the token is right; None says nothing about why. A session
+        restored from the store counts for the first client to resume it (a resume is
+        never refused for a client's count: it makes no new session)."""
         session = self.sessions.get(session_id)
         expected = session.record.token_hash if session is not None else _NO_SESSION_HASH
         given = resume_token or ""
@@ -1021,7 +1119,32 @@ class Registry:
         if session is None or not ok or session.closed:
             return None
         session.resume_token = given
+        if session.client is None:
+            self._count(session, client)
         return session
+
+    def _count(self, session: CoreSession, client: str) -> None:
+        session.client = client
+        share = self.clients.get(client)
+        if share is None:
+            share = self.clients[client] = ClientSessions()
+        share.held += 1
+        if session.connection is None and session.disconnected_at is not None:
+            share.waiting[session.id] = session
+
+    def _share(self, session: CoreSession) -> ClientSessions | None:
+        return None if session.client is None else self.clients.get(session.client)
+
+    def waits(self, session: CoreSession) -> None:
+        """``session`` is disconnected: it waits for a resume (the longest first)."""
+        share = self._share(session)
+        if share is not None:
+            share.waiting[session.id] = session
+
+    def waits_no_more(self, session: CoreSession) -> None:
+        share = self._share(session)
+        if share is not None:
+            share.waiting.pop(session.id, None)
 
     def get(self, session_id: str) -> CoreSession | None:
         return self.sessions.get(session_id)
@@ -1035,10 +1158,15 @@ class Registry:
     def forget(self, session: CoreSession) -> bool:
         """Let go of ``session`` here (the store is left as it is); False if it was gone."""
         session.close()
-        self.disconnected.pop(session.id, None)
         if self.sessions.get(session.id) is not session:
             return False
         del self.sessions[session.id]
+        share = self._share(session)
+        if share is not None:
+            share.waiting.pop(session.id, None)
+            share.held -= 1
+            if not share.held:
+                self.clients.pop(str(session.client))
         return True
 
     # --- the cluster (a shared store) ----------------------------------------------------

@@ -39,11 +39,14 @@ from .sessions import (
 )
 from .store import (
     IdempotencyRecord,
+    JsonText,
     RequestRecord,
     Snapshot,
     StoreError,
     TurnRecord,
+    char_width,
     dump_json,
+    kept_json,
     turn_key,
 )
 
@@ -68,14 +71,20 @@ class TurnRunner:
         self.turn_id = record.id
         self.text = record.text
         self._tools_json = session.record.tools  # the tools as the turn started
-        self.history: list[dict[str, Any]] = json.loads(session.record.history)
+        # the agent's history, decoded when the agent first asks for it (the offline
+        # agent only appends, at its end: a turn waiting on the page holds no decoded
+        # history of earlier calls)
+        self._history_json = session.record.history
+        self._history: list[dict[str, Any]] | None = None
         self.max_steps = session.registry.config.max_steps
         self.steps = 0
         self.usage: dict[str, int] = {}
         self.task: asyncio.Task[TurnRecord] | None = None
         self._journal: list[list[RequestRecord]] = _steps(journal or [])
         record.tool_calls = []  # rebuilt by the replay when the turn is resumed
-        self._requests: list[PendingRequest] = []
+        # the requests it made that are still pending, and the ids of all (its journal)
+        self._requests: dict[str, PendingRequest] = {}
+        self._made: list[str] = []
         self._cancel_reason = "the turn was cancelled"
         self._ending = False  # its end is decided and being stored: too late to cancel
         self._abandoned = False  # its session moved to another node, which carries it on
@@ -89,6 +98,16 @@ class TurnRunner:
         tools: list[dict[str, Any]] = json.loads(self._tools_json)
         return tools
 
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        if self._history is None:
+            self._history = json.loads(self._history_json)
+        return self._history
+
+    @history.setter
+    def history(self, entries: list[dict[str, Any]]) -> None:
+        self._history = entries
+
     async def call_tools(self, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
         if self.steps >= self.max_steps:
             raise StepLimitExceeded(
@@ -99,31 +118,43 @@ class TurnRunner:
         vetted = (await off_loop(_vetted, calls, self.turn_id, limit)
                   if any(is_large(call.args) for call in calls)
                   else _vetted(calls, self.turn_id, limit))
-        sendable = [(call, checks) for call, checks in zip(calls, vetted, strict=True)
-                    if checks.refusal is None]
+        asked = [(call.tool, call.call_id) for call in calls]
         if step < len(self._journal):
-            sent = iter(await self._replay(step, [call for call, _ in sendable]))
+            sent = iter(await self._replay(step, [
+                call for call, checks in zip(calls, vetted, strict=True)
+                if checks.refusal is None]))
         else:
-            sent = iter(await self._send(step, sendable))
-        return [next(sent) if checks.refusal is None else self._refused(call, checks.refusal)
-                for call, checks in zip(calls, vetted, strict=True)]
+            # From here on the calls' args are held as text (their frames; the journal's
+            # JSON) while the page works: decoded, a page's may take ~24 times the memory.
+            planned = [(call.tool, call.call_id, call.args if checks.args_json is None
+                        else JsonText(checks.args_json), checks)
+                       for call, checks in zip(calls, vetted, strict=True)
+                       if checks.refusal is None]
+            del calls
+            sent = iter(await self._send(step, planned))
+        return [next(sent) if checks.refusal is None
+                else self._refused(tool, call_id, checks.refusal)
+                for (tool, call_id), checks in zip(asked, vetted, strict=True)]
 
-    async def _send(self, step: int, calls: list[tuple[ToolCallRequest, _Vetted]]
+    async def _send(self, step: int, calls: list[tuple[str, str | None, Any, _Vetted]]
                     ) -> list[ToolCallOutcome]:
+        """Open, store and send one step's calls (``(tool, call_id, args, checks)``); their
+        outcomes."""
         session = self.session
         opened = []
-        for index, (call, checks) in enumerate(calls):
-            pending = session.open_request(call.tool, call.args, turn_id=self.turn_id,
+        for index, (tool, _, args, checks) in enumerate(calls):
+            pending = session.open_request(tool, args, turn_id=self.turn_id,
                                            step=step, index=index, checked=checks.checked)
             if checks.refused is not None:  # the page would refuse its frame: never sent
                 session.refuse_request(pending, checks.refused)
             opened.append(pending)
-        self._requests.extend(opened)
+            self._requests[pending.id] = pending
+            self._made.append(pending.id)
         await session.store_requests(opened, turn_key(session.id, self.turn_id))
         for pending in opened:
             session.send_request(pending)
         pairs = zip(opened, calls, strict=True)
-        return [await self._outcome(pending, call) for pending, (call, _) in pairs]
+        return [await self._outcome(pending, call_id) for pending, (_, call_id, _, _) in pairs]
 
     async def say(self, text: str) -> None:
         await _check_text(text, "the reply text")
@@ -191,7 +222,8 @@ class TurnRunner:
                       error=record.error["message"])
         self._ending = True
         config = session.registry.config
-        self._finish(await off_loop(trimmed_history, self.history, config.max_history_bytes))
+        self._finish(None if self._history is None else await off_loop(
+            trimmed_history, self._history, config.max_history_bytes))
         # The page hears of the end only once it is stored: a Core killed right after
         # sending it would otherwise come back with the turn still running, and run it
         # again while the page has moved on (its next turn.start refused TURN_BUSY).
@@ -207,12 +239,12 @@ class TurnRunner:
             session.send_turn_end(record, frame)
         return record
 
-    def _finish(self, history: str) -> None:
+    def _finish(self, history: str | None) -> None:
         """Cancel what is pending, clear the journal, store the turn and the agent's
-        ``history`` (its JSON text, trimmed)."""
+        ``history`` (its JSON text, trimmed; None: the agent did not look at it)."""
         session = self.session
         record = self.record
-        for pending in self._requests:
+        for pending in list(self._requests.values()):
             session.cancel_request(pending, self._cancel_reason)
         for step in self._journal:  # restored requests the replay never reached
             for request in step:
@@ -220,12 +252,13 @@ class TurnRunner:
                 if restored is not None:
                     session.cancel_request(restored, "the turn ended before this request")
         store = session.registry.store
-        for pending in self._requests:
-            store.delete_request(session.id, pending.id)
+        for request_id in self._made:
+            store.delete_request(session.id, request_id)
         for step in self._journal:
             for request in step:
                 store.delete_request(session.id, request.id)
-        session.record.history = history
+        if history is not None:
+            session.record.history = history
         store.save_session(session.record)  # the agent's history
         record.usage = dict(self.usage)
         store.save_turn(record)
@@ -238,30 +271,41 @@ class TurnRunner:
 
     # --- results ------------------------------------------------------------------------
 
-    async def _outcome(self, pending: PendingRequest, call: ToolCallRequest) -> ToolCallOutcome:
+    async def _outcome(self, pending: PendingRequest, call_id: str | None) -> ToolCallOutcome:
         result, handled_by = await pending.future
-        return self._record(pending.record, call.call_id, result, handled_by,
-                            (time.perf_counter() - pending.started) * 1000)
+        self._requests.pop(pending.id, None)
+        args = pending.record.args
+        if isinstance(args, JsonText):  # the agent gets its args back decoded
+            args = (await off_loop(args.value) if len(args.text) > LARGE_CHARS
+                    else args.value())
+        return self._record(pending.record, call_id, result, handled_by,
+                            (time.perf_counter() - pending.started) * 1000, args)
 
     def _record(self, request: RequestRecord, call_id: str | None, result: Any,
-                handled_by: str, duration_ms: float) -> ToolCallOutcome:
+                handled_by: str, duration_ms: float, args: Any) -> ToolCallOutcome:
+        """The outcome for the agent (decoded) and the turn's record of it (as text,
+        where Core has the text: its own journal's)."""
+        args_json = request.args if isinstance(request.args, JsonText) else None
+        result_json = request.result if isinstance(request.result, JsonText) else None
         outcome = ToolCallOutcome(
-            tool_request_id=request.id, tool=request.tool, args=request.args, result=result,
+            tool_request_id=request.id, tool=request.tool, args=args, result=result,
             handled_by=handled_by, call_id=call_id, duration_ms=duration_ms,
+            args_json=args_json, result_json=result_json,
         )
         self.record.tool_calls.append({
-            "toolRequestId": request.id, "tool": request.tool, "args": request.args,
-            "result": result, "handledBy": handled_by, "durationMs": round(duration_ms, 3),
+            "toolRequestId": request.id, "tool": request.tool, "args": args_json or args,
+            "result": result_json or result, "handledBy": handled_by,
+            "durationMs": round(duration_ms, 3),
         })
         return outcome
 
-    def _refused(self, call: ToolCallRequest, why: str) -> ToolCallOutcome:
+    def _refused(self, tool: str, call_id: str | None, why: str) -> ToolCallOutcome:
         """An INVALID_ARGS outcome for a call that was never sent (its tool and args are
         recorded only as excerpts: they are not valid text)."""
         result = tool_error(INVALID_ARGS, f"{why}; the call was not made", retryable=True)
-        outcome = ToolCallOutcome(tool_request_id=new_request_id(), tool=excerpt(call.tool),
+        outcome = ToolCallOutcome(tool_request_id=new_request_id(), tool=excerpt(tool),
                                   args=None, result=result, handled_by="none",
-                                  call_id=call.call_id)
+                                  call_id=call_id)
         self.record.tool_calls.append({
             "toolRequestId": outcome.tool_request_id, "tool": outcome.tool, "args": None,
             "result": result, "handledBy": "none", "durationMs": 0.0,
@@ -279,10 +323,13 @@ class TurnRunner:
         for request, call in zip(recorded, calls, strict=True):
             pending = self.session.pending.get(request.id)
             if pending is not None:
-                outcomes.append(await self._outcome(pending, call))
-            else:
-                outcomes.append(self._record(request, call.call_id, request.result,
-                                             request.handled_by or "none", 0.0))
+                outcomes.append(await self._outcome(pending, call.call_id))
+            else:  # answered before the restart, or since (its record keeps it as text)
+                result = request.result
+                if isinstance(result, JsonText):
+                    result = result.value()
+                outcomes.append(self._record(request, call.call_id, result,
+                                             request.handled_by or "none", 0.0, request.args))
         return outcomes
 
 
@@ -296,8 +343,9 @@ def trimmed_history(history: list[dict[str, Any]], limit: int) -> str:
     """The agent's history as the JSON text a session keeps, at most ``limit`` bytes: the
     oldest turns are dropped whole (a turn's entries are consecutive and share their
     turn), so a model never sees a tool result without the call it answers."""
-    texts = [dump_json(entry) for entry in history]
-    sizes = [protocol.frame_size(text) + 1 for text in texts]  # + its comma
+    texts, width = _kept_texts(history)
+    # + its comma; its bytes of memory where those are more than its UTF-8 bytes
+    sizes = [max(protocol.frame_size(text), width * len(text)) + 1 for text in texts]
     total = 1 + sum(sizes)  # + the brackets, less the last comma
     start = 0
     while start < len(texts) and total > limit:
@@ -308,6 +356,20 @@ def trimmed_history(history: list[dict[str, Any]], limit: int) -> str:
             if start == len(texts) or turn is None or _turn_of(history[start]) != turn:
                 break
     return "[" + ",".join(texts[start:]) + "]"
+
+
+def _kept_texts(history: list[dict[str, Any]]) -> tuple[list[str], int]:
+    """Each entry's JSON text, and the bytes each character of them all will take once
+    joined (the width of the widest): their characters as they are, or all ASCII with
+    escapes where that takes less memory (see :func:`~.store.kept_json`)."""
+    texts = [dump_json(entry) for entry in history]
+    width = max(map(char_width, texts), default=1)
+    if width == 1:
+        return texts, 1
+    escaped = [dump_json(entry, ascii=True) for entry in history]
+    if sum(map(len, escaped)) < width * sum(map(len, texts)):
+        return escaped, 1
+    return texts, width
 
 
 def _steps(journal: list[RequestRecord]) -> list[list[RequestRecord]]:
@@ -326,6 +388,7 @@ class _Vetted(NamedTuple):
     refusal: str | None
     checked: CheckedRequest | None  # its id and tool.request frame, if the page takes it
     refused: protocol.ProtocolError | None  # else why the page would refuse the frame
+    args_json: str | None = None  # its args as JSON text, if the page takes it
 
 
 def _vetted(calls: list[ToolCallRequest], turn_id: str, max_frame_bytes: int
@@ -337,7 +400,7 @@ def _vetted(calls: list[ToolCallRequest], turn_id: str, max_frame_bytes: int
     for call in calls:
         try:
             vetted.append(_Vetted(None, checked_call(call.tool, call.args, max_frame_bytes,
-                                                     turn_id), None))
+                                                     turn_id), None, kept_json(call.args)))
         except protocol.ProtocolError as exc:
             vetted.append(_Vetted(_refusal(call), None, exc))
     return vetted
@@ -401,9 +464,9 @@ def restore(registry: Registry, snapshot: Snapshot) -> None:
             runner.start()
             log_event("turn.resumed", session=owner.id, turn=turn.id, journal=len(journal))
         else:
-            owner.remember_end(turn)
+            ended = owner.remember_end(turn)
             if not turn.end_delivered:
-                owner.unsent_ends.append(owner.ended[turn.id])
+                owner.unsent_ends.append(ended)
     keys: dict[str, list[IdempotencyRecord]] = {}
     for key in snapshot.keys:
         keys.setdefault(key.session_id, []).append(key)

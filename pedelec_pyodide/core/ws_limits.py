@@ -173,7 +173,7 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         if self._cut_off:
             return False
         bucket = self.bucket
-        if bucket.flooded(bucket.take()):
+        if bucket.flooded(bucket.spend()):
             log_event("bridge.flood", frames="control or continuation")
             self._cut("rate limit exceeded")
             return False

@@ -4,10 +4,13 @@ Shared by ``tests/core/test_hostile.py`` (the quick scale in CI, the full one wi
 ``PEDELEC_LONG=1``) and ``bench/attacks.py`` (a table of every attack). Each attack runs
 on a Core of its own (``pedelec serve`` on a free loopback port, so its RSS is its own):
 
-1. a victim page connects (a websockets client that echoes every tool request's args);
+1. a victim page connects (a websockets client that echoes every tool request's args),
+   from :data:`VICTIM`'s address;
 2. idle baseline: ``/pedelec/v1/health`` latency over :attr:`Scale.probes` GETs at
-   :data:`PROBE_RATE` per second, Core's RSS sampled alongside;
-3. the same probes again while one attacker client sends the attack;
+   :data:`PROBE_RATE` per second, Core's RSS sampled alongside (and, for an attack that
+   asks, the victim's tool calls timed alongside);
+3. the same probes again while one attacker client sends the attack, from
+   :data:`ATTACKER`'s address (another client: per-client bounds are the attacker's);
 4. the victim must still be served (a control-API tool call round-trips), health must
    answer, and ``SIGTERM`` must stop Core within :data:`STOP_LIMIT` seconds.
 
@@ -17,7 +20,9 @@ that gets no answer within :attr:`Scale.cap` seconds counts as taking ``cap``.
 
 The figures are issue 10's: health p99 under :data:`P99_TARGET` (:data:`P99_NOISY` allowed
 on a noisy 2-core machine; the pass mark), and RSS growth under the bounds of
-:data:`RSS_BOUNDS_MIB`.
+:data:`RSS_BOUNDS_MIB`. An attack marked ``strict`` (issue 22's) must do better: health p99
+under attack within :data:`P99_TARGET` of the idle p99, and the victim's calls as fast as
+idle (:data:`CALLS_SLOWER`).
 """
 
 from __future__ import annotations
@@ -47,6 +52,13 @@ from pedelec_pyodide.protocol import MAX_FRAME_BYTES
 
 KIB = 1024
 TOKEN = "hostile-admin-token"
+#: the addresses the victim page and the attacker connect from: two clients to Core
+VICTIM = "127.0.0.1"
+ATTACKER = "127.0.0.66"
+#: a strict attack's mark for the victim's calls: median under attack at most this many
+#: times the idle one, plus CALLS_SLACK seconds (a loaded 2-core machine's noise)
+CALLS_SLOWER = 3.0
+CALLS_SLACK = 0.020
 
 PROBE_RATE = 20.0  # health GETs per second
 P99_TARGET = 0.100  # seconds: issue 10's figure for health p99 under attack
@@ -54,6 +66,31 @@ P99_NOISY = 1.0  # seconds: what the issue allows under the 2-core noise; the pa
 STOP_LIMIT = 5.0  # seconds: SIGTERM stops Core within this, whatever state it is in
 #: a frame a little under Core's limit, room left for the envelope around the payload
 FRAME_ROOM = MAX_FRAME_BYTES - 4 * KIB
+
+def documented_bound(*, frame: int, metadata: int, history: int, total_queued: int,
+                     steps: int, sessions: int, connections: int, running: int) -> int:
+    """The worst case of Core's memory that docs/reference/server.md ("Memory") gives, in
+    bytes above its idle RSS, for these options and counts: per session its metadata,
+    history, ended turns' ends (a frame) and the frame on its way out; per connection
+    what the WebSocket layer holds of what it was sent (the last frame received, kept
+    until the next; while it sends, the one being read and the one Core reads: each up
+    to four frames, larger ones it refuses) and 128 KiB of its own; per running turn of
+    the offline agent (4 + 4 x steps) frames; in all the queues' cap and the work in
+    progress (four worker threads, each decoding up to ~24 frames' worth)."""
+    per_session = metadata + history + 2 * frame
+    per_connection = 12 * frame + 128 * KIB
+    per_turn = (4 + 4 * steps) * frame
+    return (sessions * per_session + connections * per_connection + running * per_turn
+            + total_queued + 4 * 24 * frame)
+
+
+def default_bound_mib(sessions: int, connections: int, running: int = 0) -> float:
+    """:func:`documented_bound` at ``pedelec serve``'s defaults, in MiB."""
+    return documented_bound(frame=MAX_FRAME_BYTES, metadata=MAX_FRAME_BYTES,
+                            history=MAX_FRAME_BYTES // 2, total_queued=64 * MAX_FRAME_BYTES,
+                            steps=8, sessions=sessions, connections=connections,
+                            running=running) / (KIB * KIB)
+
 
 #: RSS growth bounds (MiB) of issue 10, for the attack sizes the issue names; the quick
 #: scale keeps them (not scaled down: a bounded Core has a fixed cost per attack too, and
@@ -85,16 +122,17 @@ class Scale:
     never_read_frames: int  # frames sent by a client that never reads, ~1 MiB answer each
     arg_turns: int  # turns with ~1 MiB of /call args (the issue's figure: 25)
     bad_frames: int  # bad frames each quoting a ~1 MiB value (the issue: 300)
+    flood_hellos: int  # hellos of ~1 MiB from one client, as fast as it can (issue 22: 256)
 
 
 FULL = Scale("full", probes=200, cap=30.0, deadline=180.0, ref_chain_bytes=285 * KIB,
              words_bytes=117 * KIB, fill_properties=4000, fill_bytes=400 * KIB,
              unique_items=60_000, sessions=40, never_read_frames=400, arg_turns=25,
-             bad_frames=300)
+             bad_frames=300, flood_hellos=256)
 QUICK = Scale("quick", probes=40, cap=3.0, deadline=30.0, ref_chain_bytes=96 * KIB,
               words_bytes=40 * KIB, fill_properties=1000, fill_bytes=100 * KIB,
               unique_items=20_000, sessions=12, never_read_frames=200, arg_turns=8,
-              bad_frames=200)
+              bad_frames=200, flood_hellos=48)
 
 
 # --- Core in a process of its own ---------------------------------------------------------
@@ -282,10 +320,12 @@ def _probe_main(port: int, pid: int, count: int, cap: float) -> None:
 
 
 async def connect(url: str, **options: Any) -> Any:
-    """A websockets client on loopback: no proxy, no size limit (Core's error frames may
-    quote a lot), no compression (Core does not offer it)."""
+    """A websockets client on loopback, from :data:`ATTACKER` unless ``local_addr`` says
+    otherwise: no proxy, no size limit (Core's error frames may quote a lot), no
+    compression (Core does not offer it)."""
     settings: dict[str, Any] = {"open_timeout": 10, "close_timeout": 2, "max_size": None,
-                                "proxy": None, "compression": None, "ping_interval": None}
+                                "proxy": None, "compression": None, "ping_interval": None,
+                                "local_addr": (ATTACKER, 0)}
     settings.update(options)
     return await websockets.connect(url, **settings)
 
@@ -305,8 +345,8 @@ class EchoPage:
         self.session_id = ""
         self.task: asyncio.Task[None] | None = None
 
-    async def open(self, url: str, cap: float) -> EchoPage:
-        self.ws = await connect(url)
+    async def open(self, url: str, cap: float, address: str = VICTIM) -> EchoPage:
+        self.ws = await connect(url, local_addr=(address, 0))
         welcome = await hello(self.ws, ECHO_TOOLS, cap)
         assert welcome["type"] == "welcome", welcome
         self.session_id = welcome["sessionId"]
@@ -467,6 +507,7 @@ class Context:
     core: CoreProcess
     scale: Scale
     http: httpx.AsyncClient
+    victim: EchoPage
     rss_kib: list[int] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -490,6 +531,9 @@ class Attack:
     store: bool = False  # run Core with a temporary SQLite store
     rss_kind: str | None = None  # a key of RSS_BOUNDS_MIB when memory is the figure
     options: tuple[str, ...] = ()  # more options of pedelec serve
+    strict: bool = False  # issue 22's marks (see the module's text), victim calls timed
+    #: the RSS bound (MiB) for a scale, when it is the documented one (documented_bound)
+    rss_bound: Callable[[Scale], float] | None = None
 
 
 @dataclass
@@ -507,6 +551,9 @@ class Row:
     stop_seconds: float
     failures: list[str]
     notes: list[str]
+    #: a strict attack's victim calls: median seconds idle and under attack
+    idle_calls_p50: float | None = None
+    attack_calls_p50: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -806,6 +853,155 @@ async def attack_surrogates(ctx: Context) -> None:
     await ws.close()
 
 
+# --- issue 22: patterns, a flood of hellos -------------------------------------------------
+
+#: legal regular expressions re's parser is slow on, one per shape (issue 22: the first,
+#: ~2.5 µs a character; JSON is ~0.01), made distinct by ``n`` (a cache sees each once)
+PATTERN_SHAPES: dict[str, Callable[[int], str]] = {
+    "groups": lambda n: "(" * 50 + "|" * 5 + ")" * 50 + f"x{n}",
+    "nested_quantifiers": lambda n: "(" * 45 + "a*" + ")*" * 45 + f"{n}",
+    "alternation": lambda n: "|".join(f"w{n}_{i}" for i in range(90)),
+    "repeat_counts": lambda n: "(?:a{65535}){65535}" * 40 + f"{n}",
+    "classes": lambda n: "(?i)" + "[\u0100-\uffff]" * 60 + f"{n}",
+}
+#: tools.update frames a flood sends per second (issue 22: half the rate limit)
+FLOOD_RATE = 100.0
+#: a flood's frames stay under this many characters: parsed on the event loop until
+#: issue 22 (bridge.py's PARSE_IN_THREAD_CHARS)
+SHORT_FRAME_CHARS = 16 * KIB
+
+
+def pattern_frames(shape: str, count: int) -> list[str]:
+    """``count`` tools.update frames just under :data:`SHORT_FRAME_CHARS`, each full of
+    distinct patterns of ``shape``."""
+    make = PATTERN_SHAPES[shape]
+    head = ('{"type":"tools.update","tools":[{"name":"t","description":"d","argsSchema":'
+            '{"type":"object","properties":{')
+    tail = "}}}]}"
+    frames = []
+    serial = 0
+    for _ in range(count):  # built piece by piece: the attacker's own CPU is Core's too
+        pieces: list[str] = []
+        size = len(head) + len(tail)
+        while True:
+            piece = (json.dumps(f"p{serial}") + ':{"type":"string","pattern":'
+                     + json.dumps(make(serial)) + "}")
+            if size + len(piece) + 1 >= SHORT_FRAME_CHARS - 100:
+                break
+            pieces.append(piece)
+            size += len(piece) + 1
+            serial += 1
+        frames.append(head + ",".join(pieces) + tail)
+    return frames
+
+
+async def _drain(ws: Any, codes: dict[str, int]) -> None:
+    """Read what Core sends (counting the codes of its answers) until the socket ends."""
+    with contextlib.suppress(websockets.ConnectionClosed):
+        async for data in ws:
+            frame = json.loads(data)
+            code = frame.get("code") or frame["type"]
+            codes[code] = codes.get(code, 0) + 1
+
+
+def flood_patterns(shape: str, *, before_hello: bool = False,
+                   connections: int = 1) -> Callable[[Context], Awaitable[None]]:
+    """tools.update frames full of new patterns, :data:`FLOOD_RATE` a second for the
+    probes' window, from one client over ``connections`` sockets (after hello, unless
+    ``before_hello``)."""
+    async def attack(ctx: Context) -> None:
+        window = ctx.scale.probes / PROBE_RATE
+        frames = pattern_frames(shape, int(window * FLOOD_RATE) + 1)
+        codes: dict[str, int] = {}
+        sockets = [await connect(ctx.core.ws_url) for _ in range(connections)]
+        if not before_hello:
+            for ws in sockets:
+                await hello(ws, ECHO_TOOLS, ctx.scale.cap)
+        readers = [asyncio.create_task(_drain(ws, codes)) for ws in sockets]
+        started = time.perf_counter()
+        try:
+            for i, frame in enumerate(frames):
+                await asyncio.wait_for(sockets[i % connections].send(frame), ctx.scale.cap)
+                await asyncio.sleep(max(0.0, started + (i + 1) / FLOOD_RATE
+                                        - time.perf_counter()))
+        finally:
+            ctx.notes.append(f"{len(frames)} frames of {shape} patterns "
+                             f"({len(frames[0])} characters each) -> "
+                             + ", ".join(f"{k} x{v}" for k, v in sorted(codes.items())))
+            for ws in sockets:
+                await ws.close()
+            await asyncio.gather(*readers)
+    return attack
+
+
+async def attack_session_flood(ctx: Context) -> None:
+    """Issue 22's attack 2: hellos of ~1 MiB of tools each, as fast as one client can,
+    while a page of another client reloads with a call pending; then a third client's
+    new page. Before: the reloading page's session was evicted (RESUME_REFUSED, its call
+    SESSION_EXPIRED) and every new page refused TOO_MANY_SESSIONS."""
+    scale = ctx.scale
+    reloading = await connect(ctx.core.ws_url, local_addr=("127.0.0.3", 0))
+    welcome = await hello(reloading, ECHO_TOOLS, scale.cap)
+    sid = welcome["sessionId"]
+    call = asyncio.create_task(ctx.http.post(
+        f"/pedelec/v1/sessions/{sid}/tool-calls", timeout=scale.deadline,
+        json={"tool": "echo", "args": {"n": 1}, "timeoutMs": int(scale.deadline * 1000)}))
+    request = (await read_until(reloading, scale.cap,
+                                lambda f: f["type"] == "tool.request"))[-1]
+    await reloading.close()  # the page reloads: its session waits for a resume
+    tool = {"name": "big", "description": "big metadata",
+            "argsSchema": schema_with_default(FRAME_ROOM)}
+    frame = json.dumps({"type": "hello", "protocol": 1, "tools": [tool]},
+                       separators=(",", ":"))
+    codes: dict[str, int] = {}
+    sockets: list[Any] = []
+    started = time.perf_counter()
+    try:
+        for _ in range(scale.flood_hellos):
+            ws = await connect(ctx.core.ws_url)
+            sockets.append(ws)
+            await ws.send(frame)
+        for ws in sockets:
+            try:
+                answer = json.loads(await asyncio.wait_for(ws.recv(), scale.deadline))
+                code = answer.get("code") or answer["type"]
+            except websockets.ConnectionClosed as exc:
+                code = f"closed {exc.rcvd.code if exc.rcvd else None}"
+            codes[code] = codes.get(code, 0) + 1
+        ctx.timed(f"{scale.flood_hellos} hellos -> " + ", ".join(
+            f"{k} x{v}" for k, v in sorted(codes.items())), started)
+        ctx.mark_rss()
+        await asyncio.sleep(0.5)
+        ctx.notes.append(f"RSS settled at {rss_kib(ctx.core.pid) / KIB:.0f} MiB")
+        back = await connect(ctx.core.ws_url, local_addr=("127.0.0.3", 0))
+        await back.send(json.dumps({"type": "hello", "protocol": 1, "tools": ECHO_TOOLS,
+                                    "sessionId": sid, "resumeToken": welcome["resumeToken"]}))
+        resumed = json.loads(await asyncio.wait_for(back.recv(), scale.cap))
+        if resumed.get("resumed") is not True:
+            ctx.failures.append(f"the reloading page could not resume: {resumed}")
+        else:
+            again = json.loads(await asyncio.wait_for(back.recv(), scale.cap))
+            if again.get("toolRequestId") != request["toolRequestId"]:
+                ctx.failures.append(f"its pending call was not sent again: {again}")
+            await back.send(json.dumps({"type": "tool.result",
+                                        "toolRequestId": request["toolRequestId"],
+                                        "result": {"done": 1}, "handledBy": "named"}))
+            result = (await asyncio.wait_for(call, scale.cap)).json().get("result")
+            if result != {"done": 1}:
+                ctx.failures.append(f"its pending call ended {result}")
+        await back.close()
+        newcomer = await connect(ctx.core.ws_url, local_addr=("127.0.0.4", 0))
+        answer = await hello(newcomer, ECHO_TOOLS, scale.cap)
+        if answer["type"] != "welcome":
+            ctx.failures.append(f"a new page of a third client was refused: {answer}")
+        await newcomer.close()
+    finally:
+        if not call.done():
+            call.cancel()
+        for ws in sockets:
+            await ws.close()
+
+
 ATTACKS = [
     Attack("ref_chain", "a $ref chain d0 -> ... -> dN (allOf) in hello", attack_ref_chain),
     Attack("word_matching", "tool description and turn text of distinct words",
@@ -829,11 +1025,20 @@ ATTACKS = [
            attack_call_problems, rss_kind="turn_args"),
     Attack("surrogates", "lone surrogates in /call lines, SQLite store", attack_surrogates,
            store=True),
+    Attack("session_flood", "hellos of ~1 MiB from one client; another's page reloading",
+           attack_session_flood,  # it holds 32 sessions; the victims 3, all connected
+           rss_bound=lambda scale: default_bound_mib(35, scale.flood_hellos + 3)),
+    *(Attack(f"patterns_{shape}", f"tools.update frames of new {shape} patterns, "
+             f"{FLOOD_RATE:g}/s", flood_patterns(shape), strict=True)
+      for shape in PATTERN_SHAPES),
+    Attack("patterns_before_hello", "the groups flood before hello",
+           flood_patterns("groups", before_hello=True), strict=True),
+    Attack("patterns_32_sockets", "the groups flood over 32 sockets of one client",
+           flood_patterns("groups", connections=32), strict=True),
 ]
 
 
-async def _victim_served(core: CoreProcess, http: httpx.AsyncClient, page: EchoPage,
-                         cap: float) -> str | None:
+async def _victim_served(http: httpx.AsyncClient, page: EchoPage, cap: float) -> str | None:
     """None when the victim's tool call round-trips, else what went wrong."""
     try:
         response = await http.post(f"/pedelec/v1/sessions/{page.session_id}/tool-calls",
@@ -868,13 +1073,43 @@ async def run_attack(attack: Attack, scale: Scale) -> Row:
             return await _measure(attack, scale, core)
 
 
+async def _timed_calls(http: httpx.AsyncClient, page: EchoPage, scale: Scale,
+                       failures: list[str]) -> list[float]:
+    """The victim's tool calls, one every 50 ms over the probes' window: each one's
+    seconds (a call that fails counts as the cap, and is a failure)."""
+    seconds: list[float] = []
+    end = time.perf_counter() + scale.probes / PROBE_RATE
+    while time.perf_counter() < end:
+        started = time.perf_counter()
+        problem = await _victim_served(http, page, scale.cap)
+        seconds.append(scale.cap if problem else time.perf_counter() - started)
+        if problem:
+            failures.append(problem)
+        await asyncio.sleep(0.05)
+    return seconds
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2] if values else 0.0
+
+
 async def _measure(attack: Attack, scale: Scale, core: CoreProcess) -> Row:
     failures: list[str] = []
     async with _clients(core, scale.cap) as (http, victim):
         await asyncio.sleep(0.3)  # Core settles after start: pacing, no window asserted
-        idle = await probe(core, scale)
+        calls: list[list[float]] = []
+
+        async def probed(during: Callable[[], Awaitable[None]] | None = None) -> Probes:
+            if not attack.strict:
+                return await probe(core, scale, during)
+            done, timed = await asyncio.gather(probe(core, scale, during),
+                                               _timed_calls(http, victim, scale, failures))
+            calls.append(timed)
+            return done
+
+        idle = await probed()
         before = rss_kib(core.pid)
-        ctx = Context(core, scale, http)
+        ctx = Context(core, scale, http, victim)
 
         async def during() -> None:
             try:
@@ -887,14 +1122,15 @@ async def _measure(attack: Attack, scale: Scale, core: CoreProcess) -> Row:
             except Exception as exc:  # what the attack did not expect: the next ones go on
                 ctx.failures.append(f"the attack failed: {type(exc).__name__}: {exc!s:.300}")
 
-        attacked = await probe(core, scale, during)
+        attacked = await probed(during)
         failures += ctx.failures
-        victim_problem = await _victim_served(core, http, victim, scale.cap)
+        victim_problem = await _victim_served(http, victim, scale.cap)
         if victim_problem:
             failures.append(victim_problem)
     peak = max([before, *attacked.rss_kib, *ctx.rss_kib])
     growth = (peak - before) / KIB
-    bound = None if attack.rss_kind is None else float(RSS_BOUNDS_MIB[attack.rss_kind])
+    bound = (attack.rss_bound(scale) if attack.rss_bound is not None
+             else None if attack.rss_kind is None else float(RSS_BOUNDS_MIB[attack.rss_kind]))
     p99 = attacked.percentile(0.99)
     if p99 >= P99_NOISY:
         failures.append(f"health p99 {p99 * 1000:.0f} ms under attack (limit "
@@ -902,6 +1138,16 @@ async def _measure(attack: Attack, scale: Scale, core: CoreProcess) -> Row:
                         f"{len(attacked.latencies)} probes unanswered within {scale.cap} s)")
     if bound is not None and growth >= bound:
         failures.append(f"RSS grew {growth:.0f} MiB (limit {bound:.0f} MiB)")
+    idle_calls = attack_calls = None
+    if attack.strict:
+        idle_p99 = idle.percentile(0.99)
+        if p99 >= idle_p99 + P99_TARGET:
+            failures.append(f"health p99 {p99 * 1000:.0f} ms under attack, {idle_p99 * 1000:.0f} "
+                            f"idle: more than {P99_TARGET * 1000:.0f} ms added")
+        idle_calls, attack_calls = (_median(timed) for timed in calls)
+        if attack_calls > CALLS_SLOWER * idle_calls + CALLS_SLACK:
+            failures.append(f"the victim's calls took {attack_calls * 1000:.0f} ms (median) "
+                            f"under attack, {idle_calls * 1000:.0f} idle")
     try:
         async with httpx.AsyncClient(base_url=core.base_url, trust_env=False) as plain:
             health = await plain.get("/pedelec/v1/health", timeout=scale.cap)
@@ -916,7 +1162,7 @@ async def _measure(attack: Attack, scale: Scale, core: CoreProcess) -> Row:
         ctx.notes.append("the end of Core's log: " + core.log_tail(5).replace("\n", " | "))
     return Row(attack.name, idle.percentile(0.5), idle.percentile(0.99),
                attacked.percentile(0.5), p99, attacked.unanswered, growth, bound, stop,
-               failures, ctx.notes)
+               failures, ctx.notes, idle_calls, attack_calls)
 
 
 # --- the table ----------------------------------------------------------------------------
@@ -938,6 +1184,9 @@ def table_row(row: Row) -> str:
     stop = "killed" if math.isinf(row.stop_seconds) else f"{row.stop_seconds:.1f}"
     target = "" if row.attack_p99 < P99_TARGET else f"; p99 over {P99_TARGET * 1000:.0f} ms"
     verdict = "pass" + target if row.passed else "**FAIL**: " + "; ".join(row.failures)
+    if row.idle_calls_p50 is not None and row.attack_calls_p50 is not None:
+        verdict += (f" (victim's calls {_ms(row.idle_calls_p50)} / "
+                    f"{_ms(row.attack_calls_p50)} ms)")
     return (f"| {row.attack} | {_ms(row.idle_p50)} / {_ms(row.attack_p50)} | "
             f"{_ms(row.idle_p99)} / {_ms(row.attack_p99)} | {ratio:.1f}x | "
             f"{row.rss_growth_mib:.0f}{bound} | {stop} | {verdict} |")

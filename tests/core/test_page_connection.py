@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -53,10 +54,10 @@ def registry(**overrides: Any) -> Registry:
     return Registry(core, open_store("memory"), core.agent_factory, restore)
 
 
-def connect(registry: Registry, clock: Clock | None = None
+def connect(registry: Registry, clock: Clock | None = None, client: str = "127.0.0.1"
             ) -> tuple[PageConnection, FakeBridge]:
     bridge = FakeBridge()
-    return PageConnection(registry, bridge, clock or Clock()), bridge
+    return PageConnection(registry, bridge, clock or Clock(), client=client), bridge
 
 
 def feed(page: PageConnection, frame: dict[str, Any] | str) -> bool:
@@ -174,6 +175,47 @@ def test_a_page_that_does_not_read_is_cut_off_and_its_session_waits() -> None:
         page.send("{}")  # nothing more is queued
         assert page.next_frame() is None
     in_core(test, max_queued_bytes=2_000)
+
+
+def test_all_queues_together_are_capped_closing_the_one_that_holds_the_most() -> None:
+    frame = "x" * 10_000
+    size = sys.getsizeof(frame)
+
+    async def test(core: Registry) -> None:
+        outboxes = core.outboxes
+        pages = [connect(core, client=f"127.0.0.{2 + i}")[0] for i in range(3)]
+        sessions = []
+        for page in pages:
+            hello(page)
+            assert page.session is not None
+            sessions.append(page.session)
+        big, small, reader = pages
+
+        def to_reader() -> None:  # the reader reads each frame at once
+            sessions[2].send(frame)
+            assert reader.next_frame() == frame
+            assert outboxes.total >= size  # sent, not yet confirmed: still counted
+            assert reader.next_frame() is None
+
+        for _ in range(3):
+            sessions[0].send(frame)
+            to_reader()
+        sessions[1].send(frame)
+        assert outboxes.total == 4 * size and big.open
+        sessions[1].send(frame)  # 5 frames' worth would be over: the biggest goes
+        assert not big.open and big.closing is not None
+        assert big.closing[0] == CLOSE_TRY_AGAIN and "--max-queued-total-bytes" in big.closing[1]
+        assert big.next_frame() is None and sessions[0].connection is None  # awaits a resume
+        assert outboxes.total == 2 * size
+        sessions[1].send(frame)
+        to_reader()
+        sessions[1].send(frame)
+        assert small.open and outboxes.total == 4 * size
+        sessions[1].send(frame)  # now the sender itself holds the most: it is closed
+        assert not small.open and outboxes.total == 0
+        to_reader()
+        assert reader.open and outboxes.holders() == 0
+    in_core(test, max_queued_total_bytes=int(4.5 * size), max_queued_bytes=100 * size)
 
 
 def test_a_session_resumes_on_a_new_connection_with_its_token_only() -> None:

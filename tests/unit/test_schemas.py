@@ -13,6 +13,10 @@ from pedelec_pyodide.schemas import (
     MAX_ARGS_ERRORS,
     MAX_PATTERN_LENGTH,
     MAX_PATTERN_NESTING,
+    PATTERN_CACHE,
+    PatternCache,
+    PatternsOverBudget,
+    charging_patterns,
     check_schema,
 )
 from pedelec_pyodide.schemas import SchemaError as OurSchemaError
@@ -203,7 +207,11 @@ def test_patterns_are_parsed_not_compiled() -> None:
     (112 s for a 20 KiB pattern). Parsing is linear; Core never runs a page's pattern."""
     def seconds(pattern: str) -> float:
         schema = {"properties": {f"p{i}": {"pattern": f"{pattern}{i}"} for i in range(40)}}
-        return min(_timed(lambda: check_schema(schema)) for _ in range(3))
+        return min(_timed(lambda: uncached(schema)) for _ in range(3))
+
+    def uncached(schema: Any) -> None:
+        PATTERN_CACHE.clear()
+        check_schema(schema)
     wide = "(?i)" + "[\u0100-\uffff]" * 20
     plain = "a" * len(wide)
     assert seconds(wide) <= 10 * seconds(plain) + 0.01
@@ -382,3 +390,48 @@ async def test_invalid_args_report_at_most_20_errors_each_in_short() -> None:
     assert all(len(e["path"]) <= 300 and len(e["message"]) <= 300 for e in errors)
     # jsonschema's "'xx...x' is not of type 'integer'", its first 200 characters
     assert errors[0]["message"].endswith("… (4827 more characters)")
+
+
+# --- each distinct pattern parsed once, what is not cached charged to its sender ----------
+
+
+def test_a_pattern_is_parsed_once_and_only_new_ones_are_charged() -> None:
+    PATTERN_CACHE.clear()
+    charged: list[int] = []
+    schema = {"properties": {"a": {"pattern": "^a+$"}, "b": {"pattern": "^a+$"},
+                             "c": {"pattern": "(x"}}}
+    with charging_patterns(charged.append):
+        with pytest.raises(OurSchemaError, match=r"\$\.properties\.c\.pattern: '\(x' is not"):
+            check_schema(schema)
+        assert charged == [4, 2]  # the second "^a+$" was known already
+        with pytest.raises(OurSchemaError, match=r"\$\.properties\.c\.pattern: '\(x' is not"):
+            check_schema(schema)  # the refusal is remembered too, where it is said afresh
+        assert charged == [4, 2]
+    check_schema({"pattern": "^b+$"})  # no charge set: nothing charged
+    assert charged == [4, 2]
+
+
+def test_a_refused_charge_stops_the_check_before_the_pattern_is_parsed() -> None:
+    PATTERN_CACHE.clear()
+
+    def refuse(characters: int) -> None:
+        raise PatternsOverBudget(f"{characters} over")
+
+    with charging_patterns(refuse), pytest.raises(PatternsOverBudget, match="5 over"):
+        check_schema({"pattern": "(a|b)"})
+    assert PATTERN_CACHE.get("(a|b)") == (False, None)  # not parsed, so not known
+    check_schema({"pattern": "(a|b)"})  # outside: checked as ever
+
+
+def test_the_cache_is_bounded_in_entries_and_in_bytes() -> None:
+    cache = PatternCache(entries=3, max_bytes=10_000)
+    for i in range(5):
+        cache.put(f"p{i}", None)
+    assert [cache.get(f"p{i}")[0] for i in range(5)] == [False, False, True, True, True]
+    cache.get("p2")  # used: the least recently used goes first
+    cache.put("p5", "bad")
+    assert [cache.get(f"p{i}")[0] for i in (2, 3, 4, 5)] == [True, False, True, True]
+    small = PatternCache(entries=100, max_bytes=3000)
+    for i in range(10):
+        small.put(f"{i}" + "x" * 900, None)
+    assert sum(small.get(f"{i}" + "x" * 900)[0] for i in range(10)) == 3  # ~950 bytes each

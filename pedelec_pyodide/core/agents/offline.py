@@ -123,15 +123,26 @@ def _parse_call(line: str) -> ToolCallRequest | str:
 
 @dataclass(frozen=True)
 class CallMessage:
-    """A ``/call`` message: its calls, or the problems that stop all of them."""
+    """A ``/call`` message: its calls (their lines: each is read again when its step
+    comes, so a turn holds no decoded args but the running call's), or the problems that
+    stop all of them."""
 
-    calls: list[ToolCallRequest]
+    calls: list[str]
     problems: list[str]
 
 
 #: problems of a /call message quoted in the reply; the rest are counted (a reply must not
 #: grow with the message: 1 MiB of short bad lines made a 32 MB reply)
 MAX_PROBLEMS = 20
+
+
+async def _read_call(line: str) -> ToolCallRequest:
+    """A line :func:`parse_call_message` found well-formed, read again (a long one off
+    the event loop)."""
+    parsed = (await off_loop(_parse_call, line) if len(line) > LARGE_CHARS
+              else _parse_call(line))
+    assert isinstance(parsed, ToolCallRequest)  # the same line, read the same way
+    return parsed
 
 
 def parse_call_message(text: str) -> CallMessage | None:
@@ -158,7 +169,7 @@ def parse_call_message(text: str) -> CallMessage | None:
             continue
         parsed = _parse_call(line)
         if not isinstance(parsed, str):
-            message.calls.append(parsed)
+            message.calls.append(line)
         elif len(message.problems) < MAX_PROBLEMS:
             message.problems.append(f"line {number}: {parsed}")
         else:
@@ -650,18 +661,19 @@ class OfflineAgent:
             await reply.add("\n".join(message.problems))
             await reply.add(f"Write one call per line: {CALL_SYNTAX}")
         elif await self._within_steps(turn, reply, len(message.calls)):
-            for request in message.calls:  # one step each: they run in exactly this order
-                await self._call(turn, reply, calls, request)
+            for line in message.calls:  # one step each: they run in exactly this order
+                await self._call(turn, reply, calls, line)
+        text = reply.text
         turn.history.append(
             {
                 "agent": "offline",
                 "turn_id": turn.turn_id,
                 "user": turn.text,
                 "calls": calls,
-                "reply": reply.text,
+                "reply": text,
             }
         )
-        return reply.text
+        return text
 
     async def _answer(self, turn: Turn, reply: _Reply, calls: list[dict[str, Any]]) -> None:
         # the tools are decoded, and matched to the text, off the event loop
@@ -685,10 +697,13 @@ class OfflineAgent:
         return False
 
     @staticmethod
-    async def _call(
-        turn: Turn, reply: _Reply, calls: list[dict[str, Any]], request: ToolCallRequest
-    ) -> None:
-        (outcome,) = await turn.call_tools([request])
-        calls.append({"tool": outcome.tool, "args": outcome.args, "result": outcome.result})
+    async def _call(turn: Turn, reply: _Reply, calls: list[dict[str, Any]],
+                    call: ToolCallRequest | str) -> None:
+        """One step: ``call``, or the ``/call`` line to read it from (read here, and only
+        the step holds its decoded args). History keeps what Core kept as text."""
+        (outcome,) = await turn.call_tools([call if isinstance(call, ToolCallRequest)
+                                            else await _read_call(call)])
+        calls.append({"tool": outcome.tool, "args": outcome.args_json or outcome.args,
+                      "result": outcome.result_json or outcome.result})
         await reply.add(await off_loop(render_outcome, outcome) if is_large(outcome.result)
                         else render_outcome(outcome))

@@ -35,13 +35,18 @@ from .records import (
     TOOL_CALL,
     TURN,
     IdempotencyRecord,
+    JsonText,
     KeyKind,
     RequestRecord,
     SessionRecord,
     Snapshot,
     TurnRecord,
+    as_text,
+    char_width,
     dump_json,
     hash_token,
+    kept_json,
+    kept_size,
     turn_key,
 )
 from .sqlite import SQLiteStore
@@ -50,11 +55,12 @@ from .writer import DEFAULT_STORE_TIMEOUT
 __all__ = [
     "CORE_CALL", "DEFAULT_STORE_TIMEOUT", "KEY_KINDS", "PRUNE_SECONDS", "RECENT_TURNS",
     "STORE_FAILED",
-    "STORE_UNAVAILABLE", "TOOL_CALL", "TURN", "FlushTimeout", "IdempotencyRecord", "KeyKind",
+    "STORE_UNAVAILABLE", "TOOL_CALL", "TURN", "FlushTimeout", "IdempotencyRecord", "JsonText",
+    "KeyKind",
     "MemoryStore", "RequestRecord", "SQLiteStore", "SessionRecord", "Snapshot", "Store",
     "StoreError", "StoreSpec", "StoreUnavailable", "TurnRecord", "WriteFailed",
-    "WriterStopped", "check_reachable", "dump_json", "hash_token", "open_store",
-    "parse_store", "turn_key",
+    "WriterStopped", "as_text", "char_width", "check_reachable", "dump_json", "hash_token",
+    "kept_json", "kept_size", "open_store", "parse_store", "turn_key",
 ]
 
 SQLITE_SCHEME = "sqlite:"

@@ -4,11 +4,17 @@ after saving it is stored as it was, and a value no backend could store fails at
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .records import IdempotencyRecord, RequestRecord, SessionRecord, TurnRecord, turn_key
+from .records import (
+    IdempotencyRecord,
+    RequestRecord,
+    SessionRecord,
+    TurnRecord,
+    dump_json,
+    turn_key,
+)
 
 OpKind = Literal["session", "delete_session", "request", "delete_request", "turn",
                  "key", "delete_key", "end_delivered", "prune_turns"]
@@ -43,8 +49,8 @@ class Op:
 
 def dump(value: Any) -> str:
     """JSON text for a column: strict, so a value a backend could store but no page or
-    model could read back (NaN) fails its own write."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    model could read back (NaN) fails its own write (a JsonText is written as it is)."""
+    return dump_json(value, strict=True)
 
 
 def _checked(row: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,9 +27,88 @@ def turn_key(session_id: str, turn_id: str) -> str:
     return f"{session_id}/{turn_id}"
 
 
-def dump_json(value: Any) -> str:
-    """Compact JSON text, as Core keeps metadata and history in memory."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+class JsonText:
+    """A JSON value Core keeps as its compact text: decoded, what a page sends can take
+    ~24 times the memory of its JSON (``[{}, {}, ...]``), so what Core holds beyond the
+    moment it works on it (results, a turn's tool calls) is kept as text.
+    :func:`dump_json` writes it as the value it is."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def value(self) -> Any:
+        return json.loads(self.text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JsonText) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"JsonText({self.text[:60]!r})"
+
+
+def as_text(value: Any) -> JsonText:
+    """``value`` as a :class:`JsonText` (itself, if it is one)."""
+    return value if isinstance(value, JsonText) else JsonText(kept_json(value))
+
+
+def char_width(text: str) -> int:
+    """Bytes of memory each character of ``text`` takes (1, 2 or 4: Python stores a
+    text at the width of its widest character)."""
+    if text.isascii():
+        return 1
+    widest = max(text)
+    return 1 if widest <= "\xff" else 2 if widest <= "\uffff" else 4
+
+
+def kept_json(value: Any) -> str:
+    """Compact JSON text as Core keeps it: its characters as they are, or ASCII with
+    escapes when that takes less memory (mostly ASCII text with one emoji in it takes 4
+    bytes a character as it is)."""
+    text = dump_json(value)
+    if char_width(text) == 1:
+        return text
+    escaped = dump_json(value, ascii=True)
+    return escaped if len(escaped) < char_width(text) * len(text) else text
+
+
+def kept_size(text: str) -> int:
+    """What a bound on kept JSON counts of ``text``: its UTF-8 bytes, or its bytes of
+    memory where those are more."""
+    if text.isascii():
+        return len(text)
+    return max(len(text.encode("utf-8", "surrogatepass")), char_width(text) * len(text))
+
+
+def dump_json(value: Any, *, strict: bool = False, ascii: bool = False) -> str:
+    """Compact JSON text, as Core keeps metadata and history in memory; a
+    :class:`JsonText` inside is written as it is. ``strict``: NaN and the infinities
+    are refused (no page or model could read them back); ``ascii``: other characters
+    escaped."""
+    if isinstance(value, JsonText):
+        return value.text
+    kept: list[str] = []
+
+    def raw(item: Any) -> str:
+        if not isinstance(item, JsonText):
+            raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
+        kept.append(item.text)
+        return f"\0{marker}{len(kept) - 1}\0"
+
+    marker = secrets.token_hex(8)  # no value can have guessed it
+    text = json.dumps(value, ensure_ascii=ascii, separators=(",", ":"), allow_nan=not strict,
+                      default=raw)
+    if not kept:
+        return text
+    # each placeholder string, with its quotes, becomes the text it stands for
+    pieces = re.split(f'"\\\\u0000{marker}(\\d+)\\\\u0000"', text)
+    for index in range(1, len(pieces), 2):
+        pieces[index] = kept[int(pieces[index])]
+    return "".join(pieces)
 
 
 @dataclass

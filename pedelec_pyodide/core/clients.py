@@ -1,0 +1,81 @@
+"""Who a client is, and the work Core does for one: what bounds per client rest on.
+
+"Any single client" means one client address (``scope["client"]``; uvicorn takes it from
+``X-Forwarded-For`` only for a proxy in ``--forwarded-allow-ips``). An IPv6 client is its
+/64 network: one host is usually given a whole /64, so each of its addresses counting as
+a client of its own would make every per-client bound 2**64 times larger.
+
+:class:`PatternBudgets` holds each client's bucket for the regular expressions
+Core checks for it, kept after its last connection until it has filled up again (a client
+that reconnects does not get a fresh burst).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from collections import OrderedDict
+
+from .ratelimit import TokenBucket
+
+#: the client of a connection whose address the server does not know (a Unix socket)
+UNKNOWN = "unknown"
+
+
+def client_key(host: str | None) -> str:
+    """The client a connection from ``host`` belongs to (see the module's text)."""
+    if not host:
+        return UNKNOWN
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:  # not an IP address (a proxy's name for it): as given
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        mapped = address.ipv4_mapped
+        if mapped is not None:
+            return str(mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
+class PatternBudgets:
+    """Per client: characters of regular expressions Core has not checked before that it
+    checks for the client, ``rate`` a second with a burst of ``burst``."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._lock = threading.Lock()
+        self._live: dict[str, tuple[TokenBucket, int]] = {}  # bucket, connections
+        # buckets of clients with no connection left, until full again (oldest first:
+        # they all fill at the same rate, so the first ones are full first)
+        self._idle: OrderedDict[str, TokenBucket] = OrderedDict()
+
+    def open(self, client: str) -> TokenBucket:
+        """A connection of ``client`` opened: its client's bucket."""
+        with self._lock:
+            while self._idle and next(iter(self._idle.values())).full():
+                self._idle.popitem(last=False)
+            held = self._live.get(client)
+            if held is None:
+                bucket = self._idle.pop(client, None) or TokenBucket(self.rate, self.burst)
+                self._live[client] = (bucket, 1)
+                return bucket
+            self._live[client] = (held[0], held[1] + 1)
+            return held[0]
+
+    def close(self, client: str) -> None:
+        """A connection of ``client`` closed."""
+        with self._lock:
+            bucket, count = self._live[client]
+            if count > 1:
+                self._live[client] = (bucket, count - 1)
+                return
+            del self._live[client]
+            if not bucket.full():
+                self._idle[client] = bucket
+
+    def clients(self) -> int:
+        """Clients whose bucket is kept (for tests and the memory bound)."""
+        with self._lock:
+            return len(self._live) + len(self._idle)
