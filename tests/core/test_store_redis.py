@@ -5,12 +5,14 @@ and a real Core on it (the store contract itself: test_store_contract.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -282,5 +284,87 @@ def test_a_node_starts_past_a_list_of_sessions_of_the_wrong_type(
             assert response.status_code == 200, response.text
         assert any("event=store.row_skipped table=sessions rowid=pedelec:main:sessions "
                    in r.getMessage() for r in caplog.records)
+
+    run(main())
+
+
+def test_a_session_row_of_an_older_core_is_read_and_rewritten_with_its_tools_apart(
+        redis_server: RedisServer) -> None:
+    """A row written before the tools had a key of their own (its tools inside) loads as
+    it was, and is rewritten so: a turn's end (the row alone) then keeps its tools."""
+    tools = json.dumps([tool_meta("echo")])
+    row = json.dumps(["s1", hash_token("t"), tools, "[]", 1.0])
+    with redis_server.client() as client:
+        client.set("pedelec:main:session:s1", row)
+        client.zadd("pedelec:main:sessions", {"s1": 1.0})
+
+    async def main() -> None:
+        store = open_store(redis_server.url)
+        try:
+            (loaded,) = (await store.load()).sessions
+            assert loaded.tools == tools
+            await store.flush()  # the rewrite
+            with redis_server.client() as client:
+                assert client.get("pedelec:main:tools:s1") == tools.encode()
+                assert json.loads(client.get("pedelec:main:session:s1"))[2] is None
+            loaded.history = '[{"turn":1}]'
+            store.save_history(loaded)
+            await store.flush()
+            again = await store.load_session_record("s1")
+            assert again is not None and (again.tools, again.history) == (
+                tools, '[{"turn":1}]')
+        finally:
+            await store.close()
+
+    run(main())
+
+
+class HistoryAgent:
+    """Keeps each turn's text in the agent's history (so a session's history is large)."""
+
+    async def run(self, turn: Any) -> str:
+        turn.history.append({"turn": turn.turn_id, "text": turn.text})
+        return "noted"
+
+
+def test_a_tools_update_writes_the_tools_alone_and_only_when_they_changed(
+        redis_server: RedisServer) -> None:
+    """Redis's input, measured: a page whose session holds 300 KB of history sends
+    tools.update frames of 200 KB of tools. One that changes the tools costs Redis about
+    the tools (not the row with its history, as it did); one that repeats them, nothing.
+    Each tools.update is followed by a changed one, waited for: it shows the first was
+    processed."""
+
+    def received_by_redis() -> int:
+        with redis_server.client() as client:
+            return int(client.info("stats")["total_net_input_bytes"])
+
+    def tools(n: int) -> list[dict[str, Any]]:
+        return [dict(tool_meta("echo"), description=f"{n}:" + "d" * 200_000)]
+
+    async def main() -> None:
+        async with running_core(config(store=redis_server.url,
+                                       agent_factory=HistoryAgent)) as a:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello(tools(0)))["sessionId"]
+            session = a.registry.sessions[sid]
+            assert (await a.turn(sid, "h" * 300_000)).json()["status"] == "completed"
+            assert len(session.record.history) > 300_000
+
+            async def updated(*versions: int) -> int:
+                await a.registry.store.flush()
+                before = received_by_redis()
+                for n in versions:
+                    await page.send({"type": "tools.update", "tools": tools(n)})
+                await until(lambda: f'"{versions[-1]}:' in session.record.tools,
+                            "the last tools.update")
+                await a.registry.store.flush()
+                return received_by_redis() - before
+
+            one_change = await updated(1)
+            assert 200_000 < one_change < 260_000, one_change  # the tools, not the history
+            repeats = await updated(1, 1, 1, 1, 1, 2)  # five repeats, then a change
+            assert repeats < one_change + 60_000, (repeats, one_change)
+            await page.close()
 
     run(main())

@@ -37,9 +37,11 @@ from .errors import (
 from .ops import (
     PRUNE_KEY,
     Op,
+    history_op,
     key_op,
     request_op,
     session_op,
+    tools_op,
     turn_op,
 )
 from .records import (
@@ -149,6 +151,12 @@ class QueuedStore(ABC):
 
     def save_session(self, record: SessionRecord) -> None:
         self._submit(record.id, session_op, record)
+
+    def save_tools(self, record: SessionRecord) -> None:
+        self._submit(record.id, tools_op, record)
+
+    def save_history(self, record: SessionRecord) -> None:
+        self._submit(record.id, history_op, record)
 
     def delete_session(self, session_id: str) -> None:
         self._submit(session_id, Op, "delete_session", session_id, session_id)
