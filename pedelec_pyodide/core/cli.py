@@ -15,16 +15,19 @@ from urllib.parse import urlsplit
 from ..protocol import MAX_FRAME_BYTES
 from .config import (
     ADMIN_TOKEN_ENV,
+    CLUSTER_SECRET_ENV,
     DEFAULT_PORT,
     MAX_TIMEOUT_MS,
     CoreConfig,
     admin_token_from_env,
+    cluster_secret_from_env,
     is_timeout_ms,
 )
 from .log import configure
 from .public import check_allow_host
 from .server import agent_factory_for, run
 from .store import DEFAULT_STORE_TIMEOUT, StoreError, parse_store
+from .store.seal import MIN_SECRET_CHARS, check_secret
 
 
 def _directory(value: str) -> Path:
@@ -151,6 +154,12 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         help="where sessions live: memory (default; lost on exit), "
                         "PATH.sqlite or sqlite:PATH (survives restarts of Core), or "
                         "redis://HOST:PORT/DB (shared by the Core processes given it)")
+    parser.add_argument("--cluster-secret", metavar="SECRET",
+                        help="with a redis:// store: the secret every node of the cluster "
+                        "seals its messages to the others with (at least "
+                        f"{MIN_SECRET_CHARS} characters); a message not sealed with it is "
+                        f"dropped. Prefer ${CLUSTER_SECRET_ENV}: a command line is visible "
+                        "to every user of the machine")
     parser.add_argument("--store-timeout", type=_positive(float),
                         default=DEFAULT_STORE_TIMEOUT, metavar="SECONDS",
                         help="how long a tool request waits for the store to commit it; "
@@ -304,6 +313,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         provision=args.pyodide is None and not args.no_provision,
         demo=args.command == "demo", agent=args.agent, store=args.store,
         store_timeout=args.store_timeout,
+        cluster_secret=args.cluster_secret or cluster_secret_from_env(),
         allow_origins=tuple(args.allow_origin), allow_hosts=tuple(args.allow_host),
         forwarded_allow_ips=tuple(ip for ips in args.forwarded_allow_ips for ip in ips),
         max_frame_bytes=args.max_frame_bytes, header_timeout=args.header_timeout,
@@ -348,6 +358,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"pedelec: error: {exc}", file=sys.stderr)
         return 2
+    if cfg.cluster_secret is not None:
+        try:
+            check_secret(cfg.cluster_secret)
+        except ValueError as exc:
+            print(f"pedelec: error: --cluster-secret (or ${CLUSTER_SECRET_ENV}): {exc}",
+                  file=sys.stderr)
+            return 2
     spec = parse_store(cfg.store)
     if spec.kind == "sqlite" and not Path(spec.target).parent.is_dir():
         print(f"pedelec: error: --store {cfg.store}: its directory does not exist",

@@ -14,6 +14,7 @@ from .clock import Clock, SystemClock
 from .store import DEFAULT_STORE_TIMEOUT
 
 ADMIN_TOKEN_ENV = "PEDELEC_ADMIN_TOKEN"
+CLUSTER_SECRET_ENV = "PEDELEC_CLUSTER_SECRET"
 DEFAULT_PORT = 8765
 
 
@@ -23,6 +24,11 @@ def admin_token_from_env() -> tuple[str, bool]:
     if token:
         return token, False
     return secrets.token_urlsafe(32), True
+
+
+def cluster_secret_from_env() -> str | None:
+    """``$PEDELEC_CLUSTER_SECRET`` when set (checked by the CLI: ``store.seal.check_secret``)."""
+    return os.environ.get(CLUSTER_SECRET_ENV, "").strip() or None
 
 
 def default_web_dir() -> Path | None:
@@ -70,6 +76,9 @@ class CoreConfig:
     store: str = "memory"
     #: how long a request waits for the store to commit it before it fails STORE_FAILED
     store_timeout: float = DEFAULT_STORE_TIMEOUT
+    #: seals the messages between the nodes of a cluster on Redis (``--cluster-secret``,
+    #: ``$PEDELEC_CLUSTER_SECRET``); None: unsealed, any Redis publisher can act as a node
+    cluster_secret: str | None = None
     #: extra WebSocket origins allowed besides Core's own (``--allow-origin``)
     allow_origins: tuple[str, ...] = ()
     #: host names Core answers to besides its bind address and loopback names

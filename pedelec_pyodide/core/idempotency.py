@@ -132,6 +132,16 @@ class CallerMemory:
             lot[request.id] = request
         self.sweep()
 
+    def store_again(self) -> None:
+        """Write what is kept (results, keys, keyed turns) again: the store lost it."""
+        for lot in (self.results, self.others):
+            for request in lot.values():
+                self._store.save_request(request)
+        for turn in self.turns.values():
+            self._store.save_turn(turn)
+        for record in self.keys.values():
+            self._store.save_key(record)
+
     def sweep(self) -> None:
         """Forget what is past its retention or over the count, oldest first: each call
         does work only for what it forgets."""

@@ -284,7 +284,7 @@ async def _prune_turns(store: Store) -> None:
 def create_app(config: CoreConfig) -> Starlette:
     """The whole of Core as an ASGI app; start and stop it with its lifespan."""
     agent_factory = config.agent_factory or agent_factory_for(config.agent)
-    store = open_store(config.store, config.store_timeout)
+    store = open_store(config.store, config.store_timeout, config.cluster_secret)
     registry = Registry(config, store, agent_factory, restore)
     private = store_files(config.store)  # never served, wherever --store points
     pyodide = PyodideFiles(config.pyodide_dir, private)

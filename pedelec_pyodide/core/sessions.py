@@ -160,6 +160,9 @@ class RunningTurn(Protocol):
 
     def abandon(self) -> None: ...
 
+    def store_again(self) -> None:
+        """Write the turn and its requests again (the store lost them)."""
+
 
 class Progress(NamedTuple):
     """The latest ``tool.progress`` of a request, as Core keeps it."""
@@ -601,8 +604,9 @@ class CoreSession:
         self.record.tools = metadata.tools_json
         self.tool_names = metadata.names
         self.client_json = metadata.client_json
-        self.registry.store.save_session(self.record)
-        if changed:
+        if changed:  # the tools alone: the client info is not stored, nor is the
+            # history written again (a page's tools.update costs the store its tools)
+            self.registry.store.save_tools(self.record)
             for listener in list(self.tool_listeners.values()):
                 listener()
             if self.registry.on_tools_changed is not None:
@@ -1225,11 +1229,18 @@ class Registry:
 
     async def _take_over(self, session_id: str, resume_token: str | None) -> bool:
         # the session's own row first: a wrong token costs one small read, not the
-        # whole session (its kept results and history)
-        record = await self.store.load_session_record(session_id)
+        # whole session (its kept results and history); its lease is read with it,
+        # whatever is found (timing says nothing of which sessions exist)
+        record, holder = await asyncio.gather(self.store.load_session_record(session_id),
+                                              self.store.holder(session_id))
         stored = record.token_hash if record is not None else _NO_SESSION_HASH
         if not (hmac.compare_digest(stored.encode(), hash_token(resume_token or "").encode())
                 and record is not None):
+            if record is None and holder not in (None, self.node):
+                # held, but not stored: Redis lost its data and the holder has not stored
+                # it again yet (its next renewal does): the page tries again
+                log_event("session.not_stored_yet", session=session_id)
+                return False
             return True  # refused by resume(), which says nothing more
         previous = await self.store.claim(session_id, self.node, LEASE_SECONDS)
         if previous not in (None, self.node):
@@ -1246,7 +1257,7 @@ class Registry:
             finally:
                 del self._handovers[session_id]
             # another page (a second tab) may have claimed it meanwhile: it is theirs
-            if await self.store.renew([session_id], self.node, LEASE_SECONDS):
+            if (await self.store.renew([session_id], self.node, LEASE_SECONDS)).lost:
                 log_event("session.claimed_meanwhile", session=session_id)
                 return True
         snapshot = await self.store.load_session(session_id)
@@ -1284,7 +1295,7 @@ class Registry:
             return False
         done = self._taking[session_id] = asyncio.get_running_loop().create_future()
         try:
-            if await self.store.renew([session_id], self.node, LEASE_SECONDS):
+            if (await self.store.renew([session_id], self.node, LEASE_SECONDS)).lost:
                 return False
             if vacant:  # what its last holder stored while this node waited
                 snapshot = await self.store.load_session(session_id)
@@ -1453,17 +1464,49 @@ class Registry:
             bad_message(exc)
 
     async def _renew_leases(self) -> None:
+        """Every third of a lease; a round that failed is tried again at once (after
+        :data:`_VACANT_POLL`), once: after Redis restarted, the first command on each
+        of the node's connections to it fails, and a lease has no time to lose."""
+        quick = False  # the round before failed: this one comes at once
         while True:
-            await asyncio.sleep(LEASE_SECONDS / 3)
+            await asyncio.sleep(_VACANT_POLL if quick else LEASE_SECONDS / 3)
+            retried, quick = quick, False
             try:
-                lost = await self.store.renew(list(self.sessions), self.node, LEASE_SECONDS)
+                renewal = await self.store.renew(list(self.sessions), self.node,
+                                                 LEASE_SECONDS)
+                for session_id in renewal.lost:
+                    session = self.sessions.get(session_id)
+                    if session is not None:  # taken without the page: it resumes there
+                        session.hand_over(resumed=False)
+                if renewal.retaken:
+                    await self._store_again(renewal.retaken)
             except Exception as exc:  # out of reach, refused: renewed next round
                 background_failed("renew", exc)
+                quick = not retried
+
+    async def _store_again(self, session_ids: list[str]) -> None:
+        """Of the sessions whose lease was missing, those the store lost too (Redis
+        restarted without its data, or it was flushed): stored again whole, from what
+        this node holds, so that other nodes find them (a page resuming there, a call,
+        ``tools/list``) as if nothing had happened. A lease that merely lapsed (Redis
+        away, this node stalled) finds the rows there: nothing is written."""
+        for session_id in await self.store.unstored(session_ids):
+            session = self.sessions.get(session_id)
+            if session is None or session.closed:
                 continue
-            for session_id in lost:
-                session = self.sessions.get(session_id)
-                if session is not None:  # taken without the page: it resumes there
-                    session.hand_over(resumed=False)
+            store = self.store
+            store.save_session(session.record)
+            for pending in session.pending.values():
+                store.save_request(pending.record)
+            unsent = {ended.record.id for ended in session.unsent_ends}
+            for ended in session.ended.values():  # as kept to send its end again
+                store.save_turn(dataclasses.replace(
+                    ended.record, end_delivered=ended.record.id not in unsent))
+            if session.turn is not None:
+                session.turn.store_again()
+            session.callers.store_again()
+            log_event("cluster.stored_again", level=logging.WARNING, session=session_id,
+                      pending=len(session.pending))
 
     def restorable(self, snapshot: Snapshot) -> Snapshot:
         """At start, what of the store to restore at once: all of it on a store of this
@@ -1516,7 +1559,7 @@ class Registry:
         taking = {session_id: loop.create_future() for session_id in session_ids}
         self._taking.update(taking)  # a take-over or adopt here waits for these
         try:
-            held = set(await self.store.renew(session_ids, self.node, LEASE_SECONDS))
+            held = set((await self.store.renew(session_ids, self.node, LEASE_SECONDS)).lost)
             taken = Snapshot()
             for session_id in session_ids:
                 if session_id in held:

@@ -186,6 +186,16 @@ class TurnRunner:
             self._abandoned = True
             self.task.cancel()
 
+    def store_again(self) -> None:
+        """The turn's record and the requests it made (its journal): the store lost them."""
+        store = self.session.registry.store
+        store.save_turn(self.record)
+        for step in self._journal:
+            for request in step:
+                store.save_request(request)
+        for pending in self._requests.values():
+            store.save_request(pending.record)
+
     async def _run(self) -> TurnRecord:
         record = self.record
         session = self.session
@@ -259,7 +269,7 @@ class TurnRunner:
                 store.delete_request(session.id, request.id)
         if history is not None:
             session.record.history = history
-        store.save_session(session.record)  # the agent's history
+        store.save_history(session.record)  # the agent's history (not the tools)
         record.usage = dict(self.usage)
         store.save_turn(record)
         log_event("turn.end", session=session.id, turn=record.id, status=record.status,

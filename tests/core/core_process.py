@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from corekit import TOKEN, WAIT, PlanAgent
+from corekit import CLUSTER_SECRET, TOKEN, WAIT, PlanAgent
 
 from pedelec_pyodide.core.config import CoreConfig
 from pedelec_pyodide.core.log import configure
@@ -55,6 +55,7 @@ if __name__ == "__main__":
     # without a runtime no web files at all (the default web_dir is the repository's web/)
     web = {} if pyodide is not None else {"web_dir": None}
     cfg = CoreConfig(port=int(sys.argv[2]), admin_token=TOKEN, store=sys.argv[1],
+                     cluster_secret=CLUSTER_SECRET,
                      pyodide_dir=pyodide, demo=pyodide is not None,
                      agent_factory=lambda: PlanAgent(PLAN), **web)
     configure()  # every event line to stderr (a cluster's node keeps them in a file)

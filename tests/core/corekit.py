@@ -27,6 +27,8 @@ from pedelec_pyodide.core.server import create_app, uvicorn_config
 
 WAIT = 10.0  # seconds: the bound on any single wait in these tests
 TOKEN = "test-admin-token"
+#: every test Core's --cluster-secret (a store of one process ignores it)
+CLUSTER_SECRET = "test-cluster-secret-of-32-characters"
 
 
 def fake_clock() -> ManualClock:
@@ -46,6 +48,7 @@ def run(coro: Coroutine[Any, Any, Any], timeout: float = 60.0) -> Any:
 def config(**overrides: Any) -> CoreConfig:
     options: dict[str, Any] = {
         "port": 0, "admin_token": TOKEN, "web_dir": None, "agent_factory": EchoAgent,
+        "cluster_secret": CLUSTER_SECRET,
     }
     options.update(overrides)
     return CoreConfig(**options)

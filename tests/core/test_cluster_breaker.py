@@ -296,13 +296,11 @@ def test_a_page_resuming_on_another_node_while_redis_is_away_keeps_its_session(
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "nothing stores a session again once Redis lost it (redis.py keeps no check of"
-    " what it wrote); mcp.py:251 _list_tools reads only the stored row: 'no session'"))
 def test_tools_list_on_another_node_after_redis_lost_its_data_finds_the_connected_page(
         redis_server: RedisServer) -> None:
     """Redis restarts without its append-only file (its data gone) while the page stays
-    connected to A: an MCP client on B still lists the page's tools."""
+    connected to A: A's next renewal finds its lease gone and the session too, and stores
+    it again; an MCP client on B then lists the page's tools."""
     from test_mcp import modern_client
 
     async def main() -> None:
@@ -581,15 +579,11 @@ def wipe(server: RedisServer) -> None:
     server.start()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "nothing stores a session again once Redis lost it; sessions.py:1012 take_over finds"
-    " no row and returns, though the lease names a live holder that has the session:"
-    " RESUME_REFUSED, and the page starts afresh"))
 def test_a_page_moving_to_another_node_after_redis_lost_its_data_keeps_its_session(
         redis_server: RedisServer) -> None:
     """Redis restarts without its append-only file while A holds the page; the page's
     socket drops and it resumes on B (its load balancer's pick): it keeps its session
-    (A, alive, has it all)."""
+    (A, alive, has it all, and stored it again at its next renewal)."""
 
     async def main() -> None:
         cfg = {"store": redis_server.url}
@@ -609,6 +603,61 @@ def test_a_page_moving_to_another_node_after_redis_lost_its_data_keeps_its_sessi
             await second.close()
 
     run(main())
+
+
+def test_what_a_node_holds_of_a_session_redis_lost_is_stored_again_and_carries_on(
+        redis_server: RedisServer) -> None:
+    """A holds a session with a kept keyed result, a request the page has not answered
+    (its caller gave a key) and the agent's history of a turn; Redis restarts without
+    its data. A's next renewal stores it all again: the page resumes on B, which sends
+    the pending request again (its id) and runs nothing else; a retry of each key at B
+    gets its one request's result; B has the history."""
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            first = await RawClient.open(a.ws_url)
+            welcome = await first.hello([tool_meta("echo")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            path = f"/pedelec/v1/sessions/{sid}/tool-calls"
+
+            def keyed(node: Any, key: str, n: int) -> Any:
+                return node.http.post(path, json={"tool": "echo", "args": {"n": n}},
+                                      headers={"Idempotency-Key": key})
+
+            done = asyncio.ensure_future(keyed(a, "done", 1))
+            frame = await next_of(first, "tool.request")
+            await answer(first, frame)
+            kept = (await done).json()
+            assert (await a.turn(sid, "remember me")).json()["status"] == "completed"
+            waiting = asyncio.ensure_future(keyed(a, "waiting", 2))
+            pending = await next_of(first, "tool.request")
+            history = a.registry.sessions[sid].record.history
+            await a.registry.store.flush()
+            wipe(redis_server)
+            with redis_server.client() as client:
+                await until(lambda: client.exists(PREFIX + "session:" + sid) == 1,
+                            "A storing the session again", 2 * WAIT)
+            await a.registry.store.flush()
+            await first.close()
+            second = await RawClient.open(b.ws_url)
+            resumed = await second.hello([tool_meta("echo")], sessionId=sid,
+                                         resumeToken=token)
+            assert resumed.get("resumed"), resumed
+            again = await next_of(second, "tool.request")
+            assert again["toolRequestId"] == pending["toolRequestId"]
+            assert b.registry.sessions[sid].record.history == history
+            retry = asyncio.ensure_future(keyed(b, "waiting", 2))
+            await answer(second, again)
+            assert (await asyncio.wait_for(retry, WAIT)).json()["toolRequestId"] == (
+                pending["toolRequestId"])
+            assert (await waiting).status_code in (200, 409, 503)  # A's caller: moved
+            assert (await keyed(b, "done", 1)).json() == kept
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(next_of(second, "tool.request"), 1)
+            await second.close()
+
+    run(main(), timeout=90)
 
 
 def test_one_key_two_bodies_at_two_nodes_for_a_session_no_node_holds_run_one_call(

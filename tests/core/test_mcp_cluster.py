@@ -230,11 +230,13 @@ def test_clients_on_another_node_hear_of_the_pages_new_tools(
     run(main())
 
 
+@pytest.mark.parametrize("era", ["handshake", "2026-07-28"])
 @pytest.mark.parametrize("resume", ["at_once", "after_the_lease"])
 def test_a_cancel_sent_while_the_pages_node_is_dead_is_applied_where_the_page_resumes(
-        redis_server: RedisServer, resume: str) -> None:
+        redis_server: RedisServer, resume: str, era: str) -> None:
     """The page is on A; B's client calls, the call is relayed to A, A is SIGKILLed and
-    the client cancels: the cancel is kept on B and passed on once another node holds
+    the client cancels (``notifications/cancelled``, or at 2026-07-28 the call's stream
+    closed): the cancel is kept on B and passed on once another node holds
     the page. ``at_once``: the page resumes on C, which sends the request again (its
     id); then C tells the page ``tool.cancel`` for it. ``after_the_lease``: A's lease runs
     out first, B takes the session and cancels the request there; the page resumes on C
@@ -248,7 +250,7 @@ def test_a_cancel_sent_while_the_pages_node_is_dead_is_applied_where_the_page_re
             first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
             welcome = await first.hello([tool_meta("a")])
             sid, token = welcome["sessionId"], welcome["resumeToken"]
-            async with modern_client(mcp_at(b.port, sid)) as client:
+            async with client_of(era, mcp_at(b.port, sid)) as client:
                 call = asyncio.create_task(client.call_tool("a", {"n": 1}))
                 rid = (await next_of(first, "tool.request"))["toolRequestId"]
                 a.kill()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corekit import run
+from corekit import run, tool_meta
 from storekit import (
     BACKENDS,
     DURABLE,
@@ -41,6 +41,7 @@ from pedelec_pyodide.core.store import (
     StoreError,
     StoreUnavailable,
     TurnRecord,
+    dump_json,
     hash_token,
     open_store,
 )
@@ -235,6 +236,43 @@ def test_a_record_saved_again_replaces_it_and_deletes_delete(durable: DurableBac
         assert [r.id for r in snapshot.requests] == ["r2"]
         assert [k.target_id for k in snapshot.keys] == ["r2"]
         assert [(t.id, t.end_delivered) for t in snapshot.turns] == [("t1", True)]
+
+    run(main())
+
+
+def test_a_sessions_tools_and_its_history_are_saved_each_alone(
+        durable: DurableBackend) -> None:
+    """``save_tools`` writes the tools, not the history the record holds by then (a
+    ``tools.update``); ``save_history`` the history, not the tools (a turn's end);
+    neither stores a session that is not stored."""
+    tools_a, tools_b = (dump_json([tool_meta(name)]) for name in "ab")
+
+    async def main() -> None:
+        store = durable.open()
+        record = session("s1")
+        await store_all(store, record)
+        record.tools, record.history = tools_a, '[{"turn":1}]'
+        store.save_tools(record)
+        await store.flush()
+        other = durable.reopen()  # another node
+        try:
+            stored = await other.load_session_record("s1")
+            assert stored is not None and (stored.tools, stored.history) == (tools_a, "[]")
+        finally:
+            await other.close()
+        record.tools, record.history = tools_b, '[{"turn":2}]'
+        store.save_history(record)
+        for never in (session("s2"), session("s3")):
+            store.save_tools(never)
+            store.save_history(never)
+        snapshot = await restarted(durable, store)
+        assert [(s.id, s.tools, s.history) for s in snapshot.sessions] == [
+            ("s1", tools_a, '[{"turn":2}]')]
+        other = durable.reopen()
+        try:
+            assert await other.load_session("s2") == Snapshot()
+        finally:
+            await other.close()
 
     run(main())
 
@@ -485,7 +523,7 @@ def test_a_lease_is_claimed_renewed_released_and_expires(backend: Backend) -> No
             assert await store.holder("s1") == "a"
             assert await store.claim("s1", "a", 5.0) == "a"  # the node itself, again
             assert await store.claim("s1", "b", 5.0) == "a"  # taken over
-            assert await store.renew(["s1"], "a", 5.0) == ["s1"]  # a lost it
+            assert await store.renew(["s1"], "a", 5.0) == (["s1"], [])  # a lost it
             assert await store.holder("s1") == "b"
             await store.release("s1", "a")  # not a's: b keeps it
             assert await store.holder("s1") == "b"
@@ -494,17 +532,43 @@ def test_a_lease_is_claimed_renewed_released_and_expires(backend: Backend) -> No
             # Each sleep is only a lower bound (a stalled machine sleeps longer): a TTL
             # must pass, the other one (60 s) cannot within a test.
             assert await store.claim("s2", "a", 0.3) is None
-            assert await store.renew(["s2"], "a", 60.0) == []  # renewed
+            assert await store.renew(["s2"], "a", 60.0) == ([], [])  # renewed
             await asyncio.sleep(0.4)  # past the claim's TTL, within the renewal's
             assert await store.holder("s2") == "a"
-            assert await store.renew(["s2"], "a", 0.3) == []  # renewed for a moment only
+            assert await store.renew(["s2"], "a", 0.3) == ([], [])  # renewed for a moment only
             await asyncio.sleep(0.4)  # not renewed again: expired, as when a node dies
             assert await store.holder("s2") is None
-            assert await store.renew(["s2", "s3"], "a", 5.0) == []  # free: taken again
+            # free (expired, or never held): taken again
+            assert await store.renew(["s2", "s3"], "a", 5.0) == ([], ["s2", "s3"])
             assert await store.claim("s2", "b", 5.0) == "a"
             assert await store.holder("s3") == "a"
             assert await store.holders(["s3", "s1", "s2", "s3"]) == ["a", None, "b", "a"]
             assert await store.holders([]) == []
+        finally:
+            await store.close()
+
+    run(main())
+
+
+def test_unstored_names_the_sessions_a_load_would_not_find(backend: Backend) -> None:
+    """What a node asks when its renewal took a lease again (the store may have lost
+    the session: Redis restarted without its data). The memory store stores none."""
+
+    async def main() -> None:
+        store = backend.open()
+        try:
+            store.save_session(session("s1"))
+            store.save_session(session("s2"))
+            await store.flush()
+            store.delete_session("s2")
+            await store.flush()
+            many = [f"x{n}" for n in range(1200)]  # asked in chunks
+            found = await store.unstored(["s3", "s1", "s2", *many])
+            if isinstance(backend, MemoryBackend):
+                assert found == ["s3", "s1", "s2", *many]
+            else:
+                assert found == ["s3", "s2", *many]
+            assert await store.unstored([]) == []
         finally:
             await store.close()
 
@@ -526,7 +590,7 @@ def test_redis_leases_are_seen_by_every_node_of_the_cluster_only(
             many = [f"s{n}" for n in range(1200)]  # renewed in chunks
             for sid in many[2:]:  # not s0 (nobody's), nor s1 (node-2's)
                 await one.claim(sid, "node-1", 5.0)
-            assert await one.renew(many, "node-1", 5.0) == ["s1"]
+            assert await one.renew(many, "node-1", 5.0) == (["s1"], ["s0"])
             assert await two.holder("s0") == "node-1"
             assert await two.holder(many[-1]) == "node-1"
         finally:

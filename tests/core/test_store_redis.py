@@ -5,12 +5,16 @@ and a real Core on it (the store contract itself: test_store_contract.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -282,5 +286,228 @@ def test_a_node_starts_past_a_list_of_sessions_of_the_wrong_type(
             assert response.status_code == 200, response.text
         assert any("event=store.row_skipped table=sessions rowid=pedelec:main:sessions "
                    in r.getMessage() for r in caplog.records)
+
+    run(main())
+
+
+def test_a_session_row_of_an_older_core_is_read_and_rewritten_with_its_tools_apart(
+        redis_server: RedisServer) -> None:
+    """A row written before the tools had a key of their own (its tools inside) loads as
+    it was, and is rewritten so: a turn's end (the row alone) then keeps its tools."""
+    tools = json.dumps([tool_meta("echo")])
+    row = json.dumps(["s1", hash_token("t"), tools, "[]", 1.0])
+    with redis_server.client() as client:
+        client.set("pedelec:main:session:s1", row)
+        client.zadd("pedelec:main:sessions", {"s1": 1.0})
+
+    async def main() -> None:
+        store = open_store(redis_server.url)
+        try:
+            (loaded,) = (await store.load()).sessions
+            assert loaded.tools == tools
+            await store.flush()  # the rewrite
+            with redis_server.client() as client:
+                assert client.get("pedelec:main:tools:s1") == tools.encode()
+                assert json.loads(client.get("pedelec:main:session:s1"))[2] is None
+            loaded.history = '[{"turn":1}]'
+            store.save_history(loaded)
+            await store.flush()
+            again = await store.load_session_record("s1")
+            assert again is not None and (again.tools, again.history) == (
+                tools, '[{"turn":1}]')
+        finally:
+            await store.close()
+
+    run(main())
+
+
+class HistoryAgent:
+    """Keeps each turn's text in the agent's history (so a session's history is large)."""
+
+    async def run(self, turn: Any) -> str:
+        turn.history.append({"turn": turn.turn_id, "text": turn.text})
+        return "noted"
+
+
+def test_a_tools_update_writes_the_tools_alone_and_only_when_they_changed(
+        redis_server: RedisServer) -> None:
+    """Redis's input, measured: a page whose session holds 300 KB of history sends
+    tools.update frames of 200 KB of tools. One that changes the tools costs Redis about
+    the tools (not the row with its history, as it did); one that repeats them, nothing.
+    Each tools.update is followed by a changed one, waited for: it shows the first was
+    processed."""
+
+    def received_by_redis() -> int:
+        with redis_server.client() as client:
+            return int(client.info("stats")["total_net_input_bytes"])
+
+    def tools(n: int) -> list[dict[str, Any]]:
+        return [dict(tool_meta("echo"), description=f"{n}:" + "d" * 200_000)]
+
+    async def main() -> None:
+        async with running_core(config(store=redis_server.url,
+                                       agent_factory=HistoryAgent)) as a:
+            page = await RawClient.open(a.ws_url)
+            sid = (await page.hello(tools(0)))["sessionId"]
+            session = a.registry.sessions[sid]
+            assert (await a.turn(sid, "h" * 300_000)).json()["status"] == "completed"
+            assert len(session.record.history) > 300_000
+
+            async def updated(*versions: int) -> int:
+                await a.registry.store.flush()
+                before = received_by_redis()
+                for n in versions:
+                    await page.send({"type": "tools.update", "tools": tools(n)})
+                await until(lambda: f'"{versions[-1]}:' in session.record.tools,
+                            "the last tools.update")
+                await a.registry.store.flush()
+                return received_by_redis() - before
+
+            one_change = await updated(1)
+            assert 200_000 < one_change < 260_000, one_change  # the tools, not the history
+            repeats = await updated(1, 1, 1, 1, 1, 2)  # five repeats, then a change
+            assert repeats < one_change + 60_000, (repeats, one_change)
+            await page.close()
+
+    run(main())
+
+
+#: the ACL rule docs/how-to/deploy.md gives Core's Redis user (cluster ``main``)
+CORE_ACL = ("on >core-password-of-the-test resetkeys ~pedelec:main:* resetchannels "
+            "&pedelec:main:* -@all +get +set +mget +del +exists +pexpire +zadd +zrem "
+            "+zrange +hset +hdel +hgetall +hvals +sadd +srem +smembers +publish "
+            "+subscribe +unsubscribe +ping +multi +exec +discard +evalsha +eval "
+            "+script|load +select")
+
+
+def test_core_runs_as_a_redis_user_with_only_its_keys_channels_and_commands(
+        redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Two nodes as the ACL user deploy.md describes (its keys, its channels, the
+    commands Core sends): a page on A, a call and a turn through B, a tools.update, the
+    page resuming on B (a take-over); nothing Redis refuses (NOPERM) on the way. The
+    default user is switched off, as deploy.md says to."""
+    caplog.set_level(logging.INFO, logger="pedelec.core")
+    with redis_server.client() as client:
+        client.execute_command("ACL", "SETUSER", "pedelec", *CORE_ACL.split())
+        client.execute_command("ACL", "SETUSER", "admin", "on", ">admin-pw", "~*", "&*",
+                               "+@all")
+        client.execute_command("ACL", "SETUSER", "default", "off")
+    url = f"redis://pedelec:core-password-of-the-test@127.0.0.1:{redis_server.port}/0"
+
+    async def main() -> None:
+        async with running_core(config(store=url)) as a, running_core(config(store=url)) as b:
+            page = await RawClient.open(a.ws_url)
+            welcome = await page.hello([tool_meta("echo")])
+            sid, token = welcome["sessionId"], welcome["resumeToken"]
+            call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 1}))
+            request = await asyncio.wait_for(page.recv(), WAIT)
+            assert request["type"] == "tool.request", request
+            await page.send({"type": "tool.result", "toolRequestId": request["toolRequestId"],
+                             "result": {"ok": True, "data": 1}, "handledBy": "named"})
+            assert (await call).status_code == 200
+            assert (await b.turn(sid, "hi")).json()["status"] == "completed"
+            await page.send({"type": "tools.update", "tools": [tool_meta("other")]})
+            await until(lambda: "other" in a.registry.sessions[sid].record.tools)
+            await a.registry.store.flush()
+            second = await RawClient.open(b.ws_url)
+            assert (await second.hello([tool_meta("echo")], sessionId=sid,
+                                       resumeToken=token)).get("resumed")
+            await second.close()
+            await page.close()
+        refused = [r.getMessage() for r in caplog.records if "NOPERM" in r.getMessage()
+                   or r.levelno >= logging.WARNING]
+        assert refused == [], refused
+
+    run(main())
+
+
+def tls_files(workdir: Path) -> Path:
+    """A CA and a certificate for 127.0.0.1 it signed (openssl, in ``workdir``); the CA's."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=workdir, check=True, capture_output=True,
+                       timeout=60)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+            "ca.pem", "-days", "1", "-subj", "/CN=pedelec test CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out",
+            "server.csr", "-subj", "/CN=127.0.0.1")
+    (workdir / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "ext.cnf")
+    return workdir / "ca.pem"
+
+
+def test_core_on_rediss_checks_the_servers_certificate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rediss://``: Core reaches a TLS redis-server whose certificate a CA in
+    ``SSL_CERT_FILE`` signed, and refuses to start on it without that CA (exit 2 from the
+    CLI: the store cannot be reached)."""
+    ca = tls_files(tmp_path)
+    port = free_port()
+    server = subprocess.Popen(
+        ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+         "--tls-cert-file", "server.pem", "--tls-key-file", "server.key",
+         "--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "no", "--save", "",
+         "--appendonly", "no", "--dir", str(tmp_path)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"rediss://127.0.0.1:{port}/0"
+    try:
+        deadline = time.monotonic() + WAIT
+        while True:  # until it listens: a refusal must be the certificate's
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None
+                time.sleep(0.02)
+        env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+        refused = subprocess.run(
+            [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--store", url,
+             "--store-timeout", "2", "--no-provision", "--port", "0"],
+            capture_output=True, text=True, timeout=60, env=env)
+        assert refused.returncode == 2, refused.stderr
+        assert "certificate" in refused.stderr.lower(), refused.stderr
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+
+        async def main() -> None:
+            async with running_core(config(store=url)) as a:
+                page = await RawClient.open(a.ws_url)
+                sid = (await page.hello([tool_meta("echo")]))["sessionId"]
+                await a.registry.store.flush()
+                assert await a.registry.store.holder(sid) == a.registry.node
+                await page.close()
+
+        run(main())
+    finally:
+        server.terminate()
+        server.wait(WAIT)
+
+
+def test_tools_writes_a_later_one_replaces_cost_redis_nothing(
+        redis_server: RedisServer) -> None:
+    """50 tools writes of one session queued at once (a store falling behind a page's
+    tools.update flood) are one batch: Redis receives the last one alone, and stores it."""
+
+    def received_by_redis() -> int:
+        with redis_server.client() as client:
+            return int(client.info("stats")["total_net_input_bytes"])
+
+    async def main() -> None:
+        store = open_store(redis_server.url)
+        try:
+            record = SessionRecord("s1", hash_token("t"), "[]", "[]", 1.0)
+            store.save_session(record)
+            await store.flush()
+            before = received_by_redis()
+            for n in range(50):
+                record.tools = json.dumps([dict(tool_meta("echo"),
+                                                description=f"{n}:" + "d" * 100_000)])
+                store.save_tools(record)
+            await store.flush()
+            assert received_by_redis() - before < 2 * 100_000
+            stored = await store.load_session_record("s1")
+            assert stored is not None and '"49:' in stored.tools
+        finally:
+            await store.close()
 
     run(main())

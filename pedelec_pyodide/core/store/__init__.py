@@ -11,11 +11,13 @@ page may run is always stored. The queue, shared by the durable backends: :mod:`
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from ..log import log_event
 from .errors import (
     STORE_FAILED,
     STORE_UNAVAILABLE,
@@ -26,6 +28,7 @@ from .errors import (
     WriterStopped,
 )
 from .interface import Store
+from .leases import Renewal
 from .memory import MemoryStore
 from .records import (
     CORE_CALL,
@@ -56,11 +59,10 @@ __all__ = [
     "CORE_CALL", "DEFAULT_STORE_TIMEOUT", "KEY_KINDS", "PRUNE_SECONDS", "RECENT_TURNS",
     "STORE_FAILED",
     "STORE_UNAVAILABLE", "TOOL_CALL", "TURN", "FlushTimeout", "IdempotencyRecord", "JsonText",
-    "KeyKind",
-    "MemoryStore", "RequestRecord", "SQLiteStore", "SessionRecord", "Snapshot", "Store",
-    "StoreError", "StoreSpec", "StoreUnavailable", "TurnRecord", "WriteFailed",
-    "WriterStopped", "as_text", "char_width", "check_reachable", "dump_json", "hash_token",
-    "kept_json", "kept_size", "open_store", "parse_store", "turn_key",
+    "KeyKind", "MemoryStore", "Renewal", "RequestRecord", "SQLiteStore", "SessionRecord",
+    "Snapshot", "Store", "StoreError", "StoreSpec", "StoreUnavailable", "TurnRecord",
+    "WriteFailed", "WriterStopped", "as_text", "char_width", "check_reachable", "dump_json",
+    "hash_token", "kept_json", "kept_size", "open_store", "parse_store", "turn_key",
 ]
 
 SQLITE_SCHEME = "sqlite:"
@@ -121,14 +123,20 @@ async def check_reachable(url: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> N
             await store.close(timeout)
 
 
-def open_store(url: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> Store:
+def open_store(url: str, timeout: float = DEFAULT_STORE_TIMEOUT,
+               cluster_secret: str | None = None) -> Store:
     """The store ``url`` names (see :func:`parse_store`); an SQLite file is created
-    ``0600`` when missing; Redis is connected to when first used."""
+    ``0600`` when missing; Redis is connected to when first used, its messages between
+    nodes sealed with ``cluster_secret`` (a store of one process has no use for it)."""
     spec = parse_store(url)
     if spec.kind == "memory":
         return MemoryStore()
     if spec.kind == "redis":
         from .redis import RedisStore
 
-        return RedisStore(spec.target, timeout)
+        if cluster_secret is None:
+            log_event("cluster.unauthenticated", level=logging.WARNING, hint=(
+                "no --cluster-secret: any client that can publish on this Redis can act "
+                "as a node of the cluster (set PEDELEC_CLUSTER_SECRET on every node)"))
+        return RedisStore(spec.target, timeout, cluster_secret)
     return SQLiteStore(spec.target, timeout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from .leases import Renewal
 from .records import (
     RECENT_TURNS,
     IdempotencyRecord,
@@ -49,6 +50,12 @@ class Store(Protocol):
 
     def save_session(self, record: SessionRecord) -> None: ...
 
+    def save_tools(self, record: SessionRecord) -> None:
+        """The session's tools alone (a ``tools.update``): what changed, not its row."""
+
+    def save_history(self, record: SessionRecord) -> None:
+        """The session's row but its tools (a turn's end: the agent's history)."""
+
     def delete_session(self, session_id: str) -> None:
         """The session with its requests, turns and idempotency keys."""
 
@@ -82,9 +89,10 @@ class Store(Protocol):
         """Give ``node`` the session's lease for ``ttl`` seconds; the node that held it
         until now (a live lease of another node, or ``node`` itself), or None."""
 
-    async def renew(self, session_ids: list[str], node: str, ttl: float) -> list[str]:
+    async def renew(self, session_ids: list[str], node: str, ttl: float) -> Renewal:
         """Extend ``node``'s leases of ``session_ids`` by ``ttl`` seconds (one nobody holds,
-        expired or lost, is taken again); the ids another node holds, left untouched."""
+        expired or lost, is taken again: ``retaken``); the ids another node holds are
+        left untouched (``lost``)."""
 
     async def release(self, session_id: str, node: str) -> None:
         """Drop the session's lease if ``node`` holds it (another node's stays)."""
@@ -94,6 +102,11 @@ class Store(Protocol):
 
     async def holders(self, session_ids: list[str]) -> list[str | None]:
         """:meth:`holder` of each (in as few round trips as the store allows)."""
+
+    async def unstored(self, session_ids: list[str]) -> list[str]:
+        """Those of ``session_ids`` whose own row the store does not hold (a load would
+        not find them): what a Redis restarted without its data lost of a node's live
+        sessions. Raises as a lease does."""
 
     # --- messages between the nodes of a cluster -------------------------------------
 

@@ -12,12 +12,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 #: most leases one renewal names (a node renews its sessions in chunks of this many)
 RENEW_CHUNK = 500
 #: messages an inbox holds for a node slower to read them (more are dropped, as pub/sub
 #: drops what nobody reads)
 INBOX_LIMIT = 1000
+
+
+class Renewal(NamedTuple):
+    """What a renewal of a node's leases found (:meth:`~.interface.Store.renew`)."""
+
+    #: the sessions another node holds: left untouched
+    lost: list[str]
+    #: the sessions whose lease was missing (it expired, or the store lost it): taken again
+    retaken: list[str]
 
 
 class LocalLeases:
@@ -61,15 +71,18 @@ class LocalLeases:
         self._leases[session_id] = (node, time.monotonic() + ttl)
         return previous
 
-    async def renew(self, session_ids: list[str], node: str, ttl: float) -> list[str]:
-        lost = []
+    async def renew(self, session_ids: list[str], node: str, ttl: float) -> Renewal:
+        renewal = Renewal([], [])
         until = time.monotonic() + ttl
         for session_id in session_ids:
-            if self._live(session_id) in (node, None):
-                self._leases[session_id] = (node, until)
-            else:
-                lost.append(session_id)
-        return lost
+            held = self._live(session_id)
+            if held not in (node, None):
+                renewal.lost.append(session_id)
+                continue
+            if held is None:
+                renewal.retaken.append(session_id)
+            self._leases[session_id] = (node, until)
+        return renewal
 
     async def release(self, session_id: str, node: str) -> None:
         if self._live(session_id) == node:

@@ -31,7 +31,16 @@ class MemoryStore(LocalLeases):
     async def load_session_record(self, session_id: str) -> SessionRecord | None:
         return None
 
+    async def unstored(self, session_ids: list[str]) -> list[str]:
+        return list(session_ids)  # it stores none
+
     def save_session(self, record: SessionRecord) -> None:
+        pass
+
+    def save_tools(self, record: SessionRecord) -> None:
+        pass
+
+    def save_history(self, record: SessionRecord) -> None:
         pass
 
     def delete_session(self, session_id: str) -> None:

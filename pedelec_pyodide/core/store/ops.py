@@ -16,8 +16,9 @@ from .records import (
     turn_key,
 )
 
-OpKind = Literal["session", "delete_session", "request", "delete_request", "turn",
-                 "key", "delete_key", "end_delivered", "prune_turns"]
+OpKind = Literal["session", "tools", "history", "delete_session", "request",
+                 "delete_request", "turn", "key", "delete_key", "end_delivered",
+                 "prune_turns"]
 #: the columns of each record, in the order every backend keeps them
 SESSION_COLUMNS = ("id", "token_hash", "tools", "history", "created_at")
 REQUEST_COLUMNS = ("id", "session_id", "turn_id", "step", "idx", "tool", "args", "deadline",
@@ -67,6 +68,17 @@ def _checked(row: tuple[Any, ...]) -> tuple[Any, ...]:
 def session_op(record: SessionRecord) -> Op:
     return Op("session", record.id, record.id, record.id, _checked((
         record.id, record.token_hash, record.tools, record.history, record.created_at)))
+
+
+def tools_op(record: SessionRecord) -> Op:
+    """The session's tools alone (``row``: the tools' JSON)."""
+    return Op("tools", record.id, record.id, record.id, _checked((record.tools,)))
+
+
+def history_op(record: SessionRecord) -> Op:
+    """The session's row but its tools (``None`` in their column)."""
+    return Op("history", record.id, record.id, record.id, _checked((
+        record.id, record.token_hash, None, record.history, record.created_at)))
 
 
 def request_op(record: RequestRecord) -> Op:

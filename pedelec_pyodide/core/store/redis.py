@@ -5,7 +5,9 @@ several clusters can share one Redis database); a session's keys hold nothing of
 that wrote them, so any node can load and carry on a session:
 
 - ``P:sessions``: sorted set, each session's id by its creation time
-- ``P:session:ID``: the session's row (JSON)
+- ``P:session:ID``: the session's row (JSON) but its tools (``null`` in their column),
+  and ``P:tools:ID`` its tools (JSON): a ``tools.update`` writes these alone, a turn's
+  end the row alone (a row of an older Core holds its tools: it is rewritten so at load)
 - ``P:requests:ID`` and ``P:order:ID``: hash of request id -> row, and sorted set of
   request id -> when it was last saved (requests load in that order)
 - ``P:turns:ID``, ``P:delivered:ID``: hash of turn id -> row, and the turns whose end
@@ -40,11 +42,13 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from ..log import log_event
+from ..offload import LARGE_CHARS
 from . import rows
 from .errors import StoreRefused, StoreUnavailable, reason
-from .leases import RENEW_CHUNK
+from .leases import RENEW_CHUNK, Renewal
 from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
 from .records import TURN, SessionRecord, Snapshot
+from .seal import Refused, Seal
 from .writer import DEFAULT_STORE_TIMEOUT, QueuedStore
 
 # seconds an inbox waits for a message before it looks again (and a lost Redis is
@@ -59,23 +63,25 @@ _UNREACHABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError,
                 redis_errors.ReadOnlyError, OSError, TimeoutError)
 _T = TypeVar("_T")
 # every key of one session (deleted with it)
-_SESSION_KEYS = ("session", "requests", "order", "turns", "delivered", "turnorder", "running",
-                 "undelivered", "keys")
+_SESSION_KEYS = ("session", "tools", "requests", "order", "turns", "delivered", "turnorder",
+                 "running", "undelivered", "keys")
 # ARGV: node, ttl in ms; KEYS: leases. A lease the node holds is extended, one nobody
-# holds taken again; returns the 1-based places of those another node holds (left be).
+# holds taken again; returns the 1-based places of those another node holds (left be),
+# and of those taken again.
 _RENEW = """
-local lost = {}
+local lost, retaken = {}, {}
 for i, key in ipairs(KEYS) do
   local held = redis.call('GET', key)
   if held == ARGV[1] then
     redis.call('PEXPIRE', key, ARGV[2])
   elseif not held then
     redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+    retaken[#retaken + 1] = i
   else
     lost[#lost + 1] = i
   end
 end
-return lost
+return {lost, retaken}
 """
 # KEYS[1]: a lease; ARGV[1]: the node. Deleted only if that node holds it.
 _RELEASE = """
@@ -84,6 +90,8 @@ return 0
 """
 _STATUS, _DELIVERED, _CREATED = (TURN_COLUMNS.index(name) for name in (
     "status", "end_delivered", "created_at"))
+_TOOLS = SESSION_COLUMNS.index("tools")
+_PER_SESSION = 7  # keys read per session at load
 
 
 def check_url(url: str) -> tuple[str, str]:
@@ -124,7 +132,8 @@ class RedisStore(QueuedStore):
 
     shared = True
 
-    def __init__(self, url: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> None:
+    def __init__(self, url: str, timeout: float = DEFAULT_STORE_TIMEOUT,
+                 secret: str | None = None) -> None:
         target, cluster = check_url(url)
         super().__init__(public_url(url), timeout)
         self.prefix = f"pedelec:{cluster}:"
@@ -136,6 +145,8 @@ class RedisStore(QueuedStore):
         self._last_order = 0
         self._renew = self._redis.register_script(_RENEW)
         self._release_lease = self._redis.register_script(_RELEASE)
+        # the cluster secret's seal of the messages between nodes (None: unsealed)
+        self.seal = None if secret is None else Seal(secret)
 
     def _key(self, kind: str, session_id: str = "") -> str:
         return f"{self.prefix}{kind}:{session_id}" if session_id else f"{self.prefix}{kind}"
@@ -178,13 +189,22 @@ class RedisStore(QueuedStore):
         return await self._patiently(lambda: self._read([session_id]))
 
     async def load_session_record(self, session_id: str) -> SessionRecord | None:
-        key = self._key("session", session_id)
-        stored = await self._patiently(lambda: self._call(lambda: self._redis.get(key)))
-        if stored is None:
+        keys = [self._key("session", session_id), self._key("tools", session_id)]
+        row, tools = await self._patiently(lambda: self._call(lambda: self._redis.mget(keys)))
+        if row is None:
             return None
-        made = rows.records("sessions", [(key, stored)],
-                            _columns(rows.session, len(SESSION_COLUMNS)))
+        made = self._sessions([(keys[0], row, tools)])
         return made[0] if made else None
+
+    def _sessions(self, stored: list[tuple[str, Any, Any]]) -> list[SessionRecord]:
+        """Session records of (where, row, tools) as stored; a row an older Core wrote,
+        its tools inside, is queued to be written as this one writes rows."""
+        made: list[SessionRecord] = rows.records("sessions", stored, _session_columns)
+        legacy = {where for where, _, tools in stored if tools is None}
+        for record in made:
+            if self._key("session", record.id) in legacy:
+                self.save_session(record)
+        return made
 
     async def _read(self, only: list[str] | None = None) -> Snapshot:
         ids = await self._listed() if only is None else only
@@ -195,6 +215,7 @@ class RedisStore(QueuedStore):
             pipe = self._redis.pipeline(transaction=False)
             for sid in chunk:
                 pipe.get(self._key("session", sid))
+                pipe.get(self._key("tools", sid))
                 pipe.hgetall(self._key("requests", sid))
                 pipe.zrange(self._key("order", sid), 0, -1)
                 pipe.hgetall(self._key("turns", sid))
@@ -202,11 +223,12 @@ class RedisStore(QueuedStore):
                 pipe.hgetall(self._key("keys", sid))
             replies = await self._call(partial(pipe.execute, raise_on_error=False))
             for n, sid in enumerate(chunk):
-                if _refused(replies[6 * n:6 * n + 6], self._key("session", sid)):
+                replied = replies[_PER_SESSION * n:_PER_SESSION * (n + 1)]
+                if _refused(replied, self._key("session", sid)):
                     continue
-                session, requests, order, turns, delivered, keys = replies[6 * n:6 * n + 6]
+                session, tools, requests, order, turns, delivered, keys = replied
                 if session is not None:
-                    found["sessions"].append((self._key("session", sid), session))
+                    found["sessions"].append((self._key("session", sid), session, tools))
                 ordered = set(order)
                 for rid in [*order, *(rid for rid in requests if rid not in ordered)]:
                     if rid in requests:
@@ -219,8 +241,7 @@ class RedisStore(QueuedStore):
                     found["idempotency_keys"].append((_where(self._key("keys", sid), hashed),
                                                       row))
         snapshot = Snapshot()
-        snapshot.sessions = rows.records("sessions", found["sessions"],
-                                         _columns(rows.session, len(SESSION_COLUMNS)))
+        snapshot.sessions = self._sessions(found["sessions"])
         known = {session.id for session in snapshot.sessions}
         snapshot.requests = rows.records("requests", found["requests"],
                                          _columns(rows.request, len(REQUEST_COLUMNS)), known)
@@ -239,15 +260,16 @@ class RedisStore(QueuedStore):
             key, node, px=_ms(ttl), get=True))
         return _text(previous)
 
-    async def renew(self, session_ids: list[str], node: str, ttl: float) -> list[str]:
-        lost: list[str] = []
+    async def renew(self, session_ids: list[str], node: str, ttl: float) -> Renewal:
+        renewal = Renewal([], [])
         for start in range(0, len(session_ids), RENEW_CHUNK):
             chunk = session_ids[start:start + RENEW_CHUNK]
             keys = [self._key("lease", sid) for sid in chunk]
-            places = await self._call(lambda keys=keys: self._renew(  # type: ignore[misc]
-                keys=keys, args=[node, _ms(ttl)]))
-            lost.extend(chunk[int(place) - 1] for place in places)
-        return lost
+            lost, retaken = await self._call(
+                lambda keys=keys: self._renew(keys=keys, args=[node, _ms(ttl)]))  # type: ignore[misc]
+            renewal.lost.extend(chunk[int(place) - 1] for place in lost)
+            renewal.retaken.extend(chunk[int(place) - 1] for place in retaken)
+        return renewal
 
     async def release(self, session_id: str, node: str) -> None:
         key = self._key("lease", session_id)
@@ -265,9 +287,21 @@ class RedisStore(QueuedStore):
             found.extend(_text(each) for each in held)
         return found
 
+    async def unstored(self, session_ids: list[str]) -> list[str]:
+        missing: list[str] = []
+        for start in range(0, len(session_ids), RENEW_CHUNK):
+            chunk = session_ids[start:start + RENEW_CHUNK]
+            pipe = self._redis.pipeline(transaction=False)
+            for sid in chunk:
+                pipe.exists(self._key("session", sid))
+            found = await self._call(pipe.execute)
+            missing.extend(sid for sid, there in zip(chunk, found, strict=True) if not there)
+        return missing
+
     async def publish(self, node: str, message: str) -> int:
         channel = self._key("node", node)
-        reached = await self._call(lambda: self._redis.publish(channel, message))
+        data = message if self.seal is None else self.seal.seal(channel, message)
+        reached = await self._call(lambda: self._redis.publish(channel, data))
         return int(reached)
 
     async def inbox(self, node: str) -> AsyncIterator[str]:
@@ -280,7 +314,9 @@ class RedisStore(QueuedStore):
                     message = await self._call(partial(pubsub.get_message,
                                                        timeout=INBOX_POLL))
                     if message is not None and message["type"] == "message":
-                        yield bytes(message["data"]).decode("utf-8", "replace")
+                        text = await self._opened(channel, bytes(message["data"]))
+                        if text is not None:
+                            yield text
             except StoreUnavailable:
                 await asyncio.sleep(INBOX_POLL)  # subscribed again once Redis is back
             except StoreRefused as exc:  # the writer does not see it: said here
@@ -289,6 +325,22 @@ class RedisStore(QueuedStore):
             finally:
                 with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def _opened(self, channel: str, data: bytes) -> str | None:
+        """A message as read on ``channel``; None if its seal does not hold (dropped,
+        logged). A large one is checked off the event loop (its MAC is linear work), in a
+        thread of asyncio's own: a flood of large forgeries holds up none of Core's JSON
+        work (:mod:`..offload`), and hashing lets go of the GIL."""
+        seal = self.seal
+        if seal is None:
+            return data.decode("utf-8", "replace")
+        try:
+            opened = (seal.verify(channel, data) if len(data) <= LARGE_CHARS
+                      else await asyncio.to_thread(seal.verify, channel, data))
+            return seal.admit(opened)
+        except Refused as exc:
+            seal.refused(channel, exc.reason, len(data))
+            return None
 
     # --- writing ------------------------------------------------------------------------
 
@@ -313,8 +365,14 @@ class RedisStore(QueuedStore):
     def _queue_write(self, pipe: Pipeline, op: Op) -> None:
         sid, target = op.session_id, op.target
         if op.kind == "session":
-            pipe.set(self._key("session", sid), _row(op))
+            untooled = (*op.row[:_TOOLS], None, *op.row[_TOOLS + 1:])  # as "history"
+            pipe.set(self._key("session", sid), _json(untooled))
+            pipe.set(self._key("tools", sid), op.row[_TOOLS])
             pipe.zadd(self._key("sessions"), {sid: op.row[4]})
+        elif op.kind == "tools":  # (xx: of a stored session only, as SQLite's UPDATE)
+            pipe.set(self._key("tools", sid), op.row[0], xx=True)
+        elif op.kind == "history":
+            pipe.set(self._key("session", sid), _row(op), xx=True)
         elif op.kind == "delete_session":
             pipe.delete(*(self._key(kind, sid) for kind in _SESSION_KEYS))
             pipe.zrem(self._key("sessions"), sid)
@@ -419,7 +477,11 @@ def _where(key: str, field: bytes) -> str:
 
 
 def _row(op: Op) -> str:
-    return json.dumps(op.row, ensure_ascii=False, separators=(",", ":"))
+    return _json(op.row)
+
+
+def _json(row: tuple[Any, ...]) -> str:
+    return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
 
 
 def _decoded(value: Any, width: int) -> list[Any]:
@@ -434,6 +496,14 @@ def _columns(build: Callable[..., Any], width: int) -> Callable[..., Any]:
     def built(stored: tuple[Any, ...], *context: Any) -> Any:
         return build(tuple(_decoded(stored[0], width)), *context)
     return built
+
+
+def _session_columns(stored: tuple[Any, ...]) -> SessionRecord:
+    """A session of its row and its tools as stored (an older Core's row: tools inside)."""
+    columns = _decoded(stored[0], len(SESSION_COLUMNS))
+    if stored[1] is not None:
+        columns[_TOOLS] = stored[1]
+    return rows.session(tuple(columns))
 
 
 def _turn_columns(stored: tuple[Any, ...], *context: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 from ..log import log_event
 from . import rows
 from .errors import reason
-from .leases import LocalLeases
+from .leases import RENEW_CHUNK, LocalLeases
 from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
 from .records import TURN, Snapshot, hash_token
 from .writer import DEFAULT_STORE_TIMEOUT, QueuedStore
@@ -87,6 +87,10 @@ def _insert(table: str, columns: tuple[str, ...]) -> str:
 # each kind of write as SQL, and its parameters
 _WRITES: dict[str, tuple[tuple[str, Callable[[Op], tuple[Any, ...]]], ...]] = {
     "session": ((_insert("sessions", SESSION_COLUMNS), lambda op: op.row),),
+    "tools": (("UPDATE sessions SET tools = ? WHERE id = ?",
+               lambda op: (op.row[0], op.session_id)),),
+    "history": (("UPDATE sessions SET history = ? WHERE id = ?",
+                 lambda op: (op.row[SESSION_COLUMNS.index("history")], op.session_id)),),
     "delete_session": tuple((sql, lambda op: (op.session_id,)) for sql in (
         "DELETE FROM requests WHERE session_id = ?",
         "DELETE FROM idempotency_keys WHERE session_id = ?",
@@ -251,6 +255,19 @@ class SQLiteStore(QueuedStore, LocalLeases):
         finally:
             db.text_factory = str
         return snapshot
+
+    async def unstored(self, session_ids: list[str]) -> list[str]:
+        stored: set[str] = await self._worker.call(self._stored, session_ids)
+        return [session_id for session_id in session_ids if session_id not in stored]
+
+    def _stored(self, session_ids: list[str]) -> set[str]:
+        found: set[str] = set()
+        for start in range(0, len(session_ids), RENEW_CHUNK):
+            chunk = session_ids[start:start + RENEW_CHUNK]
+            found.update(row[0] for row in self._db.execute(
+                f"SELECT id FROM sessions WHERE id IN ({', '.join('?' * len(chunk))})",
+                chunk))
+        return found
 
     async def _apply(self, ops: list[Op]) -> None:
         await self._worker.call(self._transaction, ops)

@@ -37,9 +37,11 @@ from .errors import (
 from .ops import (
     PRUNE_KEY,
     Op,
+    history_op,
     key_op,
     request_op,
     session_op,
+    tools_op,
     turn_op,
 )
 from .records import (
@@ -149,6 +151,12 @@ class QueuedStore(ABC):
 
     def save_session(self, record: SessionRecord) -> None:
         self._submit(record.id, session_op, record)
+
+    def save_tools(self, record: SessionRecord) -> None:
+        self._submit(record.id, tools_op, record)
+
+    def save_history(self, record: SessionRecord) -> None:
+        self._submit(record.id, history_op, record)
 
     def delete_session(self, session_id: str) -> None:
         self._submit(session_id, Op, "delete_session", session_id, session_id)
@@ -290,7 +298,7 @@ class QueuedStore(ABC):
                     else:
                         waiters.append(item)
                 if ops:
-                    await self._write(ops)
+                    await self._write(_live(ops))
                     self._queued_chars -= sum(op.size for op in ops)
                 for waiter in waiters:
                     if not waiter.done():
@@ -359,3 +367,19 @@ class QueuedStore(ABC):
                 log_event("store.reachable", store=self.label)
                 self._unreachable = None
             return
+
+
+def _live(ops: list[Op]) -> list[Op]:
+    """The batch without the tools writes a later write of the same batch replaces (a
+    page's tools.update flood costs a store that falls behind one write per batch): the
+    batch is one transaction, so nobody reads between them."""
+    replaced: set[str] = set()
+    live: list[Op] = []
+    for op in reversed(ops):
+        if op.kind in ("tools", "session"):
+            if op.kind == "tools" and op.session_id in replaced:
+                continue
+            replaced.add(op.session_id)
+        live.append(op)
+    live.reverse()
+    return live
