@@ -47,6 +47,8 @@ Disposer = Callable[[], None]
 
 #: the ``details.reason`` of a request answered ``TOOL_CANCELLED`` because its session closed
 SESSION_CLOSED_REASON = "the session was closed"
+#: the reason of a request cancelled because the caller of ``dispatch`` stopped waiting
+CALLER_GONE_REASON = "its caller stopped waiting"
 
 __all__ = [
     "TURN_LOST", "AdapterEvents", "ApprovalRequest", "NotConnectedError", "PendingRequest",
@@ -311,12 +313,8 @@ class Session:
         """Run one tool request exactly as a request from Core would run; return its result."""
         rec = self._engine.begin(tool, args, tool_request_id, turn_id, reply=False,
                                  timed=bool(self._listeners))
-        rest = rec.rest
-        if rest is not None:  # (inline: a coroutine call per request costs ~0.2 us)
-            rec.rest = None
-            await rest
-        elif not rec.answered:
-            await rec.wait()
+        if not rec.answered:  # (a sync handler's answer returns here, with no await)
+            await self._settle(rec)
         return rec.result
 
     async def run_request(
@@ -330,8 +328,32 @@ class Session:
         """Like :meth:`dispatch`, returning the whole :class:`ToolCall` (tier, timing)."""
         rec = self._engine.begin(tool, args, tool_request_id, turn_id, reply=False,
                                  timed=True)
-        await _settle(rec)
+        if not rec.answered:
+            await self._settle(rec)
         return rec.call()
+
+    async def _settle(self, rec: InFlight) -> None:
+        """Until the request is answered: by its handler, or by ``TOOL_CANCELLED`` once
+        a cancel's grace period has passed. What is left of one begun here runs as a task
+        of its own (a handler that ignores ``ctx.cancelled`` goes on after the answer); a
+        caller that gives up (its task cancelled) cancels the request it began."""
+        began = rec.rest is not None
+        self._spawn(rec)
+        try:
+            await rec.wait()
+        except asyncio.CancelledError:
+            if began:
+                self._engine.cancel(rec.tool_request_id, CALLER_GONE_REASON, grace=True)
+            raise
+
+    def _spawn(self, rec: InFlight) -> None:
+        """Run what is left of a request (an async handler, an approval) as a task."""
+        rest, rec.rest = rec.rest, None
+        if rest is not None:
+            task = self._scheduler.create_task(rest)
+            if isinstance(task, asyncio.Future):
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
     def cancel(self, tool_request_id: str, reason: str = "cancelled by the user") -> bool:
         """Cancel a request in flight: ``ctx.cancelled`` becomes True. One awaiting approval
@@ -404,12 +426,7 @@ class Session:
             return  # re-sent while still running: its one result goes out when it is done
         rec = self._engine.begin(request.tool, request.args, request.tool_request_id,
                                  request.turn_id, reply=True, timed=bool(self._listeners))
-        rest, rec.rest = rec.rest, None
-        if rest is not None:  # answered by the engine when it is done
-            task = self._scheduler.create_task(rest)
-            if isinstance(task, asyncio.Future):
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+        self._spawn(rec)  # answered by the engine when it is done
 
     def _resume_requests(self) -> None:
         """After a welcome, tell Core again what its requests in flight are doing: a
@@ -528,15 +545,6 @@ class Session:
         adapter, self._adapter = self._adapter, None
         if adapter is not None:
             adapter.session_closed()
-
-
-async def _settle(rec: InFlight) -> None:
-    """Run what is left of a request begun here, or wait for one begun elsewhere."""
-    rest, rec.rest = rec.rest, None
-    if rest is not None:
-        await rest
-    elif not rec.answered:
-        await rec.wait()
 
 
 class _Outbox:
