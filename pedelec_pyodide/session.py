@@ -16,10 +16,11 @@ import enum
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import protocol
-from .context import ApprovalRequest, ToolContext
+from .context import ApprovalRequest, Source, ToolContext
 from .dispatch import (
     APPROVAL_REASON,
     DEFAULT_CANCEL_GRACE,
@@ -53,7 +54,7 @@ CALLER_GONE_REASON = "its caller stopped waiting"
 __all__ = [
     "TURN_LOST", "AdapterEvents", "ApprovalRequest", "NotConnectedError", "PendingRequest",
     "Session", "SessionClosedError", "SessionState", "ToolCall", "ToolContext",
-    "ToolProgress", "ToolStatus", "Transport", "TurnError",
+    "ToolProgress", "ToolStatus", "ToolsChanged", "Transport", "TurnError",
 ]
 
 
@@ -63,6 +64,13 @@ class SessionState(enum.StrEnum):
     RUNNING = "running"
     WAITING_TOOL_RESULT = "waiting_tool_result"
     CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsChanged:
+    """Session event: a tool was added or removed; ``tools``: the names defined now."""
+
+    tools: tuple[str, ...]
 
 
 class Transport(Protocol):
@@ -96,8 +104,9 @@ class Session:
     Events passed to :meth:`subscribe` listeners: a :class:`SessionState` when the state
     changes; a :class:`ToolStatus` when a request begins, changes status or is answered;
     a :class:`ToolProgress` as progress is sent; a :class:`ToolCall` when a request
-    finishes; and the :mod:`protocol` messages ``Welcome``, ``TurnDelta``, ``TurnEnd`` and
-    ``Error`` as they arrive from Core.
+    finishes; a :class:`ToolsChanged` when a tool is added or removed; and the
+    :mod:`protocol` messages ``Welcome``, ``TurnDelta``, ``TurnEnd`` and ``Error`` as they
+    arrive from Core.
     """
 
     def __init__(
@@ -223,7 +232,7 @@ class Session:
         """Add a definition (and its inline handler); Core is told. Returns its disposer."""
         self._check_open()
         registration = self._define(tool)
-        self._send_tools_update()
+        self._tools_changed()
         engine = self._engine
 
         def dispose() -> None:
@@ -234,7 +243,7 @@ class Session:
                 del engine.inline[tool.name]
                 registration.current = False
             if not self._closed:
-                self._send_tools_update()
+                self._tools_changed()
 
         return dispose
 
@@ -332,6 +341,17 @@ class Session:
             await self._settle(rec)
         return rec.call()
 
+    def start_request(self, tool: str, args: Any, *, source: Source) -> InFlight:
+        """For adapters of other callers than Core (WebMCP): begin a request as
+        :meth:`dispatch` does, under a fresh id (``"{source}-N"``, not kept in the
+        delivery ledger), its rest spawned. The record returned has ``tool_request_id``
+        (for :meth:`cancel`), ``answered``, ``result`` and ``result_json``; ``await
+        record.wait()`` until it is answered."""
+        rec = self._engine.begin(tool, args, None, None, reply=False,
+                                 timed=bool(self._listeners), source=source)
+        self._spawn(rec)
+        return rec
+
     async def _settle(self, rec: InFlight) -> None:
         """Until the request is answered: by its handler, or by ``TOOL_CANCELLED`` once
         a cancel's grace period has passed. What is left of one begun here runs as a task
@@ -425,7 +445,8 @@ class Session:
         if request.tool_request_id in self._engine.inflight or self._closed:
             return  # re-sent while still running: its one result goes out when it is done
         rec = self._engine.begin(request.tool, request.args, request.tool_request_id,
-                                 request.turn_id, reply=True, timed=bool(self._listeners))
+                                 request.turn_id, reply=True, timed=bool(self._listeners),
+                                 source="core")
         self._spawn(rec)  # answered by the engine when it is done
 
     def _resume_requests(self) -> None:
@@ -460,11 +481,14 @@ class Session:
             except Exception:  # the adapter will report the drop; the ledger keeps the result
                 logger.warning("sending a frame to Core failed", exc_info=True)
 
-    def _send_tools_update(self) -> None:
+    def _tools_changed(self) -> None:
+        """Tell Core (``tools.update``) and the listeners that a tool came or went."""
         if self.connected:
             self._send(protocol.ToolsUpdate(
                 tools=[tool.metadata() for tool in self._engine.tools.values()]
             ).encode())
+        if self._listeners:
+            self._emit(ToolsChanged(tuple(self._engine.tools)))
 
     # --- turns -------------------------------------------------------------------------
 
@@ -565,7 +589,7 @@ class _Outbox:
             assert record.latest is not None
             progress, total, message = record.latest
             session._emit(ToolProgress(record.tool_request_id, record.tool, record.turn_id,
-                                       progress, total, message))
+                                       progress, total, message, record.source))
 
     def send_waiting(self, record: InFlight, waiting: bool, reason: str | None) -> None:
         if record.reply:

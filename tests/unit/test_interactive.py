@@ -753,7 +753,7 @@ async def test_the_page_asks_its_js_only_once_ready_and_takes_its_decisions(
     page.ready()
     await spin()
     assert asked() == [{"toolRequestId": "q1", "tool": "delete", "args": {"id": 1},
-                        "turnId": "turn-1"}]
+                        "turnId": "turn-1", "source": "core"}]
     assert page.decide("q1", '{"approved": true}') is True
     assert page.decide("q1", '{"approved": false}') is False  # decided already
     await spin()
@@ -786,12 +786,13 @@ async def test_closing_the_page_withdraws_the_approval_its_js_is_asked(
     page.close()
     # the page hears it settled at once, and a verdict given now is refused
     assert ("toolstatus", {"toolRequestId": "q1", "tool": "delete", "turnId": None,
-                           "status": "done"}) in page.emitted
+                           "status": "done", "source": "core"}) in page.emitted
     assert ("statechange", {"state": "closed", "id": None}) in page.emitted
     assert page.decide("q1", '{"approved": true}') is False
     await spin()
     assert page.emitted[-1] == ("approvalwithdrawn", {
-        "toolRequestId": "q1", "tool": "delete", "args": {"id": 1}, "turnId": None})
+        "toolRequestId": "q1", "tool": "delete", "args": {"id": 1}, "turnId": None,
+        "source": "core"})
     assert page.decide("q1", '{"approved": true}') is False
     await spin()
     assert runs == [] and json.loads(page.pending()) == []
