@@ -222,6 +222,38 @@ session.add_tool(note_v2)`);
     expect(await callWebMCPTool(page, "add", { a: 1, b: 1 })).toEqual({ sum: 2 });
   });
 
+  test("thousands of calls leave no proxies behind", async ({ page }) => {
+    test.setTimeout(180_000);
+    await openPage(page, PAGE);
+    const counts = () => page.evaluate(() => {
+      const m = window.pedelec.pyodide._module;
+      window.pedelec.pyodide.runPython("import gc; gc.collect()");
+      return { pyproxies: m.pyproxy_alloc_map.size, jsrefs: m._hiwire_num_refs() };
+    });
+    const run = (n) => page.evaluate(async ({ n, isNative }) => {
+      const context = document.modelContext;
+      const tools = await context.getTools();
+      const form = (input) => (isNative ? input : JSON.stringify(input));
+      const call = (name, input, signal) => context.executeTool(tools.find((t) => t.name === name), form(input), { signal })
+        .then((text) => JSON.parse(text));
+      for (let i = 0; i < n; i++) {
+        const [sum, paused, refused] = await Promise.all([
+          call("add", { a: i, b: 1 }),
+          call("pause", { ms: 0 }, new AbortController().signal),
+          call("add", { a: "x" }),
+        ]);
+        if (sum.sum !== i + 1 || paused.paused !== 0 || refused.error.code !== "INVALID_ARGS") throw new Error(`call ${i}`);
+      }
+    }, { n, isNative: native() });
+    await page.evaluate(() => window.pedelec.pyodide._module.enable_pyproxy_allocation_tracing());
+    await run(50); // warm up
+    const before = await counts();
+    await run(1_000);
+    const after = await counts();
+    expect(after.pyproxies - before.pyproxies).toBeLessThanOrEqual(2);
+    expect(after.jsrefs - before.jsrefs).toBeLessThanOrEqual(2);
+  });
+
   test("with Core stopped, the tools still answer, approvals included", async ({ page }) => {
     const token = "webmcp-token";
     const core = await startCore({
