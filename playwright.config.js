@@ -4,6 +4,8 @@
 // the runtime provisioned into .cache/e2e/ (the same code path as `pedelec demo`), with its
 // memory snapshot: pages start from it. PEDELEC_E2E_SNAPSHOT=off runs the suite against a
 // runtime provisioned without one (.cache/e2e-nosnap/): pages start the usual way.
+// Two projects: every spec in Chromium as it ships (where the WebMCP spec loads the MCP-B
+// polyfill), and the WebMCP spec again in Chromium with WebMCP on (native document.modelContext).
 import { defineConfig } from "@playwright/test";
 
 export const TOKEN = "e2e-admin-token";
@@ -15,6 +17,11 @@ const OUT = SNAPSHOT ? ".cache/e2e" : ".cache/e2e-nosnap";
 export const PYODIDE = `${OUT}/pyodide`;
 const provision = `.venv/bin/python -m pedelec_pyodide.core.provision ${OUT}${SNAPSHOT ? "" : " --no-snapshot"}`;
 const env = { PEDELEC_ADMIN_TOKEN: TOKEN };
+const CHROMIUM = "/usr/bin/chromium";
+const ARGS = [
+  "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+];
 
 export default defineConfig({
   testDir: "tests/e2e",
@@ -23,16 +30,16 @@ export default defineConfig({
   fullyParallel: true,
   workers: process.env.CI ? 2 : 4,
   reporter: [["list"]],
-  use: {
-    browserName: "chromium",
-    launchOptions: {
-      executablePath: "/usr/bin/chromium",
-      args: [
-        "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-      ],
+  use: { browserName: "chromium", launchOptions: { executablePath: CHROMIUM, args: ARGS } },
+  projects: [
+    { name: "chromium", metadata: { webmcp: "polyfill" } },
+    {
+      name: "chromium-webmcp",
+      testMatch: "webmcp.spec.js",
+      metadata: { webmcp: "native" },
+      use: { launchOptions: { executablePath: CHROMIUM, args: [...ARGS, "--enable-features=WebMCP"] } },
     },
-  },
+  ],
   webServer: [
     {
       command: `${provision} && exec .venv/bin/pedelec serve --host 127.0.0.1 --port ${APP_PORT} --app tests/e2e/app --pyodide ${PYODIDE} --tool-timeout 20000 --quiet`,

@@ -17,7 +17,7 @@ from .ledger import MemoryLedger, StorageLedger
 from .protocol import ProtocolError
 from .results import ResultError, ToolError, invalid_args, tool_error
 from .schemas import SchemaError
-from .session import Session, SessionState, ToolCall
+from .session import Session, SessionState, ToolCall, ToolsChanged
 from .tools import Tool, define_tool
 
 
@@ -52,6 +52,7 @@ __all__ = [
     "ToolError",
     "ToolProgress",
     "ToolStatus",
+    "ToolsChanged",
     "TurnError",
     "connect",
     "define_tool",

@@ -36,6 +36,7 @@ from .errors import (
 from .ledger import Storage, StorageLedger
 from .session import Session, SessionState
 from .tools import Tool
+from .webmcp import MAX_INPUT_BYTES, WebMCP
 
 logger = logging.getLogger("pedelec_pyodide")
 
@@ -495,6 +496,7 @@ def _call_event(call: ToolCall) -> dict[str, Any]:
         "result": call.result,
         "handledBy": call.handled_by,
         "durationMs": round(call.duration_ms, 3),
+        "source": call.source,
     }
 
 
@@ -516,10 +518,12 @@ def _event_for(session: Session, event: Any) -> tuple[str, dict[str, Any]] | Non
     if isinstance(event, ToolProgress):
         return "toolprogress", {"toolRequestId": event.tool_request_id, "tool": event.tool,
                                 "turnId": event.turn_id, "progress": event.progress,
-                                "total": event.total, "message": event.message}
+                                "total": event.total, "message": event.message,
+                                "source": event.source}
     if isinstance(event, ToolStatus):
         return "toolstatus", {"toolRequestId": event.tool_request_id, "tool": event.tool,
-                              "turnId": event.turn_id, "status": event.status}
+                              "turnId": event.turn_id, "status": event.status,
+                              "source": event.source}
     return None
 
 
@@ -529,7 +533,9 @@ class PageSession:
     ``emit(type, json)`` is a JS function; it receives every session event as a type
     (``statechange``, ``toolcall``, ``toolstatus``, ``toolprogress``, ``approval``,
     ``approvalwithdrawn``, ``delta``, ``turnend``, ``welcome``, ``error``) and a JSON
-    string. ``namespace`` is the globals of the page's Python blocks (``session`` is bound
+    string, and, once :meth:`webmcp_start` was called, the registrations the loader makes
+    with ``document.modelContext`` (``webmcpregister``, ``webmcpunregister``).
+    ``namespace`` is the globals of the page's Python blocks (``session`` is bound
     there).
 
     Approvals: unless the page's Python registers ``session.on_approval``, a request that
@@ -554,6 +560,7 @@ class PageSession:
         # no approver)
         self._asking: dict[str, tuple[ApprovalRequest,
                                       asyncio.Future[tuple[bool, str | None, bool]]]] = {}
+        self._webmcp: WebMCP | None = None
 
     async def _ask_page(self, request: ApprovalRequest) -> bool:
         if not self._is_ready:
@@ -564,8 +571,8 @@ class PageSession:
             asyncio.get_running_loop().create_future())
         self._asking[request.tool_request_id] = (request, decision)
         about = json.dumps({"toolRequestId": request.tool_request_id, "tool": request.tool,
-                            "args": request.args, "turnId": request.turn_id},
-                           ensure_ascii=False)
+                            "args": request.args, "turnId": request.turn_id,
+                            "source": request.source}, ensure_ascii=False)
         try:
             self._emit("approval", about)
             approved, reason, nobody = await decision
@@ -613,8 +620,36 @@ class PageSession:
         """``session.pending`` as JSON."""
         return json.dumps([
             {"toolRequestId": item.tool_request_id, "tool": item.tool, "turnId": item.turn_id,
-             "status": item.status, "progress": item.progress}
+             "status": item.status, "progress": item.progress, "source": item.source}
             for item in self.session.pending], ensure_ascii=False)
+
+    # WebMCP: the page's tools on document.modelContext (web/pedelec-pyodide.js registers
+    # them as told here, and passes the browser's agent's calls in)
+
+    def webmcp_start(self) -> str:
+        """Register every offered tool now (``webmcpregister`` events) and follow the
+        session's tools from now on. Returns ``{"maxInputBytes"}`` as JSON: a longer
+        input the loader cuts short (it is refused, unread, as too large)."""
+        if self._webmcp is None:
+            self._webmcp = WebMCP(self.session, _Registrar(self._emit))
+            self._webmcp.start()
+        return json.dumps({"maxInputBytes": MAX_INPUT_BYTES})
+
+    def webmcp_call(self, call_id: str, registration: str, input_json: str | None,
+                    signal: str = "") -> Any:
+        """A call of the browser's agent (see :meth:`WebMCP.call`; ``signal`` is
+        ``"aborted"`` when its signal was aborted before the call reached the page);
+        awaited by the loader's ``execute``: resolves to the result's JSON text."""
+        if self._webmcp is None:
+            raise RuntimeError("webmcp_start() was not called")
+        return self._webmcp.call(str(call_id), str(registration),
+                                 None if input_json is None else str(input_json),
+                                 aborted=signal == "aborted")
+
+    def webmcp_abort(self, call_id: str) -> bool:
+        """The call's signal aborted: ``ctx.cancelled``, ``TOOL_CANCELLED`` after the
+        grace period. False if it is not in flight."""
+        return self._webmcp is not None and self._webmcp.abort(str(call_id))
 
     def _forward(self, event: Any) -> None:
         found = _event_for(self.session, event)
@@ -651,5 +686,19 @@ class PageSession:
 
     def close(self) -> None:
         # closed first: the page hears the requests it settles and the state ``closed``
+        # (on which the WebMCP registrations go)
         self.session.close()
         self._unsubscribe()
+
+
+class _Registrar:
+    """WebMCP registrations, told to the page's loader as events."""
+
+    def __init__(self, emit: Callable[[str, str], Any]) -> None:
+        self._emit = emit
+
+    def register(self, descriptor_json: str) -> None:
+        self._emit("webmcpregister", descriptor_json)
+
+    def unregister(self, registration: str) -> None:
+        self._emit("webmcpunregister", json.dumps({"registration": registration}))

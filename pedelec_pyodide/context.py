@@ -14,6 +14,9 @@ from typing import Any, Literal, Protocol
 
 #: What a request in flight is doing (``session.pending``).
 PendingStatus = Literal["awaiting_approval", "running", "waiting_for_user"]
+#: Who asked for a request: Core (its agent, MCP clients, the control API), the browser's
+#: own agent through WebMCP, or the page's own code (``session.dispatch``).
+Source = Literal["core", "webmcp", "local"]
 
 
 class _Record(Protocol):
@@ -134,15 +137,19 @@ class ApprovalRequest:
     :attr:`withdrawn` is True, an ``async`` approver's wait is cancelled
     (``asyncio.CancelledError``), and a verdict given later is ignored."""
 
-    __slots__ = ("_on_approve", "approved", "args", "reason", "tool", "tool_request_id",
-                 "turn_id", "withdrawn")
+    __slots__ = ("_on_approve", "approved", "args", "reason", "source", "tool",
+                 "tool_request_id", "turn_id", "withdrawn")
 
     def __init__(self, tool: str, args: Any, tool_request_id: str, turn_id: str | None,
-                 on_approve: Callable[[], None] | None = None) -> None:
+                 on_approve: Callable[[], None] | None = None,
+                 source: Source = "local") -> None:
         self.tool = tool
         self.args = args
         self.tool_request_id = tool_request_id
         self.turn_id = turn_id
+        #: who asked: ``core``, ``webmcp`` (the browser's agent) or ``local``; an approver
+        #: may decide by it (``return request.source != "webmcp"``)
+        self.source: Source = source
         #: why it was denied, when the approver said (see :meth:`deny`)
         self.reason: str | None = None
         self.approved = False

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from .context import ApprovalRequest, PendingStatus, ToolContext
+from .context import ApprovalRequest, PendingStatus, Source, ToolContext
 from .errors import ApprovalUnavailable, SessionClosedError
 from .ledger import Ledger
 from .protocol import HandledBy
@@ -95,6 +95,9 @@ class ToolCall:
     result_json: str
     handled_by: HandledBy
     duration_ms: float
+    #: who asked: ``core`` (Core's agent, MCP clients, the control API), ``webmcp`` (the
+    #: browser's agent), ``local`` (``session.dispatch`` in the page's own code)
+    source: Source = "local"
 
     @property
     def is_error(self) -> bool:
@@ -111,6 +114,7 @@ class PendingRequest:
     turn_id: str | None
     status: PendingStatus
     progress: dict[str, Any] | None
+    source: Source = "local"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,7 @@ class ToolProgress:
     progress: float
     total: float | None
     message: str | None
+    source: Source = "local"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +139,7 @@ class ToolStatus:
     tool: str
     turn_id: str | None
     status: PendingStatus | Literal["done"]
+    source: Source = "local"
 
 
 class Outbox(Protocol):
@@ -183,6 +189,7 @@ class InFlight:
 
     runs: Registration | None = None
     handled_by: HandledBy | None = None  # a replayed request's stored tier
+    source: Source = "local"  # who asked (set by begin when not the page's own code)
     status: PendingStatus = "running"
     answered = False
     result: Any = None
@@ -319,13 +326,13 @@ class InFlight:
 
     def pending(self) -> PendingRequest:
         return PendingRequest(self.tool_request_id, self.tool, self.turn_id, self.status,
-                              self.progress_detail())
+                              self.progress_detail(), self.source)
 
     def call(self) -> ToolCall:
         """The answered request's record."""
         duration = (self.finished_at - self.started_at) * 1000 if self.started_at else 0.0
         return ToolCall(self.tool_request_id, self.tool, self.args, self.turn_id, self.result,
-                        self.result_json, self.tier, duration)
+                        self.result_json, self.tier, duration, self.source)
 
     async def wait(self) -> None:
         """Until the request is answered (for a second caller of the same id)."""
@@ -370,14 +377,14 @@ class Engine:
     # --- starting a request ------------------------------------------------------------
 
     def begin(self, tool: str, args: Any, tool_request_id: str | None, turn_id: str | None,
-              *, reply: bool, timed: bool) -> InFlight:
+              *, reply: bool, timed: bool, source: Source = "local") -> InFlight:
         """Start a request. The record returned is answered already (a sync handler, a
         stored result, a refusal), or has its remaining work in ``rest`` for the caller to
         run or spawn, or is one already in flight under that id (``rest`` None: await
-        ``wait()``)."""
+        ``wait()``). ``reply`` requests are Core's (their source is ``core``)."""
         if tool_request_id is None:
-            # A local id can never be re-sent, so the delivery ledger need not record it.
-            request_id, record = f"local-{next(self._local_ids)}", False
+            # A generated id can never be re-sent, so the delivery ledger need not record it.
+            request_id, record = f"{source}-{next(self._local_ids)}", False
         else:
             request_id, record = tool_request_id, True
             running = self.inflight.get(request_id)
@@ -387,6 +394,8 @@ class Engine:
             raise SessionClosedError("the session is closed")
         registration = self.named.get(tool) or self.inline.get(tool) or self.fallback
         rec = InFlight(self, tool, request_id, turn_id, args, record, reply, timed)
+        if source != "local":
+            rec.source = source
         if record:
             stored = self.ledger.get(request_id)
             if stored is not None:  # this tab ran it already: its stored result, never twice
@@ -423,7 +432,8 @@ class Engine:
     def _started(self, rec: InFlight) -> None:
         if self.listeners:
             self.outbox.pending_changed(len(self.inflight))
-            self.outbox.emit(ToolStatus(rec.tool_request_id, rec.tool, rec.turn_id, rec.status))
+            self.outbox.emit(ToolStatus(rec.tool_request_id, rec.tool, rec.turn_id, rec.status,
+                                        rec.source))
 
     def _call(self, rec: InFlight) -> InFlight:
         """Call the handler; answered at once unless its outcome is awaitable."""
@@ -523,7 +533,8 @@ class Engine:
             return
         rec.status = "running"
         if self.listeners:
-            self.outbox.emit(ToolStatus(rec.tool_request_id, rec.tool, rec.turn_id, "running"))
+            self.outbox.emit(ToolStatus(rec.tool_request_id, rec.tool, rec.turn_id, "running",
+                                        rec.source))
         self._call(rec)
         rest, rec.rest = rec.rest, None
         if rest is not None:
@@ -536,7 +547,7 @@ class Engine:
             return _no_approver(rec.tool)
         request = rec.approval = ApprovalRequest(
             rec.tool, rec.args, rec.tool_request_id, rec.turn_id,
-            lambda: self._record_approval(rec))
+            lambda: self._record_approval(rec), rec.source)
         self.set_waiting(rec, True, APPROVAL_REASON, status=False)
         try:
             verdict: Any = approver(request)
@@ -603,7 +614,8 @@ class Engine:
             reason = reason[:MAX_STATUS_TEXT]
         self.outbox.send_waiting(rec, waiting, reason)
         if status and self.listeners:
-            self.outbox.emit(ToolStatus(rec.tool_request_id, rec.tool, rec.turn_id, rec.status))
+            self.outbox.emit(ToolStatus(rec.tool_request_id, rec.tool, rec.turn_id, rec.status,
+                                        rec.source))
 
     def cancel(self, tool_request_id: str, reason: str, *, grace: bool) -> bool:
         """Mark a request cancelled. One awaiting approval is answered ``TOOL_CANCELLED``
@@ -687,7 +699,7 @@ class Engine:
                 if not waiter.done():
                     waiter.set_result(None)
         if counted and self.listeners:
-            self.outbox.emit(ToolStatus(request_id, rec.tool, rec.turn_id, "done"))
+            self.outbox.emit(ToolStatus(request_id, rec.tool, rec.turn_id, "done", rec.source))
             self.outbox.emit(rec.call())
             self.outbox.pending_changed(len(self.inflight))
         return rec

@@ -391,26 +391,35 @@ def frame_size(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def _parse(text: str | bytes, direction: str, max_bytes: int) -> Message:
+def decode_json(text: str | bytes, *, max_bytes: int = MAX_FRAME_BYTES,
+                what: str = "frame") -> Any:
+    """A JSON text from outside, decoded within bounds: at most ``max_bytes`` of UTF-8,
+    nested at most ``MAX_DEPTH`` deep (checked before decoding), JSON's own numbers, valid
+    Unicode. Raises :class:`ProtocolError` (``FRAME_*``) naming ``what`` otherwise."""
     size = len(text) if isinstance(text, bytes) else frame_size(text)
     if size > max_bytes:
-        raise ProtocolError(FRAME_TOO_LARGE, f"frame is {size} bytes; the limit is {max_bytes}")
+        raise ProtocolError(FRAME_TOO_LARGE, f"{what} is {size} bytes; the limit is {max_bytes}")
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ProtocolError(FRAME_NOT_JSON, f"frame is not UTF-8 text: {exc}") from None
+            raise ProtocolError(FRAME_NOT_JSON, f"{what} is not UTF-8 text: {exc}") from None
     if _nests_too_deep(text):
-        raise ProtocolError(FRAME_TOO_DEEP, f"frame nests deeper than {MAX_DEPTH}")
+        raise ProtocolError(FRAME_TOO_DEEP, f"{what} nests deeper than {MAX_DEPTH}")
     try:
         data = _DECODER.decode(text)
     except RecursionError:  # pragma: no cover - the scan above comes first
-        raise ProtocolError(FRAME_TOO_DEEP, f"frame nests deeper than {MAX_DEPTH}") from None
+        raise ProtocolError(FRAME_TOO_DEEP, f"{what} nests deeper than {MAX_DEPTH}") from None
     except ValueError as exc:
-        raise ProtocolError(FRAME_NOT_JSON, f"frame is not JSON: {exc}") from None
+        raise ProtocolError(FRAME_NOT_JSON, f"{what} is not JSON: {exc}") from None
     where = lone_surrogate_in_json(text, data)
     if where is not None:
-        raise ProtocolError(FRAME_NOT_JSON, f"frame is not Unicode text: {not_unicode(where)}")
+        raise ProtocolError(FRAME_NOT_JSON, f"{what} is not Unicode text: {not_unicode(where)}")
+    return data
+
+
+def _parse(text: str | bytes, direction: str, max_bytes: int) -> Message:
+    data = decode_json(text, max_bytes=max_bytes)
     if not isinstance(data, dict):
         raise ProtocolError(
             FRAME_NOT_OBJECT, f"frame must be a JSON object, got {_json_type(data)}"

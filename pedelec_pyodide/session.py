@@ -16,10 +16,11 @@ import enum
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import protocol
-from .context import ApprovalRequest, ToolContext
+from .context import ApprovalRequest, Source, ToolContext
 from .dispatch import (
     APPROVAL_REASON,
     DEFAULT_CANCEL_GRACE,
@@ -47,11 +48,13 @@ Disposer = Callable[[], None]
 
 #: the ``details.reason`` of a request answered ``TOOL_CANCELLED`` because its session closed
 SESSION_CLOSED_REASON = "the session was closed"
+#: the reason of a request cancelled because the caller of ``dispatch`` stopped waiting
+CALLER_GONE_REASON = "its caller stopped waiting"
 
 __all__ = [
     "TURN_LOST", "AdapterEvents", "ApprovalRequest", "NotConnectedError", "PendingRequest",
     "Session", "SessionClosedError", "SessionState", "ToolCall", "ToolContext",
-    "ToolProgress", "ToolStatus", "Transport", "TurnError",
+    "ToolProgress", "ToolStatus", "ToolsChanged", "Transport", "TurnError",
 ]
 
 
@@ -61,6 +64,13 @@ class SessionState(enum.StrEnum):
     RUNNING = "running"
     WAITING_TOOL_RESULT = "waiting_tool_result"
     CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsChanged:
+    """Session event: a tool was added or removed; ``tools``: the names defined now."""
+
+    tools: tuple[str, ...]
 
 
 class Transport(Protocol):
@@ -94,8 +104,9 @@ class Session:
     Events passed to :meth:`subscribe` listeners: a :class:`SessionState` when the state
     changes; a :class:`ToolStatus` when a request begins, changes status or is answered;
     a :class:`ToolProgress` as progress is sent; a :class:`ToolCall` when a request
-    finishes; and the :mod:`protocol` messages ``Welcome``, ``TurnDelta``, ``TurnEnd`` and
-    ``Error`` as they arrive from Core.
+    finishes; a :class:`ToolsChanged` when a tool is added or removed; and the
+    :mod:`protocol` messages ``Welcome``, ``TurnDelta``, ``TurnEnd`` and ``Error`` as they
+    arrive from Core.
     """
 
     def __init__(
@@ -221,7 +232,7 @@ class Session:
         """Add a definition (and its inline handler); Core is told. Returns its disposer."""
         self._check_open()
         registration = self._define(tool)
-        self._send_tools_update()
+        self._tools_changed()
         engine = self._engine
 
         def dispose() -> None:
@@ -232,7 +243,7 @@ class Session:
                 del engine.inline[tool.name]
                 registration.current = False
             if not self._closed:
-                self._send_tools_update()
+                self._tools_changed()
 
         return dispose
 
@@ -311,12 +322,8 @@ class Session:
         """Run one tool request exactly as a request from Core would run; return its result."""
         rec = self._engine.begin(tool, args, tool_request_id, turn_id, reply=False,
                                  timed=bool(self._listeners))
-        rest = rec.rest
-        if rest is not None:  # (inline: a coroutine call per request costs ~0.2 us)
-            rec.rest = None
-            await rest
-        elif not rec.answered:
-            await rec.wait()
+        if not rec.answered:  # (a sync handler's answer returns here, with no await)
+            await self._settle(rec)
         return rec.result
 
     async def run_request(
@@ -330,8 +337,43 @@ class Session:
         """Like :meth:`dispatch`, returning the whole :class:`ToolCall` (tier, timing)."""
         rec = self._engine.begin(tool, args, tool_request_id, turn_id, reply=False,
                                  timed=True)
-        await _settle(rec)
+        if not rec.answered:
+            await self._settle(rec)
         return rec.call()
+
+    def start_request(self, tool: str, args: Any, *, source: Source) -> InFlight:
+        """For adapters of other callers than Core (WebMCP): begin a request as
+        :meth:`dispatch` does, under a fresh id (``"{source}-N"``, not kept in the
+        delivery ledger), its rest spawned. The record returned has ``tool_request_id``
+        (for :meth:`cancel`), ``answered``, ``result`` and ``result_json``; ``await
+        record.wait()`` until it is answered."""
+        rec = self._engine.begin(tool, args, None, None, reply=False,
+                                 timed=bool(self._listeners), source=source)
+        self._spawn(rec)
+        return rec
+
+    async def _settle(self, rec: InFlight) -> None:
+        """Until the request is answered: by its handler, or by ``TOOL_CANCELLED`` once
+        a cancel's grace period has passed. What is left of one begun here runs as a task
+        of its own (a handler that ignores ``ctx.cancelled`` goes on after the answer); a
+        caller that gives up (its task cancelled) cancels the request it began."""
+        began = rec.rest is not None
+        self._spawn(rec)
+        try:
+            await rec.wait()
+        except asyncio.CancelledError:
+            if began:
+                self._engine.cancel(rec.tool_request_id, CALLER_GONE_REASON, grace=True)
+            raise
+
+    def _spawn(self, rec: InFlight) -> None:
+        """Run what is left of a request (an async handler, an approval) as a task."""
+        rest, rec.rest = rec.rest, None
+        if rest is not None:
+            task = self._scheduler.create_task(rest)
+            if isinstance(task, asyncio.Future):
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
     def cancel(self, tool_request_id: str, reason: str = "cancelled by the user") -> bool:
         """Cancel a request in flight: ``ctx.cancelled`` becomes True. One awaiting approval
@@ -403,13 +445,9 @@ class Session:
         if request.tool_request_id in self._engine.inflight or self._closed:
             return  # re-sent while still running: its one result goes out when it is done
         rec = self._engine.begin(request.tool, request.args, request.tool_request_id,
-                                 request.turn_id, reply=True, timed=bool(self._listeners))
-        rest, rec.rest = rec.rest, None
-        if rest is not None:  # answered by the engine when it is done
-            task = self._scheduler.create_task(rest)
-            if isinstance(task, asyncio.Future):
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                                 request.turn_id, reply=True, timed=bool(self._listeners),
+                                 source="core")
+        self._spawn(rec)  # answered by the engine when it is done
 
     def _resume_requests(self) -> None:
         """After a welcome, tell Core again what its requests in flight are doing: a
@@ -443,11 +481,14 @@ class Session:
             except Exception:  # the adapter will report the drop; the ledger keeps the result
                 logger.warning("sending a frame to Core failed", exc_info=True)
 
-    def _send_tools_update(self) -> None:
+    def _tools_changed(self) -> None:
+        """Tell Core (``tools.update``) and the listeners that a tool came or went."""
         if self.connected:
             self._send(protocol.ToolsUpdate(
                 tools=[tool.metadata() for tool in self._engine.tools.values()]
             ).encode())
+        if self._listeners:
+            self._emit(ToolsChanged(tuple(self._engine.tools)))
 
     # --- turns -------------------------------------------------------------------------
 
@@ -530,15 +571,6 @@ class Session:
             adapter.session_closed()
 
 
-async def _settle(rec: InFlight) -> None:
-    """Run what is left of a request begun here, or wait for one begun elsewhere."""
-    rest, rec.rest = rec.rest, None
-    if rest is not None:
-        await rest
-    elif not rec.answered:
-        await rec.wait()
-
-
 class _Outbox:
     """The engine's view of its Session (see :class:`~pedelec_pyodide.dispatch.Outbox`)."""
 
@@ -557,7 +589,7 @@ class _Outbox:
             assert record.latest is not None
             progress, total, message = record.latest
             session._emit(ToolProgress(record.tool_request_id, record.tool, record.turn_id,
-                                       progress, total, message))
+                                       progress, total, message, record.source))
 
     def send_waiting(self, record: InFlight, waiting: bool, reason: str | None) -> None:
         if record.reply:

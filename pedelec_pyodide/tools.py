@@ -37,7 +37,7 @@ class Tool:
     """
 
     __slots__ = ("_function", "_invoker", "_validator", "annotations", "args_schema",
-                 "description", "handler", "name", "needs_approval")
+                 "description", "handler", "name", "needs_approval", "webmcp")
 
     def __init__(
         self,
@@ -49,6 +49,7 @@ class Tool:
         annotations: dict[str, Any] | None = None,
         invoker: Invoker | None = None,
         needs_approval: NeedsApproval = False,
+        webmcp: bool = True,
     ) -> None:
         check_name(name)
         check_description(name, description)
@@ -62,6 +63,9 @@ class Tool:
         if not isinstance(needs_approval, bool) and not callable(needs_approval):
             raise ValueError(f"tool {name!r}: needs_approval must be a bool or a function "
                              f"of the args, got {type(needs_approval).__name__}")
+        if not isinstance(webmcp, bool):
+            raise ValueError(f"tool {name!r}: webmcp must be True or False, got "
+                             f"{type(webmcp).__name__}")
         if inspect.iscoroutinefunction(needs_approval):  # its coroutine is never awaited
             raise ValueError(f"tool {name!r}: needs_approval must be a plain function "
                              "returning a bool, not an async one (it is asked before the "
@@ -77,6 +81,9 @@ class Tool:
         self._validator: ArgsValidator | None = None
         #: ask the user before each run (see ``Session.on_approval``)
         self.needs_approval = needs_approval
+        #: offered to the browser's own agent on a page that opts in to WebMCP (not part
+        #: of the metadata: Core gets the tool either way)
+        self.webmcp = webmcp
 
     def metadata(self) -> dict[str, Any]:
         """The JSON sent to Core: ``{"name", "description", "argsSchema"}`` (+ annotations)."""
@@ -127,6 +134,7 @@ def define_tool(
     handler: None = None,
     annotations: dict[str, Any] | None = None,
     needs_approval: NeedsApproval = False,
+    webmcp: bool = True,
 ) -> Callable[[Handler], Tool]: ...
 
 
@@ -139,6 +147,7 @@ def define_tool(
     handler: Handler | None = None,
     annotations: dict[str, Any] | None = None,
     needs_approval: NeedsApproval = False,
+    webmcp: bool = True,
 ) -> Tool: ...
 
 
@@ -152,6 +161,7 @@ def define_tool(
     handler: Handler | None = None,
     annotations: dict[str, Any] | None = None,
     needs_approval: NeedsApproval = False,
+    webmcp: bool = True,
 ) -> Tool | Callable[[Handler], Tool]:
     """Define a tool.
 
@@ -173,6 +183,9 @@ def define_tool(
     ``needs_approval=True`` (or a function of the validated args returning bool) makes
     every run wait for the user's approval (``Session.on_approval``, the page's
     ``approval`` event); a denial is the result ``TOOL_DENIED``.
+
+    ``webmcp=False`` keeps the tool from the browser's own agent on a page that offers
+    its tools on WebMCP (``data-webmcp``); Core's agent still gets it.
     """
     if args_schema is not None:
         if function is not None:
@@ -180,7 +193,8 @@ def define_tool(
         if name is None or description is None:
             raise ValueError("define_tool with args_schema= needs name= and description=")
         return Tool(name=name, description=description, args_schema=args_schema,
-                    handler=handler, annotations=annotations, needs_approval=needs_approval)
+                    handler=handler, annotations=annotations, needs_approval=needs_approval,
+                    webmcp=webmcp)
     if handler is not None:
         raise ValueError("handler= needs args_schema=; without one, use define_tool as a decorator")
 
@@ -197,6 +211,7 @@ def define_tool(
             annotations=annotations,
             invoker=signature.invoker(fn),
             needs_approval=needs_approval,
+            webmcp=webmcp,
         )
         return tool
 

@@ -15,6 +15,7 @@
   if (d.lock) options.lock = d.lock;
   if (d.packages) options.packages = d.packages.split(",").map(function (p) { return p.trim(); }).filter(Boolean);
   if (d.snapshot === "off") options.snapshot = false;
+  if (d.webmcp !== undefined && d.webmcp !== "off") options.webmcp = true;
   var url = new URL("pedelec-pyodide.js", script.src).href;
   var ready = import(url).then(function (module) { return module.start(options); }, function (err) {
     // the module's own errors cannot be used: it did not load. Its message form, its event.

@@ -3,6 +3,9 @@ import type { PyodideAPI } from "pyodide";
 
 export type SessionState = "connecting" | "idle" | "running" | "waiting_tool_result" | "closed";
 export type HandledBy = "named" | "inline" | "fallback" | "none";
+/** Who asked for a tool request: Core (its agent, MCP clients, the control API), the
+ * browser's own agent through WebMCP, or the page's own code (`session.dispatch`). */
+export type ToolSource = "core" | "webmcp" | "local";
 
 export interface ToolErrorResult {
   error: { code: string; message: string; details?: unknown; retryable?: boolean };
@@ -18,6 +21,7 @@ export interface ToolCallDetail {
   result: unknown;
   handledBy: HandledBy;
   durationMs: number;
+  source: ToolSource;
 }
 export interface DeltaDetail { turnId: string; text: string }
 export interface TurnEndDetail {
@@ -34,19 +38,26 @@ export interface ToolStatusDetail {
   tool: string;
   turnId: string | null;
   status: PendingStatus | "done";
+  source: ToolSource;
 }
 export interface ToolProgressDetail extends ProgressValue {
   toolRequestId: string;
   tool: string;
   turnId: string | null;
+  source: ToolSource;
 }
-export interface ApprovalDetail { toolRequestId: string; tool: string; args: unknown; turnId: string | null }
+export interface ApprovalDetail {
+  toolRequestId: string; tool: string; args: unknown; turnId: string | null;
+  /** "webmcp": the browser's own agent asks (a page may deny all of those) */
+  source: ToolSource;
+}
 export interface PendingToolRequest {
   toolRequestId: string;
   tool: string;
   turnId: string | null;
   status: PendingStatus;
   progress: ProgressValue | null;
+  source: ToolSource;
 }
 /** A tool waiting for the user's approval; the first approve()/deny() decides. */
 export declare class ApprovalEvent extends CustomEvent<ApprovalDetail> {
@@ -116,6 +127,9 @@ export interface Pedelec {
   core: string;
   /** Whether the runtime was restored from Core's memory snapshot (else booted). */
   snapshot: boolean;
+  /** Whether the page's tools are offered to the browser's agent on `document.modelContext`
+   * (WebMCP: asked for, and the browser has it). */
+  webmcp: boolean;
   /** Run Python in the namespace of the page's blocks (where `session` is bound). */
   runPython(code: string): Promise<unknown>;
 }
@@ -133,6 +147,9 @@ export interface StartOptions {
   storage?: boolean;
   /** Start from Core's memory snapshot when it fits (default true; `data-snapshot="off"`). */
   snapshot?: boolean;
+  /** Offer the page's tools to the browser's own agent on `document.modelContext` (WebMCP;
+   * default false; `data-webmcp` on the script tag, any value but "off"). */
+  webmcp?: boolean;
 }
 
 /** Error of a failed start; `step` says which: loading Pyodide, loading packages, page code, connecting to Core (the classic script: also loading pedelec-pyodide.js). */

@@ -23,7 +23,8 @@
  * /pedelec/pyodide/pyodide.mjs), `data-lock` (URL of pyodide-lock.json; default: next to
  * pyodide.mjs), `data-packages` (extra packages from the lock, comma-separated),
  * `data-manual` (do not start by itself: call `start()`), `data-snapshot="off"` (start
- * without Core's memory snapshot).
+ * without Core's memory snapshot), `data-webmcp` (any value but "off": offer the page's
+ * tools to the browser's own agent on `document.modelContext`, WebMCP; see WebMCPTools).
  *
  * By default the runtime is restored from Core's memory snapshot of an interpreter that has
  * our packages installed and imported (`pedelec-snapshot.bin` next to pyodide.mjs; see
@@ -82,6 +83,7 @@ export class PedelecSession extends EventTarget {
     this._page = null; // {pending, cancel, decide}: Python methods, taken once (no proxy per call)
     this._asked = new Map(); // toolRequestId -> its ApprovalEvent, until withdrawn or decided
     this._hearers = new WeakMap(); // approval listener -> its wrapper (_hearer)
+    this._webmcp = null; // the WebMCPTools Python's registrations go to (data-webmcp)
   }
 
   addEventListener(type, listener, options) {
@@ -187,6 +189,10 @@ export class PedelecSession extends EventTarget {
   /** Called from Python with a type and a JSON string. */
   _receive(type, json) {
     const detail = JSON.parse(json);
+    if (type === "webmcpregister" || type === "webmcpunregister") {
+      this._webmcp?.receive(type, detail);
+      return;
+    }
     if (type === "approval") {
       const event = new ApprovalEvent(detail, (id, decision) => this._decide(id, decision));
       this._asked.set(detail.toolRequestId, event);
@@ -214,6 +220,120 @@ export class PedelecSession extends EventTarget {
   }
 }
 
+/**
+ * The page's tools on WebMCP: the browser's own agent lists them on
+ * `document.modelContext` and calls them. Python says what to register and unregister
+ * (`webmcpregister`, `webmcpunregister`: the tools of the session, as they come and go);
+ * each registration is `registerTool(tool, {signal})`, unregistered by aborting its signal.
+ * `execute(input, options)` passes the call to Python as strings (the input as JSON text)
+ * and resolves with the result's JSON value, error results included: a handler's failure
+ * is its error result, never a rejection. `options.signal` (native Chromium passes one;
+ * the MCP-B polyfill does not) aborting cancels the call (`ctx.cancelled`, then
+ * TOOL_CANCELLED after the grace period).
+ */
+class WebMCPTools {
+  constructor(context, page) {
+    this._context = context;
+    this._page = page;
+    this._call = page.webmcp_call; // taken once: no proxy per call
+    this._abort = page.webmcp_abort;
+    this._maxInput = 0;
+    this._registrations = new Map(); // registration id -> its AbortController
+    this._calls = 0;
+  }
+
+  /** Register the session's tools now (Python emits them) and follow it from now on. */
+  start() {
+    const start = this._page.webmcp_start;
+    try {
+      this._maxInput = JSON.parse(start()).maxInputBytes;
+    } finally {
+      start.destroy();
+    }
+  }
+
+  receive(type, detail) {
+    if (type === "webmcpregister") {
+      this._register(detail);
+      return;
+    }
+    const controller = this._registrations.get(detail.registration);
+    this._registrations.delete(detail.registration);
+    controller?.abort();
+  }
+
+  _register({ registration, name, title, description, inputSchema, annotations }) {
+    const controller = new AbortController();
+    this._registrations.set(registration, controller);
+    const tool = {
+      name, description, inputSchema,
+      execute: (input, options) => this._execute(registration, input, options),
+    };
+    if (title !== undefined) tool.title = title;
+    if (annotations !== undefined) tool.annotations = annotations;
+    // the draft rejects the registration's promise when its signal aborts: no warning then
+    const refused = (err) => {
+      if (!controller.signal.aborted) console.warn(`pedelec: WebMCP refused the tool ${name}: ${err?.message ?? err}`);
+    };
+    try {
+      Promise.resolve(this._context.registerTool(tool, { signal: controller.signal })).catch(refused);
+    } catch (err) {
+      refused(err);
+    }
+  }
+
+  _execute(registration, input, options) {
+    const id = String(++this._calls);
+    const signal = options?.signal;
+    // The draft's input is an object; a string is taken as its JSON text. An input with
+    // no JSON form (a cycle, a BigInt) goes as null: Python answers INVALID_ARGS.
+    let text;
+    if (typeof input === "string") text = input;
+    else if (input === undefined) text = "{}";
+    else {
+      try {
+        text = JSON.stringify(input) ?? null;
+      } catch {
+        text = null;
+      }
+    }
+    // Longer than the limit: cut, so that no more than that crosses (Python refuses it
+    // as too large, unread). UTF-16 units never outnumber the UTF-8 bytes Python counts.
+    if (text !== null && text.length > this._maxInput) text = text.slice(0, this._maxInput + 1);
+    const aborted = signal?.aborted === true;
+    const answer = this._call(id, registration, text, aborted ? "aborted" : "");
+    const onAbort = () => this._abort(id);
+    if (signal && !aborted) signal.addEventListener("abort", onAbort, { once: true });
+    return (async () => {
+      try {
+        return JSON.parse(await answer);
+      } finally {
+        signal?.removeEventListener("abort", onAbort);
+      }
+    })();
+  }
+}
+
+/** `document.modelContext` (WebMCP), native or a polyfill's; null when the page has none. */
+function modelContext() {
+  // navigator.modelContext: where Chromium's origin trial (149-150) had it
+  const context = globalThis.document?.modelContext ?? globalThis.navigator?.modelContext;
+  return context && typeof context.registerTool === "function" ? context : null;
+}
+
+/** Offer the page's tools on WebMCP, when the page opted in and the browser has it. */
+function offerToWebMCP(page, session) {
+  const context = modelContext();
+  if (!context) {
+    console.info("pedelec: WebMCP is on for this page, but this browser has no document.modelContext: its tools are not offered to the browser's agent");
+    return false;
+  }
+  const tools = new WebMCPTools(context, page);
+  session._webmcp = tools;
+  tools.start();
+  return true;
+}
+
 function scriptElement() {
   if (typeof document === "undefined") return null;
   for (const el of document.querySelectorAll("script[src]")) {
@@ -231,6 +351,7 @@ function optionsFrom(el) {
   if (d.lock) options.lock = d.lock;
   if (d.packages) options.packages = d.packages.split(",").map((p) => p.trim()).filter(Boolean);
   if (d.snapshot === "off") options.snapshot = false;
+  if (d.webmcp !== undefined && d.webmcp !== "off") options.webmcp = true;
   return options;
 }
 
@@ -249,6 +370,7 @@ function resolveConfig(options) {
     packages: options.packages ?? [],
     storage: options.storage ?? true,
     snapshot: options.snapshot ?? true,
+    webmcp: options.webmcp === true,
   };
 }
 
@@ -624,12 +746,21 @@ async function boot(options) {
     namespace.destroy();
   }
   mark("blocks");
+  // Approvals are decided through these (a WebMCP call may ask one before Core answers).
+  session._page = { pending: page.pending, cancel: page.cancel, decide: page.decide };
+  // Before and independent of Core: with Core down, the browser's agent still calls them.
+  const webmcp = config.webmcp && offerToWebMCP(page, session);
+  const ready = page.ready;
   const connect = page.connect;
   try {
     const connected = JSON.parse(await connect());
     session.id = connected.id;
     session.state = connected.state;
   } catch (err) {
+    // The start fails, and no app listens to this session: approvals WebMCP's calls need
+    // are answered now (by the page's Python approver, else denied: no approver).
+    if (webmcp) ready();
+    ready.destroy();
     const message = err.message.trim().split("\n").pop();
     throw new PedelecError("connecting to Core", message, err);
   } finally {
@@ -638,13 +769,14 @@ async function boot(options) {
   mark("connected");
   session._sendText = page.send_text;
   session._close = page.close;
-  session._page = { pending: page.pending, cancel: page.cancel, decide: page.decide };
   const pedelec = {
     pyodide,
     session,
     core: config.core,
     /** Whether the runtime was restored from Core's memory snapshot. */
     snapshot,
+    /** Whether the page's tools are offered to the browser's agent (WebMCP). */
+    webmcp,
     /** Run Python in the namespace of the page's blocks (where `session` is bound). */
     async runPython(code) {
       const globals = page.namespace;
@@ -662,7 +794,6 @@ async function boot(options) {
   // Approvals asked before now (a request Core re-sent as the page reloaded) are shown
   // once the app's listeners are attached: after `pedelec:ready` and the promise's
   // continuations (`await start()`, `pedelecReady.then`), all of which run before a timer.
-  const ready = page.ready;
   setTimeout(() => { ready(); ready.destroy(); }, 0);
   warmUp(pyodide);
   return pedelec;

@@ -18,6 +18,9 @@
  *   the page (`session.sendText`); returns the agent's reply text.
  * - `sessionState(page)`, `waitForState(page, state)`: `window.pedelec.session.state`.
  * - `runPython(page, code)`: run Python in the page's namespace; JSON-like values back.
+ * - WebMCP, as the browser's own agent sees a page that offers its tools (`data-webmcp`):
+ *   `webmcpImplementation(page)` ("native", "polyfill" or null), `webmcpTools(page)` (the
+ *   tools listed), `callWebMCPTool(page, name, input)` (a call's result).
  *
  * Every wait ends before Playwright's default test timeout (30 s) with the kit's message.
  * Node 18+ (global fetch). No dependency besides Node itself.
@@ -302,6 +305,84 @@ export async function runPython(page, code) {
       value.destroy();
     }
   }, code);
+}
+
+/**
+ * Which WebMCP the page has: `"native"` (the browser's own `document.modelContext`, e.g.
+ * Chromium launched with `--enable-features=WebMCP`), `"polyfill"` (the MCP-B polyfill's),
+ * or `null` (none: the page's tools are not offered to the browser's agent).
+ */
+export function webmcpImplementation(page) {
+  return page.evaluate(() => {
+    const context = document.modelContext;
+    if (!context) return null;
+    return context.__isWebMCPPolyfill ? "polyfill" : "native";
+  });
+}
+
+/**
+ * The page's WebMCP tools, as the browser's agent is given them: `[{ name, title,
+ * description, inputSchema, annotations }]`, sorted by name, from `document.modelContext`
+ * (native where the browser has it, else the polyfill's registry). `title` is `""` or
+ * absent, and `annotations` absent, when the tool has none. Throws when the page has no
+ * WebMCP.
+ */
+export async function webmcpTools(page) {
+  const tools = await page.evaluate(async () => {
+    const context = document.modelContext;
+    if (!context) return null;
+    return (await context.getTools()).map((tool) => ({
+      name: tool.name,
+      title: tool.title,
+      description: tool.description,
+      // the draft keeps a tool's input schema as JSON text; implementations give either
+      inputSchema: typeof tool.inputSchema === "string" && tool.inputSchema
+        ? JSON.parse(tool.inputSchema) : tool.inputSchema,
+      annotations: tool.annotations,
+    }));
+  });
+  if (tools === null) throw new Error(`pedelec test kit: ${page.url()} has no document.modelContext (WebMCP): ${WEBMCP_HINT}`);
+  return tools.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+const WEBMCP_HINT = "launch Chromium with --enable-features=WebMCP, or load the MCP-B polyfill "
+  + "(@mcp-b/webmcp-polyfill) in the page first (page.addInitScript({ path }))";
+
+/**
+ * Call the page's WebMCP tool `name` with `input` (an object) as the browser's agent does;
+ * returns the result (the tool's result JSON value: an error result is
+ * `{ error: { code, message, ... } }`, not a throw; a string result comes back as it is,
+ * as the browser passes it on, so a string that is JSON text reads as its value). Native
+ * WebMCP is called through Playwright's `page.webmcp.callTool`, the polyfill through its
+ * `executeTool(tool, jsonText)`. Throws when no such tool is registered, or the call
+ * itself fails.
+ */
+export async function callWebMCPTool(page, name, input = {}) {
+  const implementation = await webmcpImplementation(page);
+  if (implementation === null) throw new Error(`pedelec test kit: ${page.url()} has no document.modelContext (WebMCP): ${WEBMCP_HINT}`);
+  if (implementation === "native") return page.webmcp.callTool(name, input);
+  const outcome = await page.evaluate(async ([tool, text]) => {
+    const context = document.modelContext;
+    const tools = await context.getTools();
+    const found = tools.find((t) => t.name === tool);
+    if (!found) return { missing: tools.map((t) => t.name) };
+    return { text: await context.executeTool(found, text) };
+  }, [name, JSON.stringify(input)]);
+  if (outcome.missing) {
+    throw new Error(`pedelec test kit: no WebMCP tool named "${name}" on ${page.url()}`
+      + ` (registered: ${outcome.missing.join(", ") || "none"})`);
+  }
+  return resultOf(outcome.text);
+}
+
+/** The value of a result as `executeTool` gives it: JSON text, except that both Chromium
+ * and the polyfill pass a string result on as it is (Playwright reads it the same way). */
+function resultOf(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
 }
 
 if (process.argv[2] === "serve" && process.argv[1] && realpathSync(process.argv[1]) === KIT) {

@@ -160,8 +160,8 @@ test("a user's project: the kit from the checkout by `npm install`, its Playwrig
     expect(installed.code, installed.output).toBe(0);
     expect(JSON.parse(readFileSync(manifest, "utf8")).devDependencies["pedelec-pyodide"]).toMatch(/^file:/);
     expect(realpathSync(join(project, "node_modules/pedelec-pyodide"))).toBe(realpathSync(repo));
-    // Playwright itself: this checkout's copy (no download in a test)
-    for (const pkg of ["@playwright/test", "playwright", "playwright-core"]) {
+    // Playwright itself and the WebMCP polyfill: this checkout's copies (no download in a test)
+    for (const pkg of ["@playwright/test", "playwright", "playwright-core", "@mcp-b/webmcp-polyfill"]) {
       mkdirSync(dirname(join(project, "node_modules", pkg)), { recursive: true });
       symlinkSync(join(repo, "node_modules", pkg), join(project, "node_modules", pkg));
     }
@@ -169,7 +169,8 @@ test("a user's project: the kit from the checkout by `npm install`, its Playwrig
       APP_PORT: String(await freePort()), PEDELEC: join(repo, ".venv/bin/pedelec"), PEDELEC_CACHE_DIR: cache, CI: "",
     });
     expect(e2e.code, e2e.output).toBe(0);
-    expect(e2e.output).toContain("1 passed");
+    // counter.spec.js, and webmcp.spec.js with the polyfill and with Chromium's own WebMCP
+    expect(e2e.output).toContain("3 passed");
     const unit = await run(join(repo, ".venv/bin/pytest"), ["-q", "-p", "no:cacheprovider"]);
     expect(unit.code, unit.output).toBe(0);
     expect(unit.output).toContain("1 passed");

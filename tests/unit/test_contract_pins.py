@@ -65,7 +65,8 @@ async def _active_after(register: Any, dispatch_tool: str = "t") -> tuple[bool, 
 
     undo = register(session, waiting)
     call = asyncio.ensure_future(session.dispatch(dispatch_tool, {}))
-    await asyncio.sleep(0)
+    for _ in range(2):  # the dispatch, then its handler's own task
+        await asyncio.sleep(0)
     before = contexts[0].active
     undo()
     after = contexts[0].active

@@ -309,7 +309,8 @@ async def test_dispose_during_a_running_call_lets_it_finish_inactive() -> None:
 
     dispose = session.on_tool("t", handler)
     task = asyncio.ensure_future(session.dispatch("t", {}))
-    await asyncio.sleep(0)
+    for _ in range(2):  # the dispatch, then its handler's own task
+        await asyncio.sleep(0)
     dispose()
     release.set()
     assert await task == "finished"
@@ -327,7 +328,8 @@ async def test_closing_the_session_makes_running_calls_inactive() -> None:
 
     session.on_tool("t", handler)
     task = asyncio.ensure_future(session.dispatch("t", {}))
-    await asyncio.sleep(0)
+    for _ in range(2):  # the dispatch, then its handler's own task
+        await asyncio.sleep(0)
     session.close()
     assert session.state == SessionState.CLOSED
     assert not seen[0].active and seen[0].cancelled

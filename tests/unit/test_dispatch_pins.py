@@ -227,11 +227,11 @@ async def test_status_events_and_pending_name_the_request_and_its_turn() -> None
     await spin()
     session.receive(request("q2", "delete", {"id": 1}, turn_id="turn-1"))
     await spin()
-    assert pending == [[PendingRequest("q1", "t", "turn-1", "waiting_for_user", None)],
-                       [PendingRequest("q1", "t", "turn-1", "running", None)]]
-    assert seen == [("q1", "t", "turn-1", status)
+    assert pending == [[PendingRequest("q1", "t", "turn-1", "waiting_for_user", None, "core")],
+                       [PendingRequest("q1", "t", "turn-1", "running", None, "core")]]
+    assert seen == [("q1", "t", "turn-1", status, "core")
                     for status in ["running", "waiting_for_user", "running", "done"]] + [
-                   ("q2", "delete", "turn-1", status)
+                   ("q2", "delete", "turn-1", status, "core")
                     for status in ["awaiting_approval", "running", "done"]]
 
 

@@ -488,6 +488,82 @@ async def test_a_handler_past_the_grace_period_is_answered_cancelled_and_its_out
     assert core.of_type("tool.result")[1] == answer
 
 
+@pytest.mark.parametrize("via", ["dispatch", "run_request"])
+async def test_a_local_call_cancelled_past_the_grace_period_returns_then_not_with_its_handler(
+    via: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``dispatch`` (and ``run_request``) return ``TOOL_CANCELLED`` once the grace period
+    has passed, as Core's caller gets it, while a handler that ignores ``ctx.cancelled``
+    goes on; its late outcome is logged, not returned."""
+    clock = ManualClock()
+    release = asyncio.Event()
+
+    async def stubborn(args: Any, ctx: ToolContext) -> str:
+        await release.wait()
+        return "late"
+
+    session = Session([tool(handler=stubborn)], scheduler=clock, cancel_grace=0.5)
+    run = session.dispatch if via == "dispatch" else session.run_request
+    call = asyncio.ensure_future(run("t", {}, tool_request_id="q1"))
+    await spin()
+    assert session.cancel("q1", "the user pressed Stop") is True
+    clock.advance(0.5)
+    await spin()
+    assert call.done()
+    result = call.result() if via == "dispatch" else call.result().result
+    assert result["error"]["code"] == "TOOL_CANCELLED"
+    assert result["error"]["details"] == {"reason": "the user pressed Stop"}
+    assert session.pending == [] and session.state == SessionState.IDLE
+    release.set()
+    await spin()
+    assert "finished after it was answered TOOL_CANCELLED" in caplog.text
+
+
+async def test_a_local_call_awaiting_approval_then_running_is_cancelled_the_same_way() -> None:
+    clock = ManualClock()
+    release = asyncio.Event()
+
+    async def stubborn(args: Any, ctx: ToolContext) -> str:
+        await release.wait()
+        return "late"
+
+    session = Session([tool(handler=stubborn, needs_approval=True)], scheduler=clock,
+                      cancel_grace=0.5)
+    session.on_approval(lambda request: True)
+    call = asyncio.ensure_future(session.dispatch("t", {}, tool_request_id="q1"))
+    await spin()
+    assert session.pending[0].status == "running"
+    session.cancel("q1")
+    clock.advance(0.5)
+    await spin()
+    assert call.done() and call.result()["error"]["code"] == "TOOL_CANCELLED"
+    release.set()
+    await spin()
+
+
+async def test_a_cancelled_caller_of_dispatch_cancels_its_request() -> None:
+    """The caller gives up (``asyncio.timeout``, a cancelled task): the handler sees
+    ``ctx.cancelled`` and its request is settled, never left in flight."""
+    clock = ManualClock()
+    seen: list[bool] = []
+
+    async def polite(args: Any, ctx: ToolContext) -> str:
+        while not ctx.cancelled:
+            await asyncio.sleep(0)
+        seen.append(True)
+        return "stopped"
+
+    session = Session([tool(handler=polite)], scheduler=clock)
+    answered: list[ToolCall] = []
+    session.subscribe(lambda event: isinstance(event, ToolCall) and answered.append(event))
+    call = asyncio.ensure_future(session.dispatch("t", {}))
+    await spin()
+    call.cancel()
+    await spin()
+    assert call.cancelled() and seen == [True]
+    assert [c.result for c in answered] == ["stopped"] and session.pending == []
+
+
 @pytest.mark.parametrize("by", ["user", "core"])
 async def test_cancelling_a_request_awaiting_approval_answers_it_at_once(by: str) -> None:
     runs: list[Any] = []
@@ -540,7 +616,6 @@ async def test_closing_the_session_settles_every_request_in_flight() -> None:
     session.subscribe(lambda event: isinstance(event, ToolCall) and answered.append(event))
     calls = [asyncio.ensure_future(session.dispatch(name, args, tool_request_id=name))
              for name, args in [("delete", {"id": 1}), ("polite", {})]]
-    # Core's request: a local dispatch() awaits its handler itself, however long it takes
     session.receive(request("stubborn", "stubborn"))
     await spin()
     assert {p.tool: p.status for p in session.pending} == {
@@ -678,7 +753,7 @@ async def test_the_page_asks_its_js_only_once_ready_and_takes_its_decisions(
     page.ready()
     await spin()
     assert asked() == [{"toolRequestId": "q1", "tool": "delete", "args": {"id": 1},
-                        "turnId": "turn-1"}]
+                        "turnId": "turn-1", "source": "core"}]
     assert page.decide("q1", '{"approved": true}') is True
     assert page.decide("q1", '{"approved": false}') is False  # decided already
     await spin()
@@ -711,12 +786,13 @@ async def test_closing_the_page_withdraws_the_approval_its_js_is_asked(
     page.close()
     # the page hears it settled at once, and a verdict given now is refused
     assert ("toolstatus", {"toolRequestId": "q1", "tool": "delete", "turnId": None,
-                           "status": "done"}) in page.emitted
+                           "status": "done", "source": "core"}) in page.emitted
     assert ("statechange", {"state": "closed", "id": None}) in page.emitted
     assert page.decide("q1", '{"approved": true}') is False
     await spin()
     assert page.emitted[-1] == ("approvalwithdrawn", {
-        "toolRequestId": "q1", "tool": "delete", "args": {"id": 1}, "turnId": None})
+        "toolRequestId": "q1", "tool": "delete", "args": {"id": 1}, "turnId": None,
+        "source": "core"})
     assert page.decide("q1", '{"approved": true}') is False
     await spin()
     assert runs == [] and json.loads(page.pending()) == []

@@ -74,6 +74,7 @@ function logCall(call) {
   const isError = call.result && typeof call.result === "object" && "error" in call.result;
   row.className = isError ? "error" : "";
   row.dataset.tool = call.tool;
+  row.dataset.source = call.source;
   const cells = [
     [new Date().toLocaleTimeString(), ""],
     [call.tool, "tool"],
@@ -91,6 +92,13 @@ function logCall(call) {
       badge.textContent = call.handledBy;
       if (call.handledBy === "none") badge.title = "no handler ran";
       td.append(badge);
+      if (call.source === "webmcp") {  // the browser's own agent called it, not Core's
+        const source = document.createElement("span");
+        source.className = "source webmcp";
+        source.textContent = "browser's agent";
+        source.title = "called through WebMCP (document.modelContext)";
+        td.append(source);
+      }
     } else {
       td.textContent = text;
     }
@@ -138,6 +146,10 @@ session.addEventListener("toolcall", (e) => {
   renderNotes();  // a note tool may have changed the list
 });
 status.title = `session ${session.id}`;
+// index.html opts in (data-webmcp); the page says whether this browser took the offer
+$("webmcp-note").textContent = pedelec.webmcp
+  ? "They are offered to this browser's own agent too (WebMCP)."
+  : "They would be offered to the browser's own agent too, but this browser has no WebMCP.";
 
 // --- the note list: tools.py keeps it (localStorage); rendered here as text ------------------
 
