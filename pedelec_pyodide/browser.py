@@ -572,14 +572,24 @@ class PageSession:
         self._asking[request.tool_request_id] = (request, decision)
         about = json.dumps({"toolRequestId": request.tool_request_id, "tool": request.tool,
                             "args": request.args, "turnId": request.turn_id,
-                            "source": request.source}, ensure_ascii=False)
+                            "source": request.source},
+                           ensure_ascii=False)
+        shown = True
+
+        def withdrawn() -> None:
+            # answered without the page's verdict (cancelled, the session closed): the
+            # page takes its question down, before it hears the request is done
+            nonlocal shown
+            if shown:
+                shown = False
+                self._emit("approvalwithdrawn", about)
+
+        request.on_withdrawn(withdrawn)
         try:
             self._emit("approval", about)
             approved, reason, nobody = await decision
         except asyncio.CancelledError:
-            # answered without the page's verdict (cancelled, the session closed): the
-            # page takes its question down
-            self._emit("approvalwithdrawn", about)
+            withdrawn()
             raise
         finally:
             self._asking.pop(request.tool_request_id, None)

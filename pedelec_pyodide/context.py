@@ -137,7 +137,7 @@ class ApprovalRequest:
     :attr:`withdrawn` is True, an ``async`` approver's wait is cancelled
     (``asyncio.CancelledError``), and a verdict given later is ignored."""
 
-    __slots__ = ("_on_approve", "approved", "args", "reason", "source", "tool",
+    __slots__ = ("_on_approve", "_on_withdrawn", "approved", "args", "reason", "source", "tool",
                  "tool_request_id", "turn_id", "withdrawn")
 
     def __init__(self, tool: str, args: Any, tool_request_id: str, turn_id: str | None,
@@ -157,6 +157,7 @@ class ApprovalRequest:
         #: question still shown to the user should be taken down
         self.withdrawn = False
         self._on_approve = on_approve
+        self._on_withdrawn: list[Callable[[], None]] = []
 
     def approve(self) -> bool:
         """Record the approval at once (it survives a reload from this moment, before the
@@ -166,6 +167,21 @@ class ApprovalRequest:
             if self._on_approve is not None:
                 self._on_approve()
         return True
+
+    def withdraw(self) -> None:
+        """Answered without the approver's verdict: :attr:`withdrawn` becomes True, and
+        each :meth:`on_withdrawn` hook is called now, before the request's answer goes out
+        (a question is taken down before the request reads as done)."""
+        if self.withdrawn:
+            return
+        self.withdrawn = True
+        hooks, self._on_withdrawn = self._on_withdrawn, []
+        for hook in hooks:
+            hook()
+
+    def on_withdrawn(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` once, when the request is withdrawn (see :meth:`withdraw`)."""
+        self._on_withdrawn.append(hook)
 
     def deny(self, reason: str | None = None) -> bool:
         """Record why, and return ``False``: ``return request.deny("not on Fridays")``."""

@@ -631,7 +631,7 @@ class Engine:
             if not grace:  # Core's cancel: Core has answered its caller and forgotten it
                 rec.reply = False
             if rec.approval is not None:  # its verdict is no longer wanted
-                rec.approval.withdrawn = True
+                rec.approval.withdraw()
             self._answer(rec, _cancelled(rec, reason, "before it was approved"))
             if asking is not None:  # the approver's wait ends (CancelledError)
                 asking.cancel()

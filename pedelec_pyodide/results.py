@@ -23,11 +23,22 @@ TOOL_DENIED = "TOOL_DENIED"
 TOOL_TIMEOUT = "TOOL_TIMEOUT"
 TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
 
+#: ``retryable`` of the codes whose meaning fixes it, when the caller does not say: a
+#: handler's ``ToolError(TOOL_CANCELLED, ...)`` reads as the runtime's own cancel does
+RETRYABLE_BY_CODE: dict[str, bool] = {
+    INVALID_ARGS: True,
+    TOOL_TIMEOUT: True,
+    TOOL_CANCELLED: False,
+    TOOL_DENIED: False,
+    TOOL_OUTCOME_UNKNOWN: False,
+}
+
 
 def tool_error(
     code: str, message: str, *, details: Any = None, retryable: bool | None = None
 ) -> dict[str, Any]:
-    """``{"error": {"code", "message", "details"?, "retryable"?}}``, the uniform error shape."""
+    """``{"error": {"code", "message", "details"?, "retryable"?}}``, the uniform error shape.
+    Without ``retryable``, a code of :data:`RETRYABLE_BY_CODE` gets its own."""
     if not isinstance(code, str) or not code:
         raise ValueError(f"an error code must be a non-empty string, got {code!r}")
     if not isinstance(message, str):
@@ -35,6 +46,8 @@ def tool_error(
     error: dict[str, Any] = {"code": code, "message": message}
     if details is not None:
         error["details"] = details
+    if retryable is None:
+        retryable = RETRYABLE_BY_CODE.get(code)
     if retryable is not None:
         error["retryable"] = bool(retryable)
     return {"error": error}

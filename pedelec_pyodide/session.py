@@ -50,6 +50,11 @@ Disposer = Callable[[], None]
 SESSION_CLOSED_REASON = "the session was closed"
 #: the reason of a request cancelled because the caller of ``dispatch`` stopped waiting
 CALLER_GONE_REASON = "its caller stopped waiting"
+#: Core's refusals (core/sessions.py) of a frame about a request it has given up on: after
+#: its ``tool.cancel`` they are what a frame already on its way gets, not a bug
+_AFTER_CORE_CANCEL = frozenset({"UNKNOWN_TOOL_REQUEST", "LATE_RESULT"})
+#: how many of the requests Core cancelled the session remembers for that
+_CORE_CANCELS_KEPT = 256
 
 __all__ = [
     "TURN_LOST", "AdapterEvents", "ApprovalRequest", "NotConnectedError", "PendingRequest",
@@ -143,6 +148,7 @@ class Session:
         self._connecting = False
         self._closed = False
         self._tasks: set[asyncio.Future[None]] = set()
+        self._core_cancelled: dict[str, str] = {}  # request id -> Core's reason, oldest first
         self._last_state = self.state
         for tool in tools:
             self._define(tool)
@@ -429,17 +435,29 @@ class Session:
             self._resume_requests()
             self._resume_turns(message.resumed)
         elif isinstance(message, protocol.ToolCancel):
+            self._core_cancelled[message.tool_request_id] = message.reason
+            while len(self._core_cancelled) > _CORE_CANCELS_KEPT:
+                del self._core_cancelled[next(iter(self._core_cancelled))]
             self._engine.cancel(message.tool_request_id, message.reason, grace=False)
         elif isinstance(message, protocol.TurnEnd):
             self._end_turn(message)
         else:  # TurnDelta, Error
             if isinstance(message, protocol.Error):
-                logger.warning("Core reported %s: %s", message.code, message.message)
+                self._log_refusal(message)
                 if message.turn_id is not None:  # Core refused a frame about that turn
                     self._fail_turn(message.turn_id, message.code, message.message)
                 if self._connecting and self._adapter is not None:
                     self._adapter.refused(message)
             self._emit(message)
+
+    def _log_refusal(self, error: protocol.Error) -> None:
+        reason = self._core_cancelled.get(error.tool_request_id or "")
+        if reason is not None and error.code in _AFTER_CORE_CANCEL:
+            logger.debug("tool request %s: Core had already given up on it (%s) when this "
+                         "page's word on it arrived; nothing is wrong (%s)",
+                         error.tool_request_id, reason, error.code)
+        else:
+            logger.warning("Core reported %s: %s", error.code, error.message)
 
     def _receive_request(self, request: protocol.ToolRequest) -> None:
         if request.tool_request_id in self._engine.inflight or self._closed:

@@ -572,28 +572,6 @@ async function fetchSnapshot(config, lock) {
   return new Uint8Array(await bytes);
 }
 
-/**
- * What a restored interpreter needs to be the one a boot would give this page: the
- * snapshot was made under Node, once, for every page. `random` was seeded then (reseed
- * from the browser's crypto); LANG came from Node (set it from the browser as Emscripten
- * does at boot). `hash()`'s seed stays the snapshot's: the same in every page (docs).
- */
-function afterRestore(pyodide) {
-  const seed = [...crypto.getRandomValues(new Uint32Array(8))].map((w) => w.toString(16).padStart(8, "0")).join("");
-  const lang = `${(globalThis.navigator?.language ?? "C").replace("-", "_")}.UTF-8`;
-  const scope = pyodide.toPy({ seed, lang });
-  try {
-    pyodide.runPython(`
-import locale, os, random
-random.seed(int(seed, 16))
-os.environ["LANG"] = lang
-locale.setlocale(locale.LC_CTYPE, "")
-`, { globals: scope });
-  } finally {
-    scope.destroy();
-  }
-}
-
 /** loadPyodide as configured, plus `extra` options (the snapshot's). */
 async function bootPyodide(loadPyodide, config, lock, problems, extra = {}) {
   return loadPyodide({
@@ -623,7 +601,8 @@ async function loadRuntime(config, lock) {
   const problems = [];
   let snapshot = config.snapshot ? fetchSnapshot(config, lock) : null;
   snapshot?.catch(() => {}); // reported by the boot, which awaits it
-  let booting = snapshot ? snapshotOptions.then((options) => bootPyodide(loadPyodide, config, lock, problems, options.restoringOptions(snapshot)))
+  let booting = snapshot ? snapshotOptions.then((options) => bootPyodide(loadPyodide, config, lock, problems,
+    options.restoringOptions(snapshot, { indexURL: config.indexURL })))  // a snapshot over 30 MiB too
     : bootPyodide(loadPyodide, config, lock, problems);
   // At the latest once the runtime has booted, should the wasm's download go unobserved.
   const wheels = fetchOurWheels(config, lock, Promise.race([wasmDownloaded(config), booting.catch(() => {})]));
@@ -633,7 +612,7 @@ async function loadRuntime(config, lock) {
     try {
       pyodide = await booting;
       installWheels(pyodide, await wheels);
-      afterRestore(pyodide);
+      (await snapshotOptions).afterRestore(pyodide);  // pyodide-snapshot.js
     } catch (err) {
       if (err instanceof PedelecError) throw err; // our wheels: the same without a snapshot
       const reason = err instanceof SnapshotUnusable ? err.message : `restoring it failed: ${err.message.trim().split("\n")[0]}`;

@@ -38,9 +38,49 @@ export function makeSnapshot(pyodide) {
 /**
  * loadPyodide options that restore from `snapshot` (bytes, or a promise of them, which
  * loadPyodide awaits before instantiating the wasm).
+ *
+ * With `indexURL` (the runtime's directory), a snapshot larger than the wasm's initial
+ * memory (30 MiB; Pyodide sets INITIAL_MEMORY for it, which this build ignores, and then
+ * fails with "offset is out of bounds") restores too: the wasm module is instantiated by
+ * a factory that first grows its memory to the snapshot's size (Emscripten's own
+ * resize_heap; the restore then overwrites the whole heap).
  */
-export function restoringOptions(snapshot) {
-  return { _loadSnapshot: snapshot, _sysExecutable: BROWSER_EXECUTABLE };
+export function restoringOptions(snapshot, { indexURL } = {}) {
+  const options = { _loadSnapshot: snapshot, _sysExecutable: BROWSER_EXECUTABLE };
+  if (indexURL === undefined) return options;
+  const factory = import(new URL("pyodide.asm.mjs", indexURL).href).then((module) => module.default);
+  factory.catch(() => {}); // loadPyodide awaits it and reports
+  options.createPyodideModule = async (settings) => {
+    const module = await (await factory)(settings);
+    const bytes = await snapshot;
+    if (bytes.byteLength > module.HEAP8.length && !module._emscripten_resize_heap(bytes.byteLength)) {
+      throw new Error(`cannot grow the wasm memory to the snapshot's ${bytes.byteLength} bytes`);
+    }
+    return module;
+  };
+  return options;
+}
+
+/**
+ * What a restored interpreter needs to be the one a boot would give: the snapshot was
+ * made under Node, once, for every page (or notebook kernel). `random` was seeded then
+ * (reseed from the browser's crypto); LANG came from Node (set it from the browser as
+ * Emscripten does at boot). `hash()`'s seed stays the snapshot's: the same everywhere.
+ */
+export function afterRestore(pyodide) {
+  const seed = [...crypto.getRandomValues(new Uint32Array(8))].map((w) => w.toString(16).padStart(8, "0")).join("");
+  const lang = `${(globalThis.navigator?.language ?? "C").replace("-", "_")}.UTF-8`;
+  const scope = pyodide.toPy({ seed, lang });
+  try {
+    pyodide.runPython(`
+import locale, os, random
+random.seed(int(seed, 16))
+os.environ["LANG"] = lang
+locale.setlocale(locale.LC_CTYPE, "")
+`, { globals: scope });
+  } finally {
+    scope.destroy();
+  }
 }
 
 /** The build id in a snapshot's header (hex), or null when `bytes` is not a snapshot. */

@@ -234,10 +234,21 @@ export async function waitForReady(page, { timeout = PAGE_START_TIMEOUT_MS } = {
   return outcome;
 }
 
+/** `fetch` from Core, failing with words when nothing answers there (not a bare ECONNREFUSED). */
+async function fetchCore(core, url, init) {
+  try {
+    return await fetch(url, init);
+  } catch (err) {
+    const why = err.cause?.code ?? err.cause?.message ?? err.message;
+    throw new Error(`pedelec test kit: Core is not reachable at ${core.url} (${why}): is it running, `
+      + "on that port? (coreWebServer/startCore start it; coreAt(port) must name its port)", { cause: err });
+  }
+}
+
 /** Call a page tool through Core's control API (as the agent would). */
 export async function callTool(core, sessionId, tool, args = {}, { timeoutMs = TOOL_CALL_TIMEOUT_MS } = {}) {
   const body = { tool, args, timeoutMs };
-  const response = await fetch(`${core.url}/pedelec/v1/sessions/${encodeURIComponent(sessionId)}/tool-calls`, {
+  const response = await fetchCore(core, `${core.url}/pedelec/v1/sessions/${encodeURIComponent(sessionId)}/tool-calls`, {
     method: "POST",
     headers: { authorization: `Bearer ${core.token}`, "content-type": "application/json" },
     body: JSON.stringify(body),

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
+import json
 import math
 import signal
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 from urllib.parse import urlsplit
 
+from .. import __version__
 from ..protocol import MAX_FRAME_BYTES
 from .config import (
     ADMIN_TOKEN_ENV,
@@ -51,7 +55,23 @@ def _provisioned(value: str) -> Path:
         raise argparse.ArgumentTypeError(
             f"{value}: no {' or '.join(missing)} there; provision one with "
             f"`python -m pedelec_pyodide.core.provision DIR` (it writes DIR/pyodide)")
+    if not _lists_pedelec(path / "pyodide-lock.json"):
+        raise argparse.ArgumentTypeError(
+            f"{value}: a bare Pyodide runtime (its pyodide-lock.json lists no "
+            "pedelec-pyodide), such as the npm package: pages would start without "
+            "pedelec-pyodide. Make a provisioned one from it with `python -m "
+            f"pedelec_pyodide.core.provision OUT --pyodide {value}` and pass --pyodide "
+            "OUT/pyodide")
     return path
+
+
+def _lists_pedelec(lock: Path) -> bool:
+    """The lock is one provisioning wrote (it lists our own wheel)."""
+    try:
+        packages = json.loads(lock.read_text("utf-8")).get("packages")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(packages, dict) and "pedelec-pyodide" in packages
 
 
 def _allow_host(value: str) -> str:
@@ -180,9 +200,11 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         "whose X-Forwarded-For names the client; default: none, the peer "
                         "is the client (per-client limits then count a proxy as one client)")
     parser.add_argument("--pyodide", type=_provisioned, metavar="DIR",
-                        help="a provisioned Pyodide directory (runtime, pyodide-lock.json, "
-                        "wheels) served at /pedelec/pyodide/; default: provision one into "
-                        "the cache on first start")
+                        help="a provisioned Pyodide directory (runtime, wheels and the "
+                        "pyodide-lock.json that lists them, as python -m "
+                        "pedelec_pyodide.core.provision OUT writes into OUT/pyodide) served "
+                        "at /pedelec/pyodide/; default: provision one into the cache on "
+                        "first start")
     parser.add_argument("--no-provision", action="store_true",
                         help="without --pyodide, do not provision; /pedelec/pyodide/ "
                         "answers 503 saying what is missing")
@@ -274,31 +296,49 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
     parser.add_argument("--quiet", action="store_true", help="log warnings only")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error in three lines: the short usage, the error, where the options are
+    (the whole usage of ``serve`` runs to a dozen lines: that is ``--help``'s)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help explains every "
+                     "option)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pedelec",
+    parser = _Parser(
+        prog="pedelec", usage="pedelec [--version] {serve,demo,lite} [OPTION ...]",
         description="Core: the server that runs agent turns and relays tool calls to pages. "
         f"The admin token of the control API comes from ${ADMIN_TOKEN_ENV} (never printed), "
         "or is generated and printed at start.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"pedelec-pyodide {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    serve = commands.add_parser("serve", help="run Core (and your app with --app DIR)",
-                                description="Run Core: the bridge WebSocket, the control "
-                                "API and static files.")
+    serve = commands.add_parser(
+        "serve", prog="pedelec serve", usage="pedelec serve [--app DIR] [--port N] [OPTION ...]",
+        help="run Core (and your app with --app DIR)",
+        description="Run Core: the bridge WebSocket, the control API and static files.")
     serve.add_argument("--app", type=_directory, metavar="DIR",
                        help="a web app served at / (index.html for directories)")
     _add_common(serve, default_port=DEFAULT_PORT)
-    demo = commands.add_parser("demo", help="run Core with the bundled demo app at /",
-                               description="Run Core with the demo app at /.")
+    demo = commands.add_parser(
+        "demo", prog="pedelec demo", usage="pedelec demo [--port N] [OPTION ...]",
+        help="run Core with the bundled demo app at /",
+        description="Run Core with the demo app at /.")
     _add_common(demo, default_port=DEFAULT_PORT)
-    lite = commands.add_parser("lite", help="build an offline JupyterLite site with "
-                               "pedelec-pyodide in its Pyodide kernel",
-                               description="Build a JupyterLite site into DIR, clean (DIR is "
-                               "replaced), offline once the runtime and wheels are cached; "
-                               "serve it with pedelec serve --app DIR. Needs the lite extra.")
+    lite = commands.add_parser(
+        "lite", prog="pedelec lite", usage="pedelec lite DIR [--pyodide PKG]",
+        help="build an offline JupyterLite site with pedelec-pyodide in its Pyodide kernel",
+        description="Build a JupyterLite site into DIR, clean (DIR is replaced), offline "
+        "once the runtime and wheels are cached; serve it with pedelec serve --app DIR. "
+        "Needs the lite extra.")
     lite.add_argument("dir", type=Path, metavar="DIR", help="the site's directory")
-    lite.add_argument("--pyodide", type=_directory, metavar="DIR",
-                      help="an npm pyodide package directory to use instead of npm")
+    lite.add_argument("--pyodide", type=_directory, metavar="PKG",
+                      help="the npm package pyodide, unpacked (a node_modules/pyodide "
+                      "directory), to take the runtime from instead of running npm; not "
+                      "what pedelec serve's --pyodide takes")
     for command in (serve, demo, lite):
         command.set_defaults(command_parser=command)
     return parser
@@ -390,7 +430,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pedelec: error: --store {spec.label}: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"pedelec: error: cannot listen on {cfg.host}:{cfg.port}: {exc}", file=sys.stderr)
+        hint = (": another process listens there; stop it, or choose another port with "
+                "--port N (--port 0 picks a free one)" if exc.errno == errno.EADDRINUSE else "")
+        print(f"pedelec: error: cannot listen on {cfg.host}:{cfg.port}: {exc}{hint}",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -11,6 +11,7 @@ import hmac
 import json
 import secrets
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette import responses
@@ -28,6 +29,7 @@ from .sessions import (
     TURN_BUSY,
     CoreSession,
     PendingRequest,
+    Progress,
     Registry,
     checked_call,
 )
@@ -239,11 +241,31 @@ def _event(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {text}\n\n".encode()
 
 
+async def _events(pending: PendingRequest) -> AsyncIterator[bytes]:
+    """A request's events until it is resolved: ``progress`` for each new progress (the
+    latest only), ``waiting`` each time it begins or ends waiting for the user (an
+    approval, a dialog): nothing queues up for a slow caller."""
+    progress: Progress | None = None
+    status = "running"
+    while True:
+        latest = pending.progress
+        if latest is not None and latest is not progress:
+            progress = latest
+            yield _event("progress", latest.as_json())
+            continue
+        if pending.future.done():
+            return
+        if pending.status != status:
+            status = pending.status
+            yield _event("waiting", {"waiting": status != "running", "status": status})
+            continue
+        await pending.changed()
+
+
 class _EventStream(Response):
-    """``POST .../tool-calls`` with ``Accept: text/event-stream``: a ``progress`` event
-    for each new progress of the request, then its ``result`` event. A caller slower
-    than the page gets the latest progress only (the request keeps no queue of
-    events), and one that hangs up is treated as :func:`_tool_answer` treats it."""
+    """``POST .../tool-calls`` with ``Accept: text/event-stream``: :func:`_events`, then
+    the request's ``result`` event. One that hangs up is treated as :func:`_tool_answer`
+    treats it."""
 
     media_type = EVENT_STREAM
 
@@ -278,9 +300,8 @@ class _EventStream(Response):
         """Send the progress events until the request is resolved; False if the caller
         hung up (or Core stopped) first."""
         async def events() -> None:
-            async for update in pending.updates():
-                await send({"type": "http.response.body", "more_body": True,
-                            "body": _event("progress", update.as_json())})
+            async for event in _events(pending):
+                await send({"type": "http.response.body", "more_body": True, "body": event})
 
         pump = asyncio.ensure_future(events())
         hangup = asyncio.ensure_future(hung_up(self.request))
@@ -364,6 +385,8 @@ async def health(request: Request) -> Response:
         # pages can load: the runtime under /pedelec/pyodide/ is served (not a 503)
         "ready": request.app.state.pyodide.status == "ready",
     }
+    if not answer["ready"]:  # why pages cannot load (yet): what /pedelec/pyodide/ answers
+        answer["pyodideDetail"] = request.app.state.pyodide.detail
     problem = registry.store.problem
     if problem is not None:  # Core answers, but what it is told may not survive a restart
         answer["status"] = "degraded"

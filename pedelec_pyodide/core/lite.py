@@ -16,7 +16,16 @@ drop the local Pyodide URL silently) from a staging directory laid out here:
   ``micropip.install("pedelec-pyodide")`` / ``%pip install pedelec-pyodide`` find our
   wheel there (micropip searches the lock before any index).
 * ``jupyter-lite.json``: the kernel's settings, ``pyodideUrl`` local and
-  ``disablePyPIFallback`` on; ``files/``: the example notebook.
+  ``disablePyPIFallback`` on, and ``loadPyodideOptions.packages``: the packages the
+  kernel would install one after the other at start (micropip, then piplite, then
+  ipykernel, comm, pyodide-kernel, jedi, ipython through piplite) loaded by
+  ``loadPyodide`` itself, from the lock, while the runtime boots (the kernel skips what
+  that list names); ``files/``: the example notebook.
+* the kernel's memory snapshot (:data:`KERNEL_SNAPSHOT`, made under Node like the page's):
+  the interpreter with the kernel's libraries imported (IPython's import is the larger
+  part of a kernel's start). ``pyodideUrl`` then names ``pedelec-kernel.mjs`` (from
+  ``web/``), Pyodide's module whose ``loadPyodide`` restores it (falling back to a boot).
+  Without Node there is none, and the kernel boots the usual way.
 
 CPython only. Needs the ``lite`` extra (:func:`install_hint` says how).
 """
@@ -40,11 +49,14 @@ from pathlib import Path
 from typing import Any
 
 from . import provision
+from .config import default_web_dir
 from .provision import ProvisionError, canonical_name, evaluate_marker
+from .snapshot import Recipe, SnapshotError, ensure_snapshot
 
 __all__ = [
     "EXAMPLE_NOTEBOOK",
     "KERNEL_PLUGIN",
+    "KERNEL_SNAPSHOT",
     "KernelInfo",
     "LiteError",
     "LiteResult",
@@ -64,8 +76,23 @@ KERNEL_PLUGIN = "@jupyterlite/pyodide-kernel-extension:kernel"
 EXAMPLE_NOTEBOOK = "pedelec-example.ipynb"
 #: what the kernel loads with ``loadPackage`` before its piplite installs
 _KERNEL_PRELOADS = ("micropip",)
+#: what the kernel installs at start, in its order (its worker: micropip, then piplite,
+#: then these through piplite), each skipped when ``loadPyodideOptions.packages`` names it
+KERNEL_START = ("micropip", "piplite", "ipykernel", "comm", "pyodide-kernel", "jedi",
+                "ipython")
 _SERIES = "0.8."
-_PYODIDE_URL = "./static/pyodide/pyodide.mjs"
+_PYODIDE_DIR = "./static/pyodide/"
+#: the kernel's Pyodide module: Pyodide's own, or the one that restores the snapshot
+_PYODIDE_MODULE = "pyodide.mjs"
+_KERNEL_MODULE = "pedelec-kernel.mjs"
+#: the kernel's libraries, imported in its snapshot: not the kernel itself, nor
+#: ipykernel, piplite or micropip, which hold JavaScript objects a snapshot cannot keep
+KERNEL_SNAPSHOT = Recipe(
+    whose="notebook kernel's", name="pedelec-kernel-snapshot.bin",
+    manifest="pedelec-kernel-snapshot.json", roots=("ipython", "jedi", "comm"),
+    imports=("IPython", "jedi", "comm", "traitlets", "pygments"), encodings=("gzip",))
+#: beside the kernel's module in static/pyodide/ (from web/)
+_KERNEL_MODULE_FILES = (_KERNEL_MODULE, "pyodide-snapshot.js")
 
 
 def install_hint() -> str:
@@ -271,14 +298,18 @@ def _kernel_wheels(
 # ------------------------------------------------------------------- the site files
 
 
-def lite_config() -> dict[str, Any]:
-    """``jupyter-lite.json``: the local Pyodide and no fallback to PyPI."""
+def lite_config(*, snapshot: bool = False) -> dict[str, Any]:
+    """``jupyter-lite.json``: the local Pyodide (restoring the kernel's snapshot, with one),
+    no fallback to PyPI, the kernel's start packages loaded while Pyodide boots."""
+    module = _KERNEL_MODULE if snapshot else _PYODIDE_MODULE
     return {
         "jupyter-lite-schema-version": 0,
         "jupyter-config-data": {
             "appName": "pedelec-pyodide",
             "litePluginSettings": {
-                KERNEL_PLUGIN: {"pyodideUrl": _PYODIDE_URL, "disablePyPIFallback": True},
+                KERNEL_PLUGIN: {"pyodideUrl": _PYODIDE_DIR + module,
+                                "disablePyPIFallback": True,
+                                "loadPyodideOptions": {"packages": list(KERNEL_START)}},
             },
         },
     }
@@ -428,13 +459,28 @@ def build_site(
         for name, wheel in fetched.items():
             kernel_wheels[name] = pyodide_dir / wheel.name
             shutil.copy2(wheel, kernel_wheels[name])
+        # the kernel's own wheels it installs at start (piplite, ipykernel, pyodide-kernel)
+        # go into the lock too, so that loadPyodide loads them (KERNEL_START)
+        for wheel in kernel.bundled_wheels:
+            name = canonical_name(wheel.name.split("-", 1)[0])
+            if name in KERNEL_START and name not in kernel_wheels:
+                kernel_wheels[name] = pyodide_dir / wheel.name
+                shutil.copy2(wheel, kernel_wheels[name])
+        missing = [name for name in KERNEL_START
+                   if name not in kernel_wheels and name not in runtime.wheels]
+        if missing:
+            raise LiteError(f"jupyterlite-pyodide-kernel {kernel.version} starts with "
+                            f"{', '.join(missing)}, which the site has no wheel of")
         lock = provision.build_lock(npm_lock, [*runtime.wheels.values(),
                                                *kernel_wheels.values()], pyodide_dir)
         provision.write_lock(runtime.lock_file, lock)
         say(f"lock: {len(lock['packages'])} packages, {len(kernel_wheels)} for the kernel")
-        _write_json(stage / "jupyter-lite.json", lite_config())
+        snapshot = _kernel_snapshot(pyodide_dir, lock, cache, say)
+        _write_json(stage / "jupyter-lite.json", lite_config(snapshot=snapshot))
         _write_json(stage / "files" / EXAMPLE_NOTEBOOK, example_notebook())
         _jupyter_lite_build(stage, site_dir, say)
+        if snapshot:  # the build points pyodideUrl at its pyodide.mjs, whatever it was
+            _use_kernel_module(site_dir / "jupyter-lite.json")
     result_dir = site_dir / "static" / "pyodide"
     _check_site(site_dir, result_dir)
     seconds = time.monotonic() - started
@@ -445,6 +491,33 @@ def build_site(
         kernel_wheels={n: result_dir / w.name for n, w in kernel_wheels.items()},
         kernel=kernel, seconds=seconds,
     )
+
+
+def _kernel_snapshot(pyodide_dir: Path, lock: dict[str, Any], cache: Path, log: Log) -> bool:
+    """Put the kernel's memory snapshot and the module that restores it next to the
+    runtime; False (a note said why) when there can be none: the kernel boots."""
+    web = default_web_dir()
+    try:
+        modules = [web / name for name in _KERNEL_MODULE_FILES] if web is not None else []
+        if not modules or not all(path.is_file() for path in modules):
+            raise SnapshotError(f"web/{_KERNEL_MODULE} was not found")
+        ensure_snapshot(pyodide_dir, lock, web_dir=web, cache=cache, log=log,
+                        recipe=KERNEL_SNAPSHOT)
+    except SnapshotError as exc:
+        log(f"note: no memory snapshot for the notebook kernel, it starts without one "
+            f"(slower): {exc}")
+        return False
+    for path in modules:
+        shutil.copy2(path, pyodide_dir / path.name)
+    return True
+
+
+def _use_kernel_module(config_file: Path) -> None:
+    """Point the built site's kernel at the module that restores its snapshot."""
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    settings = config["jupyter-config-data"]["litePluginSettings"][KERNEL_PLUGIN]
+    settings["pyodideUrl"] = _PYODIDE_DIR + _KERNEL_MODULE
+    _write_json(config_file, config)
 
 
 def _jupyter_lite_build(stage: Path, site_dir: Path, log: Log) -> None:
@@ -467,8 +540,10 @@ def _check_site(site_dir: Path, pyodide_dir: Path) -> None:
     settings = config.get("jupyter-config-data", {}).get("litePluginSettings", {})
     kernel = settings.get(KERNEL_PLUGIN, {})
     problems = []
-    if kernel.get("pyodideUrl") != _PYODIDE_URL:
-        problems.append(f"pyodideUrl is {kernel.get('pyodideUrl')!r}, not {_PYODIDE_URL!r}")
+    module = str(kernel.get("pyodideUrl")).removeprefix(_PYODIDE_DIR)
+    if module not in (_PYODIDE_MODULE, _KERNEL_MODULE) or not (pyodide_dir / module).is_file():
+        problems.append(f"pyodideUrl is {kernel.get('pyodideUrl')!r}, not a module in "
+                        f"{_PYODIDE_DIR}")
     if kernel.get("disablePyPIFallback") is not True:
         problems.append("disablePyPIFallback is not set")
     for name in ("pyodide.mjs", "pyodide.asm.wasm", "pyodide-lock.json"):

@@ -33,7 +33,9 @@ const site = pyodide.runPython("import site; site.getsitepackages()[0]");
 for (const file of wheels) {
   pyodide.unpackArchive(new Uint8Array(readFileSync(path.join(dir, file))), "wheel", { extractDir: site });
 }
-pyodide.runPython(`import importlib\nimportlib.invalidate_caches()\n${imports.map((m) => `import ${m}`).join("\n")}`);
+// then collect: an object left for the collector (a ZipFile of an import) would be freed
+// in the browser, whose file descriptors are not Node's ("Bad file descriptor")
+pyodide.runPython(`import importlib\nimportlib.invalidate_caches()\n${imports.map((m) => `import ${m}`).join("\n")}\nimport gc\ngc.collect()`);
 const bytes = snapshots.makeSnapshot(pyodide);
 
 function write(file, data) {

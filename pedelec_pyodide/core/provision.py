@@ -91,11 +91,16 @@ TEST_WHEELS: tuple[str, ...] = (
 
 _OWN_DIST = "pedelec-pyodide"
 _LOCK_NAME = "pyodide-lock.json"
+# right wherever provisioning runs: `pedelec serve`/`demo` (whose --pyodide takes a
+# provisioned directory) and this module's CLI (whose --pyodide takes the npm package)
 _NPM_HINT = (
     "npm (Node.js >= 18) is needed once to fetch the Pyodide runtime: install Node.js "
-    "(e.g. `apt install nodejs npm`, or https://nodejs.org), or pass an existing "
-    f"Pyodide {PYODIDE_VERSION} directory (one holding pyodide.mjs and "
-    "pyodide.asm.wasm) with --pyodide DIR"
+    "(e.g. `apt install nodejs npm`, or https://nodejs.org). Without npm here: run "
+    "`python -m pedelec_pyodide.core.provision OUT` where npm is, copy OUT/pyodide here and "
+    "start Core with `pedelec serve --pyodide OUT/pyodide`; or, with the npm package "
+    f"pyodide@{PYODIDE_VERSION} unpacked here (its node_modules/pyodide), run `python -m "
+    "pedelec_pyodide.core.provision OUT --pyodide node_modules/pyodide` and the same "
+    "`pedelec serve --pyodide OUT/pyodide`"
 )
 
 Log = Callable[[str], None]

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import html
 import json
+import logging
 import mimetypes
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -375,7 +376,8 @@ async def _provision(pyodide: PyodideFiles) -> None:
             log=lambda line: log_event("provision", message=line))
     except provisioning.ProvisionError as exc:
         pyodide.failed(str(exc))
-        log_event("provision.failed", error=str(exc))
+        # pages cannot load: shown with --quiet too (health's pyodideDetail has it)
+        log_event("provision.failed", level=logging.WARNING, error=str(exc))
         return
     pyodide.ready(result.pyodide_dir)
     log_event("provision.ready", directory=str(result.pyodide_dir))

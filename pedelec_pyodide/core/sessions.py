@@ -241,14 +241,19 @@ class PendingRequest:
                 continue
             if self.future.done():
                 return
-            watcher = asyncio.get_running_loop().create_future()
-            self.watchers.append(watcher)
-            try:
-                await watcher
-            finally:
-                if watcher.cancelled():  # its caller left: it holds no place in the list
-                    with contextlib.suppress(ValueError):
-                        self.watchers.remove(watcher)
+            await self.changed()
+
+    async def changed(self) -> None:
+        """Return at the request's next change: a progress, a wait for the user begun or
+        ended (``status``), its result."""
+        watcher = asyncio.get_running_loop().create_future()
+        self.watchers.append(watcher)
+        try:
+            await watcher
+        finally:
+            if watcher.cancelled():  # its caller left: it holds no place in the list
+                with contextlib.suppress(ValueError):
+                    self.watchers.remove(watcher)
 
     def message(self) -> protocol.ToolRequest:
         record = self.record
@@ -795,10 +800,12 @@ class CoreSession:
         if pending.paused_at is None:
             pending.paused_at = self.registry.config.clock.time()
             self._schedule(pending)
+        pending.wake()  # a caller's event stream says it waits
 
     def _stop_waiting(self, pending: PendingRequest) -> None:
         paused_at = pending.paused_at
         pending.status = "running"
+        pending.wake()
         if paused_at is None:
             return
         pending.paused_at = None

@@ -1,4 +1,5 @@
-"""The page's memory snapshot: made by provisioning, served by Core.
+"""Memory snapshots: the page's, made by provisioning and served by Core; the notebook
+kernel's, made by ``pedelec lite`` (:data:`PAGE`, and the :class:`Recipe` in lite.py).
 
 A Pyodide memory snapshot (made under Node by ``make_snapshot.mjs`` through
 ``web/pyodide-snapshot.js``) is the interpreter's whole wasm heap after our wheels were
@@ -25,12 +26,15 @@ import shutil
 import subprocess
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 __all__ = [
     "MANIFEST_NAME",
+    "PAGE",
     "SNAPSHOT_NAME",
+    "Recipe",
     "SnapshotError",
     "choose_encoding",
     "ensure_snapshot",
@@ -80,8 +84,30 @@ class SnapshotError(RuntimeError):
     """The snapshot could not be made; pages start without one."""
 
 
-def snapshot_packages(lock: Mapping[str, Any]) -> list[str]:
-    """The lock's names of :data:`ROOT_PACKAGE` and its dependencies, in install order."""
+@dataclass(frozen=True)
+class Recipe:
+    """One kind of snapshot: what it holds and the files it is."""
+
+    #: whose it is, for the log line ("page's")
+    whose: str
+    #: its file's name (on disk with the encoding's suffix) and its manifest's
+    name: str
+    manifest: str
+    #: the lock's packages whose wheels (with their dependencies) are unpacked in it
+    roots: tuple[str, ...]
+    #: the modules imported in it
+    imports: tuple[str, ...]
+    #: the encodings stored (the better first)
+    encodings: tuple[Encoding, ...]
+
+
+#: the page's: our wheels, our modules; Core serves it in either encoding
+PAGE = Recipe("page's", SNAPSHOT_NAME, MANIFEST_NAME, (ROOT_PACKAGE,), IMPORTS, ENCODINGS)
+
+
+def snapshot_packages(lock: Mapping[str, Any],
+                      roots: Sequence[str] = PAGE.roots) -> list[str]:
+    """The lock's names of ``roots`` and their dependencies, in install order."""
     packages = lock["packages"]
     names: list[str] = []
 
@@ -94,15 +120,18 @@ def snapshot_packages(lock: Mapping[str, Any]) -> list[str]:
         for dep in packages[name].get("depends", []):
             add(dep)
 
-    add(ROOT_PACKAGE)
+    for root in roots:
+        add(root)
     return names
 
 
-def snapshot_key(build_id: str, wheels: Mapping[str, str], maker: bytes) -> str:
-    """The snapshot's identity: the runtime's build id, each wheel's sha256 (by name), and
-    the code that makes it (``maker``: its bytes). Any change is a new snapshot."""
+def snapshot_key(build_id: str, wheels: Mapping[str, str], maker: bytes,
+                 imports: Sequence[str] = PAGE.imports) -> str:
+    """The snapshot's identity: the runtime's build id, each wheel's sha256 (by name), the
+    modules imported, and the code that makes it (``maker``: its bytes). Any change is a
+    new snapshot."""
     text = json.dumps({"buildId": build_id, "wheels": dict(sorted(wheels.items())),
-                       "imports": IMPORTS, "maker": hashlib.sha256(maker).hexdigest()},
+                       "imports": tuple(imports), "maker": hashlib.sha256(maker).hexdigest()},
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -122,13 +151,13 @@ def _maker_bytes(snapshot_module: Path) -> bytes:
 
 
 def ensure_snapshot(pyodide_dir: Path, lock: Mapping[str, Any], *, web_dir: Path | None,
-                    cache: Path, log: Log) -> dict[str, Any]:
+                    cache: Path, log: Log, recipe: Recipe = PAGE) -> dict[str, Any]:
     """Make (or take from ``cache``) the snapshot for the runtime and wheels in
     ``pyodide_dir`` and put it there with its manifest; returns the manifest. Raises
     :class:`SnapshotError` when it cannot be made (no Node, no web/ module, Node failed):
     any older snapshot and manifest there are removed first, so none is served stale."""
-    manifest_file = pyodide_dir / MANIFEST_NAME
-    names = snapshot_packages(lock)
+    manifest_file = pyodide_dir / recipe.manifest
+    names = snapshot_packages(lock, recipe.roots)
     packages = {name: str(lock["packages"][name]["sha256"]) for name in names}
     build_id = runtime_build_id(pyodide_dir)
     module = web_dir / "pyodide-snapshot.js" if web_dir is not None else None
@@ -137,62 +166,65 @@ def ensure_snapshot(pyodide_dir: Path, lock: Mapping[str, Any], *, web_dir: Path
             raise SnapshotError(f"no Pyodide build id in {pyodide_dir / 'pyodide.mjs'}")
         if module is None or not module.is_file():
             raise SnapshotError("web/pyodide-snapshot.js was not found")
-        key = snapshot_key(build_id, packages, _maker_bytes(module))
+        key = snapshot_key(build_id, packages, _maker_bytes(module), recipe.imports)
         manifest = {"key": key, "buildId": build_id, "packages": packages,
-                    "imports": list(IMPORTS)}
+                    "imports": list(recipe.imports)}
         stored = cache / "snapshots" / key
-        made = _made_sizes(stored)
+        made = _made_sizes(stored, recipe)
         try:
-            if (made is not None and _sizes(pyodide_dir) == made
+            if (made is not None and _sizes(pyodide_dir, recipe) == made
                     and json.loads(manifest_file.read_text("utf-8")) == manifest):
                 return manifest
         except (OSError, ValueError):
             pass
-        remove_snapshot(pyodide_dir)
+        remove_snapshot(pyodide_dir, recipe)
         if made is None:
             _make(pyodide_dir, module, [lock["packages"][n]["file_name"] for n in names],
-                  stored, log)
-            made = _sizes(stored)
+                  stored, log, recipe)
+            made = _sizes(stored, recipe)
             if made is None:
                 raise SnapshotError(f"{_MAKER.name} exited 0 but left no snapshot in {stored}")
             _write(stored / _MADE_NAME, json.dumps(made))
-        for encoding in ENCODINGS:
-            _copy(stored_file(stored, encoding), stored_file(pyodide_dir, encoding))
+        for encoding in recipe.encodings:
+            _copy(stored_file(stored, encoding, recipe.name),
+                  stored_file(pyodide_dir, encoding, recipe.name))
         _write(manifest_file, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     except SnapshotError:
-        remove_snapshot(pyodide_dir)
+        remove_snapshot(pyodide_dir, recipe)
         raise
     except OSError as exc:  # a full disk, a Node that wrote nothing: no snapshot, no crash
-        remove_snapshot(pyodide_dir)
+        remove_snapshot(pyodide_dir, recipe)
         raise SnapshotError(f"cannot place the snapshot in {pyodide_dir}: {exc}") from exc
     return manifest
 
 
-def remove_snapshot(pyodide_dir: Path) -> None:
-    """Remove the snapshot, its manifest and its inflated forms from ``pyodide_dir``."""
-    (pyodide_dir / MANIFEST_NAME).unlink(missing_ok=True)
+def remove_snapshot(pyodide_dir: Path, recipe: Recipe = PAGE) -> None:
+    """Remove the snapshot, its manifest and its inflated forms from ``pyodide_dir``, if
+    there."""
+    (pyodide_dir / recipe.manifest).unlink(missing_ok=True)
     for encoding in ENCODINGS:
-        stored_file(pyodide_dir, encoding).unlink(missing_ok=True)
-    for inflated in pyodide_dir.glob(identity_file(pyodide_dir, "*").name):
+        stored_file(pyodide_dir, encoding, recipe.name).unlink(missing_ok=True)
+    for inflated in pyodide_dir.glob(f".{recipe.name}.*"):
         inflated.unlink(missing_ok=True)
 
 
-def _sizes(directory: Path) -> dict[str, int] | None:
+def _sizes(directory: Path, recipe: Recipe = PAGE) -> dict[str, int] | None:
     """The size of each stored encoding in ``directory``, or None when one is missing."""
     try:
-        return {e: stored_file(directory, e).stat().st_size for e in ENCODINGS}
+        return {e: stored_file(directory, e, recipe.name).stat().st_size
+                for e in recipe.encodings}
     except OSError:
         return None
 
 
-def _made_sizes(stored: Path) -> dict[str, int] | None:
+def _made_sizes(stored: Path, recipe: Recipe = PAGE) -> dict[str, int] | None:
     """The sizes recorded when the cache entry ``stored`` was made, if its files still have
     them (renamed but never flushed before a crash, a file can be left empty)."""
     try:
         made = json.loads((stored / _MADE_NAME).read_text("utf-8"))
     except (OSError, ValueError):
         return None
-    return made if isinstance(made, dict) and made == _sizes(stored) else None
+    return made if isinstance(made, dict) and made == _sizes(stored, recipe) else None
 
 
 def _temporary(path: Path) -> Path:
@@ -214,16 +246,16 @@ def _copy(src: Path, dst: Path) -> None:
 
 
 def _make(pyodide_dir: Path, module: Path, wheels: Sequence[str], target: Path,
-          log: Log) -> None:
+          log: Log, recipe: Recipe) -> None:
     node = shutil.which("node")
     if node is None:
         raise SnapshotError("`node` was not found on PATH (Node.js makes the snapshot)")
-    log("making the page's memory snapshot under Node (once per runtime and wheels)")
+    log(f"making the {recipe.whose} memory snapshot under Node (once per runtime and wheels)")
     target.mkdir(parents=True, exist_ok=True)
-    command = [node, str(_MAKER), str(module), str(pyodide_dir), str(target / SNAPSHOT_NAME)]
+    command = [node, str(_MAKER), str(module), str(pyodide_dir), str(target / recipe.name)]
     try:
         done = subprocess.run(command, input=json.dumps({"wheels": list(wheels),
-                                                         "imports": list(IMPORTS)}),
+                                                         "imports": list(recipe.imports)}),
                               capture_output=True, text=True, check=False,
                               timeout=MAKE_TIMEOUT)
     except subprocess.TimeoutExpired as exc:
@@ -273,9 +305,9 @@ def choose_encoding(accept_encoding: str) -> Encoding | Literal["identity"] | No
     return "identity" if weights.get("identity", weights.get("*", 1.0)) > 0 else None
 
 
-def stored_file(directory: Path, encoding: Encoding) -> Path:
-    """Where the snapshot is stored in ``encoding``."""
-    return directory / (SNAPSHOT_NAME + _SUFFIX[encoding])
+def stored_file(directory: Path, encoding: Encoding, name: str = SNAPSHOT_NAME) -> Path:
+    """Where the snapshot ``name`` is stored in ``encoding``."""
+    return directory / (name + _SUFFIX[encoding])
 
 
 def identity_file(directory: Path, key: str) -> Path:

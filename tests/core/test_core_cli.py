@@ -231,3 +231,83 @@ def test_scripts_demo_prints_the_url_first_and_no_stray_lines() -> None:
         deadline.cancel()
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
+
+
+def test_version_names_the_distribution() -> None:
+    from pedelec_pyodide import __version__
+
+    shown = subprocess.run([sys.executable, "-m", "pedelec_pyodide.core.cli", "--version"],
+                           capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0 and shown.stdout == f"pedelec-pyodide {__version__}\n"
+
+
+@pytest.mark.parametrize("argv", [[], ["serve", "--bogus"], ["demo", "--port", "x"], ["lite"]])
+def test_a_usage_error_is_three_short_lines(argv: list[str]) -> None:
+    """The short usage, the error, where the options are explained (serve's whole usage
+    is a dozen lines: that is --help's)."""
+    failed = subprocess.run([sys.executable, "-m", "pedelec_pyodide.core.cli", *argv],
+                            capture_output=True, text=True, timeout=30)
+    lines = failed.stderr.splitlines()
+    assert failed.returncode == 2 and len(lines) == 3, failed.stderr
+    assert lines[0].startswith("usage: pedelec") and len(lines[0]) < 80
+    assert ": error: " in lines[1] and lines[2].endswith("--help explains every option)")
+
+
+def test_a_port_in_use_says_how_to_get_another() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        failed = subprocess.run(
+            [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port", str(port),
+             "--no-provision", "--quiet"], capture_output=True, text=True, timeout=30)
+    assert failed.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in failed.stderr
+    assert "--port 0 picks a free one" in failed.stderr
+
+
+def test_a_bare_pyodide_runtime_is_refused_with_the_command_that_provisions_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The npm package's directory has pyodide.mjs and a pyodide-lock.json, but pages
+    served from it would start without pedelec-pyodide."""
+    (tmp_path / "pyodide.mjs").write_text("export {};")
+    (tmp_path / "pyodide-lock.json").write_text('{"info": {}, "packages": {"micropip": {}}}')
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--pyodide", str(tmp_path)])
+    said = capsys.readouterr().err
+    assert "lists no pedelec-pyodide" in said
+    assert f"provision OUT --pyodide {tmp_path}" in said and "--pyodide OUT/pyodide" in said
+    (tmp_path / "pyodide-lock.json").write_text('{"packages": {"pedelec-pyodide": {}}}')
+    args = build_parser().parse_args(["serve", "--pyodide", str(tmp_path)])
+    assert args.pyodide == tmp_path.resolve()
+
+
+def test_a_provisioning_failure_is_a_warning_even_with_quiet_and_health_says_why(
+        tmp_path: Path) -> None:
+    """No npm on PATH and nothing cached: pages cannot load. --quiet still shows why, and
+    health's pyodideDetail says it too."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PEDELEC_")}
+    env["PATH"] = str(Path(sys.executable).parent)  # this Python, and no npm
+    env["PEDELEC_CACHE_DIR"] = str(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port", "0", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split(": ", 1)[1].strip()
+        health: dict[str, object] = {}
+        for _ in range(300):
+            health = httpx.get(url + "pedelec/v1/health", timeout=10).json()
+            if health["pyodide"] != "provisioning":
+                break
+            threading.Event().wait(0.1)
+        assert health["pyodide"] == "error" and health["ready"] is False
+        assert "`npm` was not found" in str(health["pyodideDetail"])
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=15)
+    assert process.stderr is not None
+    said = process.stderr.read()
+    assert " WARNING event=provision.failed " in said and "`npm` was not found" in said

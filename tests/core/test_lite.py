@@ -125,8 +125,28 @@ def test_the_lock_is_rewritten_from_the_npm_lock_for_the_files_we_have(tmp_path:
 
 
 def test_site_settings_use_the_local_pyodide_without_pypi() -> None:
-    settings = lite.lite_config()["jupyter-config-data"]["litePluginSettings"][lite.KERNEL_PLUGIN]
-    assert settings == {"pyodideUrl": "./static/pyodide/pyodide.mjs", "disablePyPIFallback": True}
+    """The kernel's start packages are loaded by loadPyodide (the kernel skips installing
+    what loadPyodideOptions.packages names); with a snapshot, its module restores it."""
+    def settings(**kwargs: bool) -> dict[str, object]:
+        config = lite.lite_config(**kwargs)["jupyter-config-data"]
+        found: dict[str, object] = config["litePluginSettings"][lite.KERNEL_PLUGIN]
+        return found
+
+    preload = {"packages": ["micropip", "piplite", "ipykernel", "comm", "pyodide-kernel",
+                            "jedi", "ipython"]}
+    assert settings() == {"pyodideUrl": "./static/pyodide/pyodide.mjs",
+                          "disablePyPIFallback": True, "loadPyodideOptions": preload}
+    assert settings(snapshot=True)["pyodideUrl"] == "./static/pyodide/pedelec-kernel.mjs"
+
+
+def test_the_kernel_snapshot_holds_no_object_a_snapshot_cannot_keep() -> None:
+    """What Node imports for the kernel's snapshot: its libraries, never the kernel, ipykernel
+    (which imports the kernel), piplite or micropip: they hold JavaScript functions, and
+    Pyodide refuses to make a snapshot then ("Can't serialize object")."""
+    imports = set(lite.KERNEL_SNAPSHOT.imports)
+    assert "IPython" in imports
+    assert not imports & {"pyodide_kernel", "ipykernel", "piplite", "micropip"}
+    assert lite.KERNEL_SNAPSHOT.encodings == ("gzip",)  # any static server, inflated in JS
 
 
 def test_the_example_notebook_uses_the_public_api_and_parses() -> None:

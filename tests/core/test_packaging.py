@@ -51,8 +51,8 @@ def test_an_installed_wheel_finds_its_own_web_files(wheel: Path, tmp_path: Path)
 
 # docs/how-to/install.md: a built wheel installed with the extra
 DOCUMENTED_WHEEL_INSTALL = re.compile(
-    r"^pip install '(pedelec-pyodide\[core\]) @ file:///\S+/pedelec_pyodide-[^/']+\.whl'$",
-    re.MULTILINE)
+    r"^\.venv/bin/pip install \"(pedelec-pyodide\[core\]) @ file://\S+/pedelec_pyodide-[^/\"]+"
+    r"\.whl\"$", re.MULTILINE)
 INSTALL_GUIDE = REPO / "docs" / "how-to" / "install.md"
 # what no index serves: an install by the bare name
 BY_NAME = re.compile(r"pip install '?pedelec-pyodide\[[a-z,]+\]'?(?!\s*@)")

@@ -399,6 +399,45 @@ def test_a_call_that_accepts_an_event_stream_gets_progress_then_its_result() -> 
     run(main())
 
 
+def test_an_event_stream_says_when_the_call_waits_for_the_user() -> None:
+    """A call awaiting the user's approval (or a dialog) would look hung on a stream of
+    progress alone: a waiting event says it waits, and another when it runs again."""
+    async def main() -> None:
+        async with running_core() as core:
+            client, welcome = await page_with(core)
+            sid = welcome["sessionId"]
+            events: list[tuple[str, Any]] = []
+
+            async def call() -> None:
+                async with core.http.stream("POST", calls_path(sid), headers=STREAM,
+                                            json={"tool": "slow"}) as response:
+                    await read_events(response, events)
+
+            task = asyncio.create_task(call())
+            rid = (await next_of(client, "tool.request"))["toolRequestId"]
+            await waiting(client, rid, True, reason="approval")
+            await until(lambda: len(events) == 1, "the waiting event")
+            await waiting(client, rid, False)
+            await until(lambda: len(events) == 2, "the running event")
+            await waiting(client, rid, True, reason="a dialog is open")
+            await until(lambda: len(events) == 3, "the second waiting event")
+            await waiting(client, rid, False)
+            await until(lambda: len(events) == 4, "running again")
+            await progress(client, rid, 1)
+            await result(client, rid, "done")
+            await asyncio.wait_for(task, WAIT)
+            assert events == [
+                ("waiting", {"waiting": True, "status": "awaiting_approval"}),
+                ("waiting", {"waiting": False, "status": "running"}),
+                ("waiting", {"waiting": True, "status": "waiting_for_user"}),
+                ("waiting", {"waiting": False, "status": "running"}),
+                ("progress", {"progress": 1}),
+                ("result", {"toolRequestId": rid, "result": "done", "handledBy": "named"}),
+            ]
+
+    run(main())
+
+
 def test_an_event_stream_caller_that_hangs_up_cancels_unless_it_gave_a_key() -> None:
     async def main() -> None:
         async with running_core() as core:

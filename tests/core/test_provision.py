@@ -267,7 +267,8 @@ def test_missing_npm_is_explained(
         prov.provision(tmp_path / "out", cache=tmp_path / "cache", repo=REPO, log=print)
     message = str(info.value)
     assert "`npm` was not found" in message
-    assert "--pyodide DIR" in message and prov.PYODIDE_VERSION in message
+    assert "pedelec serve --pyodide OUT/pyodide" in message and prov.PYODIDE_VERSION in message
+    assert "provision OUT --pyodide node_modules/pyodide" in message
     assert no_subprocess == []
 
 

@@ -76,3 +76,12 @@ def test_the_readme_links_to_pages_that_exist() -> None:
     assert "docs/tutorial.md" in links
     missing = [link for link in links if not (REPO / link).exists()]
     assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_the_readme_and_the_home_page_list_every_how_to_guide() -> None:
+    guides = {page.name for page in (DOCS / "how-to").glob("*.md")}
+    assert len(guides) >= 10
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    home = (DOCS / "index.md").read_text(encoding="utf-8")
+    assert not guides - set(re.findall(r"\]\(docs/how-to/([^)#]+\.md)", readme)), "README.md"
+    assert not guides - set(re.findall(r"\]\(how-to/([^)#]+\.md)", home)), "docs/index.md"

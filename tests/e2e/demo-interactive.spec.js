@@ -155,3 +155,68 @@ test("a control-API caller asking for text/event-stream gets summarize_notes' pr
   expect(data.handledBy).not.toBe("none");  // its handler ran
   expect(data.result.summaries).toHaveLength(NOTES);
 });
+
+test("the delete suggestion names a note that is there, and goes when none is", async ({ page }) => {
+  await openPage(page, `${demo.url}/`);
+  const suggestion = page.locator("#suggest-delete");
+  await expect(suggestion).toHaveText("Delete note n1");
+  await suggestion.click();
+  await card(page).getByRole("button", { name: "Approve" }).click();
+  await idle(page);
+  expect(await noteIds(page)).not.toContain("n1");
+  await expect(suggestion).toHaveText("Delete note n2");  // not n1, which is gone
+  await expect(suggestion).toHaveAttribute("data-text", 'Delete note "n2"');
+  // no note left (stored by the page's Python, rendered on the next tool call)
+  await page.evaluate(() => window.pedelec.runPython("store_notes([])"));
+  await send(page, "/call list_notes {}");
+  await idle(page);
+  await expect(page.locator("#notes li")).toHaveCount(0);
+  await expect(suggestion).toBeHidden();
+});
+
+test("while a call awaits approval the pill says so, and the log counts every row it shows", async ({ page }) => {
+  await openPage(page, `${demo.url}/`);
+  const pill = page.locator("#status-text");
+  const count = page.locator("#log-count");
+  const rows = page.locator("#log tr:not(.empty)");
+  await page.getByRole("button", { name: "Delete note n1" }).click();
+  await expect(card(page)).toBeVisible();
+  await expect(pill).toHaveText("Waiting for your approval");  // not "Running a tool…"
+  await expect(count).toHaveText("1 in progress");
+  await expect(rows).toHaveCount(1);
+  await expect(page.locator("#log tr.live progress")).toBeHidden();  // nothing is worked on
+  await card(page).getByRole("button", { name: "Approve" }).click();
+  await idle(page);
+  await expect(pill).toHaveText("Ready");
+  await expect(count).toHaveText("1 call");
+  await page.getByRole("button", { name: "Summarise the notes" }).click();
+  await expect(page.locator("#log tr.live progress")).toBeVisible();
+  await expect(pill).toHaveText("Running a tool…");
+  await expect(count).toHaveText("1 call, 1 in progress");
+  await expect(rows).toHaveCount(2);
+  await idle(page);
+  await expect(count).toHaveText("2 calls");
+  await expect(rows).toHaveCount(2);
+});
+
+test("a long message being typed, or an approval card, leaves the layout where it is", async ({ page }) => {
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await openPage(page, `${demo.url}/`);
+  const boxes = () => Promise.all([".editor-card", ".chat-card", ".log-card", "#chat-send"]
+    .map((selector) => page.locator(selector).boundingBox()));
+  const before = await boxes();
+  const input = page.getByLabel("Message");
+  await input.fill(Array.from({ length: 30 }, (_, i) => `line ${i + 1}`).join("\n"));
+  await input.dispatchEvent("input");  // the page grows the box to its text, up to its limit
+  expect((await input.boundingBox()).height).toBeGreaterThan(80);
+  const [editor, chat, logCard] = await boxes();
+  expect([editor, chat, logCard]).toEqual(before.slice(0, 3));
+  await input.fill("");
+  await input.dispatchEvent("input");
+  expect(await boxes()).toEqual(before);
+  await page.getByRole("button", { name: "Delete note n1" }).click();
+  await expect(card(page)).toBeVisible();
+  // the log below has a row more (the call waiting); the cards above have not moved
+  expect((await boxes()).slice(0, 2)).toEqual(before.slice(0, 2));
+  await expect(card(page).getByRole("button", { name: "Approve" })).toBeInViewport({ ratio: 1 });
+});

@@ -88,6 +88,8 @@ test("the example notebook runs offline and serves tool calls from Core", async 
   page.on("websocket", (ws) => requests.push(ws.url()));
   const errors = [];
   page.on("pageerror", (e) => errors.push(e.message));
+  const notes = [];  // the kernel worker's console too
+  page.on("console", (m) => notes.push(m.text()));
 
   await page.goto(`${core.url}/notebooks/index.html?path=${NOTEBOOK}`);
   await expect(page.locator(".jp-Notebook .jp-Cell").first()).toBeVisible({ timeout: 60_000 });
@@ -132,6 +134,12 @@ test("the example notebook runs offline and serves tool calls from Core", async 
   expect(requests.some((u) => u.endsWith("/static/pyodide/pyodide.asm.wasm"))).toBe(true);
   expect(requests.some((u) => /\/static\/pyodide\/pedelec_pyodide-.*\.whl$/.test(u))).toBe(true);
   expect(errors).toEqual([]);
+  // the kernel was restored from the site's memory snapshot, and loaded its packages
+  // while Pyodide started (loadPyodideOptions), not one by one through piplite
+  expect(requests.some((u) => u.endsWith("/static/pyodide/pedelec-kernel-snapshot.bin.gz"))).toBe(true);
+  expect(notes.filter((n) => n.includes("without its memory snapshot"))).toEqual([]);
+  expect(notes.some((n) => n.startsWith("Loaded ") && n.includes("pyodide-kernel"))).toBe(true);
+  expect(notes.filter((n) => /Exception ignored|Bad file descriptor/.test(n))).toEqual([]);
 });
 
 const TYPES = {
@@ -142,13 +150,16 @@ const TYPES = {
 };
 
 /** A plain static server for the site on a loopback port of its own. `edit` changes the
- * notebook's text as a user would edit it before running it. */
+ * notebook's text as a user would edit it before running it. It has no kernel snapshot
+ * (404, as when it could not be made): the kernel boots the usual way. */
 async function staticSite(edit) {
   const server = createServer(async (request, response) => {
     let path = decodeURIComponent(new URL(request.url, "http://x").pathname);
     if (path.endsWith("/")) path += "index.html";
     const file = normalize(join(SITE, path));
-    if (!file.startsWith(normalize(SITE))) return response.writeHead(404).end();
+    if (!file.startsWith(normalize(SITE)) || path.endsWith("/pedelec-kernel-snapshot.bin.gz")) {
+      return response.writeHead(404).end();
+    }
     try {
       let body = await readFile(file);
       if (path === `/files/${NOTEBOOK}`) body = Buffer.from(edit(body.toString()));
@@ -177,6 +188,8 @@ test("the site on a plain static server talks to a Core elsewhere (the notebook'
     page.on("websocket", (ws) => sockets.push(ws.url()));
     const errors = [];
     page.on("pageerror", (e) => errors.push(e.message));
+    const notes = [];
+    page.on("console", (m) => notes.push(m.text()));
 
     await page.goto(`${site.url}/notebooks/index.html?path=${NOTEBOOK}`);
     await expect(page.locator(".jp-Notebook .jp-Cell").first()).toBeVisible({ timeout: 60_000 });
@@ -196,6 +209,9 @@ test("the site on a plain static server talks to a Core elsewhere (the notebook'
     // the kernel's socket went to that Core, not to the site's origin
     expect(sockets.some((u) => u.startsWith(elsewhere.url.replace("http", "ws")))).toBe(true);
     expect(errors).toEqual([]);
+    // no snapshot there: the kernel said so, booted, and ran every cell all the same
+    expect(notes.filter((n) => n.startsWith("pedelec: the notebook kernel starts without its memory snapshot (slower): ")
+      && n.includes("answers HTTP 404"))).toHaveLength(1);
   } finally {
     await elsewhere?.stop();
     await site?.stop();

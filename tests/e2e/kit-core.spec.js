@@ -76,6 +76,12 @@ test("a Core that cannot serve pages fails startCore with Core's reason, fast", 
   expect(Date.now() - started).toBeLessThan(30_000);  // not the whole timeoutMs
 });
 
+test("callTool to a Core that is not there says so, with Core's URL", async () => {
+  const core = kit.coreAt(await freePort(), "t");
+  const error = await kit.callTool(core, "s1", "update_counter", { delta: 1 }).then(() => null, (e) => e);
+  expect(error?.message).toContain(`pedelec test kit: Core is not reachable at ${core.url} (ECONNREFUSED)`);
+});
+
 test("a CLI that is not there says to point `pedelec` at the virtualenv's", async () => {
   const error = await startCore({ port: await freePort(), pedelec: "no-such-pedelec-cli", timeoutMs: 10_000 })
     .then(failedToFail, (e) => e);

@@ -13,10 +13,10 @@ const TOKEN = "tutorial-token";
 const TUTORIAL = readFileSync(new URL("../../docs/tutorial.md", import.meta.url), "utf8");
 const TUTORIAL_CORE = "http://127.0.0.1:8765"; // as the tutorial writes it
 
-/** The blocks the tutorial marks `<!-- tutorial: file PATH -->`, by path. */
+/** The blocks the tutorial marks `<!-- doc: file PATH -->`, by path (tests/docs/docrun.py). */
 function tutorialFiles() {
   const files = {};
-  for (const [, path, body] of TUTORIAL.matchAll(/<!-- tutorial: file (\S+) -->\n```[^\n]*\n([\s\S]*?)\n```/g)) {
+  for (const [, path, body] of TUTORIAL.matchAll(/<!-- doc: file (\S+) -->\n```[^\n]*\n([\s\S]*?)\n```/g)) {
     files[path] = body + "\n";
   }
   return files;

@@ -8,7 +8,10 @@
 // before the snapshot), with the browser's sys.executable; and a snapshot whose build id
 // was changed is refused by Pyodide (the loader's fallback relies on that); and Python
 // holding a JS object at snapshot time makes it fail (so our modules, imported in the
-// snapshot, must hold none: provisioning would fail loudly, not restore a dead reference).
+// snapshot, must hold none: provisioning would fail loudly, not restore a dead reference);
+// a snapshot larger than the wasm's initial memory does not restore plainly ("offset is
+// out of bounds") but does with restoringOptions(bytes, { indexURL }) (the notebook
+// kernel's, ~45 MB, is such a one).
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import path from "node:path";
@@ -57,6 +60,22 @@ foreign[16] ^= 0xff; // the first byte of the build id
 assert.equal(snap.snapshotBuildId(foreign) === buildId, false);
 await assert.rejects(loadPyodide({ ...quiet, ...snap.restoringOptions(foreign) }), /build id mismatch/,
   "Pyodide must refuse a snapshot of another build");
+let big;
+try {
+  const maker = await loadPyodide({ ...quiet, ...snap.makingOptions() });
+  maker.runPython("ballast = bytearray(48 << 20)\nballast[-1] = 7\nmarker = 'a big one'");
+  big = snap.makeSnapshot(maker);
+} catch (err) {
+  fail(`making a big snapshot failed: ${err.message}`);
+}
+await assert.rejects(loadPyodide({ ...quiet, ...snap.restoringOptions(big) }), /out of bounds/,
+  "a snapshot over the initial memory restores plainly now: restoringOptions may not need its factory");
+try {
+  const restored = await loadPyodide({ ...quiet, ...snap.restoringOptions(big, { indexURL: pathToFileURL(dir + path.sep).href }) });
+  assert.equal(restored.runPython("marker + str(ballast[-1])"), "a big one7");
+} catch (err) {
+  fail(`restoring a snapshot over the initial memory failed: ${err.message}`);
+}
 const holder = await loadPyodide({ ...quiet, ...snap.makingOptions() });
 holder.runPython("from js import Object\nheld = Object.new()");
 assert.throws(() => snap.makeSnapshot(holder), "Pyodide must refuse to snapshot a JS object Python holds");

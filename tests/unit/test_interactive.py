@@ -784,15 +784,44 @@ async def test_closing_the_page_withdraws_the_approval_its_js_is_asked(
     await spin()
     assert [kind for kind, _ in page.emitted][-1] == "approval"
     page.close()
-    # the page hears it settled at once, and a verdict given now is refused
-    assert ("toolstatus", {"toolRequestId": "q1", "tool": "delete", "turnId": None,
-                           "status": "done", "source": "core"}) in page.emitted
+    # the page hears it settled at once (its question taken down first), and a verdict
+    # given now is refused
+    kinds = [kind for kind, _ in page.emitted]
+    withdrawn = kinds.index("approvalwithdrawn")
+    assert page.emitted[withdrawn][1] == {
+        "toolRequestId": "q1", "tool": "delete", "args": {"id": 1}, "turnId": None,
+        "source": "core"}
+    assert withdrawn < page.emitted.index(("toolstatus", {
+        "toolRequestId": "q1", "tool": "delete", "turnId": None, "status": "done",
+        "source": "core"}))
     assert ("statechange", {"state": "closed", "id": None}) in page.emitted
     assert page.decide("q1", '{"approved": true}') is False
     await spin()
-    assert page.emitted[-1] == ("approvalwithdrawn", {
-        "toolRequestId": "q1", "tool": "delete", "args": {"id": 1}, "turnId": None,
-        "source": "core"})
+    assert kinds.count("approvalwithdrawn") == 1 == [
+        kind for kind, _ in page.emitted].count("approvalwithdrawn")
     assert page.decide("q1", '{"approved": true}') is False
     await spin()
     assert runs == [] and json.loads(page.pending()) == []
+
+
+async def test_a_core_cancel_during_approval_takes_the_question_down_before_done(
+    page_session: Any,
+) -> None:
+    """The caller hung up (Core sends tool.cancel): the page hears approvalwithdrawn, then
+    the request's done and its call, in that order, and each once."""
+    page, runs = page_session, []
+    page.session.add_tool(approval_tool(runs))
+    page.ready()
+    core = connected(page.session)
+    page.session.receive(request("q1", "delete", {"id": 1}))
+    await spin()
+    page.emitted.clear()
+    page.session.receive(json.dumps({"type": "tool.cancel", "toolRequestId": "q1",
+                                     "reason": "the caller hung up"}))
+    await spin()
+    kinds = [kind for kind, _ in page.emitted if kind != "statechange"]
+    assert kinds == ["approvalwithdrawn", "toolstatus", "toolcall"], page.emitted
+    (call,) = [detail for kind, detail in page.emitted if kind == "toolcall"]
+    assert call["result"]["error"]["code"] == "TOOL_CANCELLED"
+    assert core.of_type("tool.result") == []  # Core answered its caller already
+    assert runs == []

@@ -279,3 +279,16 @@ def test_a_tool_error_reads_as_its_message_and_carries_its_result() -> None:
     assert error.code == "OUT_OF_STOCK"
     assert error.result == tool_error("OUT_OF_STOCK", "no more widgets", details={"left": 0},
                                       retryable=True)
+
+
+@pytest.mark.parametrize(("code", "retryable"), [
+    ("TOOL_CANCELLED", False), ("TOOL_DENIED", False), ("TOOL_OUTCOME_UNKNOWN", False),
+    ("INVALID_ARGS", True), ("TOOL_TIMEOUT", True),
+])
+def test_a_code_whose_meaning_fixes_retryable_gets_it_unless_told(
+        code: str, retryable: bool) -> None:
+    """A handler's ToolError(TOOL_CANCELLED, ...) says what the runtime's own cancel says."""
+    assert ToolError(code, "m").result["error"]["retryable"] is retryable
+    assert tool_error(code, "m")["error"]["retryable"] is retryable
+    assert tool_error(code, "m", retryable=not retryable)["error"]["retryable"] is not retryable
+    assert "retryable" not in tool_error("TOOL_HANDLER_ERROR", "m")["error"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -665,3 +666,25 @@ async def test_a_first_connection_closed_1013_before_its_welcome_backs_off_and_r
     await asyncio.wait_for(started, 1)
     assert session.session_id == "s1" and session.connected
     bridge.stop()
+
+
+async def test_core_refusing_a_late_word_on_a_request_it_cancelled_is_no_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Core gave up on q1 (its caller hung up, its deadline passed) and the page's result
+    arrives after: Core's LATE_RESULT (or UNKNOWN_TOOL_REQUEST for a progress frame on its
+    way) says nothing is wrong, so the page logs it at debug level in words. The same
+    refusal about a request Core never cancelled is still a warning."""
+    session = Session()
+    connected(session)
+    session.receive('{"type":"tool.cancel","toolRequestId":"q1","reason":"the caller hung up"}')
+    with caplog.at_level(logging.DEBUG, logger="pedelec_pyodide"):
+        for code in ("LATE_RESULT", "UNKNOWN_TOOL_REQUEST"):
+            session.receive(json.dumps({"type": "error", "code": code, "message": "m",
+                                        "toolRequestId": "q1"}))
+        session.receive(json.dumps({"type": "error", "code": "UNKNOWN_TOOL_REQUEST",
+                                    "message": "no tool request 'q2'", "toolRequestId": "q2"}))
+    quiet = [r for r in caplog.records if r.levelno == logging.DEBUG]
+    assert len(quiet) == 2 and all("Core had already given up on it (the caller hung up)"
+                                   in r.getMessage() for r in quiet)
+    (loud,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert loud.getMessage() == "Core reported UNKNOWN_TOOL_REQUEST: no tool request 'q2'"

@@ -21,10 +21,18 @@ const STATE_LABELS = {
   waiting_tool_result: "Running a tool…",
   closed: "Disconnected",
 };
+// while a tool call waits for a person, the pill says so rather than "Running a tool…"
+const WAITING_LABELS = {
+  awaiting_approval: "Waiting for your approval",
+  waiting_for_user: "Waiting for you",
+};
 
-function showState(state) {
-  status.dataset.state = state;
-  statusText.textContent = STATE_LABELS[state] ?? state;
+function showState(state, pending = []) {
+  const waiting = state === "waiting_tool_result"
+    ? ["awaiting_approval", "waiting_for_user"].find((s) => pending.some((r) => r.status === s))
+    : undefined;
+  status.dataset.state = waiting ?? state;
+  statusText.textContent = waiting ? WAITING_LABELS[waiting] : STATE_LABELS[state] ?? state;
 }
 
 // A chat bubble renders at most this much of a message (a pasted megabyte would freeze
@@ -66,10 +74,18 @@ function compact(value) {
   return JSON.stringify(value, null, 0) ?? "null";
 }
 
+/** "3 calls", "1 call, 1 in progress": every row of the log is counted. */
+function showCount() {
+  const parts = [];
+  if (calls) parts.push(`${calls} call${calls === 1 ? "" : "s"}`);
+  if (liveRows.size) parts.push(`${liveRows.size} in progress`);
+  $("log-count").textContent = parts.join(", ") || "none yet";
+}
+
 function logCall(call) {
   calls += 1;
   log.querySelector(".empty")?.remove();
-  $("log-count").textContent = `${calls} call${calls === 1 ? "" : "s"}`;
+  showCount();
   const row = document.createElement("tr");
   const isError = call.result && typeof call.result === "object" && "error" in call.result;
   row.className = isError ? "error" : "";
@@ -139,8 +155,10 @@ try {
   throw err;
 }
 const { session } = pedelec;
-showState(session.state);
-session.addEventListener("statechange", (e) => showState(e.detail.state));
+const showSessionState = () => showState(session.state, session.pending);
+showSessionState();
+session.addEventListener("statechange", showSessionState);
+session.addEventListener("toolstatus", showSessionState);  // a call began or ended waiting
 session.addEventListener("toolcall", (e) => {
   logCall(e.detail);
   renderNotes();  // a note tool may have changed the list
@@ -155,8 +173,20 @@ $("webmcp-note").textContent = pedelec.webmcp
 
 let notes = [];
 
+// the delete suggestion names a note that is there (none: it is hidden)
+function suggestDelete() {
+  const button = $("suggest-delete");
+  const first = notes[0];
+  button.hidden = first === undefined;
+  if (first) {
+    button.dataset.text = `Delete note ${JSON.stringify(first.id)}`;
+    button.textContent = `Delete note ${first.id}`;
+  }
+}
+
 async function renderNotes() {
   notes = JSON.parse(await pedelec.runPython("json.dumps(load_notes())"));
+  suggestDelete();
   notesList.replaceChildren(...notes.map(({ id, text }) => {
     const li = document.createElement("li");
     li.dataset.id = id;
@@ -210,6 +240,7 @@ function liveRow(toolRequestId, tool) {
   log.prepend(row);
   live = { row, bar, text };
   liveRows.set(toolRequestId, live);
+  showCount();
   return live;
 }
 
@@ -224,9 +255,11 @@ function showStatus({ toolRequestId, tool, status, progress }) {
     liveRows.get(toolRequestId)?.row.remove();
     liveRows.delete(toolRequestId);
     removeCard(toolRequestId);  // answered some other way: cancelled, timed out
+    showCount();
     return;
   }
   const live = liveRow(toolRequestId, tool);
+  live.bar.hidden = status !== "running";  // a person decides: nothing is being worked on
   if (progress) showProgress(live, progress);
   else live.text.textContent = LIVE_TEXT[status] ?? status;
 }
