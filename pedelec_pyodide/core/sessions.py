@@ -1172,12 +1172,13 @@ class Registry:
         if self.sessions.get(session.id) is not session:
             return False
         del self.sessions[session.id]
-        share = self._share(session)
-        if share is not None:
+        client = session.client
+        share = None if client is None else self.clients.get(client)
+        if client is not None and share is not None:
             share.waiting.pop(session.id, None)
             share.held -= 1
             if not share.held:
-                self.clients.pop(str(session.client))
+                del self.clients[client]
         return True
 
     # --- the cluster (a shared store) ----------------------------------------------------
