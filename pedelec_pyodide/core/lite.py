@@ -568,6 +568,7 @@ def main(site_dir: Path, pyodide_src: Path | None = None) -> int:
         print(f"pedelec lite: error: {exc}", file=sys.stderr)
         return 1
     print(result.site_dir)
-    print(f"serve it with: pedelec serve --app {result.site_dir}", file=sys.stderr)
+    print(f"serve it with: pedelec serve --app {result.site_dir} --pyodide "
+          f"{result.pyodide_dir}", file=sys.stderr)
     print(f"then open /notebooks/index.html?path={EXAMPLE_NOTEBOOK}", file=sys.stderr)
     return 0
