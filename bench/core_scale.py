@@ -43,7 +43,9 @@ async def http_worker(port: int, jobs: asyncio.Queue[str], latencies: list[float
 
 
 async def main(pages: int, calls: int, concurrency: int) -> None:
-    with core_process(TOKEN) as (core, port):
+    # every simulated page comes from this one process's address: one client to Core
+    with core_process(TOKEN, "--max-sessions", str(max(pages, 256)),
+                      "--max-sessions-per-client", str(max(pages, 32))) as (core, port):
         ws_url = f"ws://127.0.0.1:{port}/pedelec/v1/bridge"
         sims = await open_pages(ws_url, 1)
         await asyncio.sleep(0.5)  # let Core settle before the baseline reading

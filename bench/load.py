@@ -69,7 +69,9 @@ def pct(sorted_values: list[float], q: float) -> float:
 
 
 async def main(pages_n: int, seconds: float, concurrency: int, every: float, seed: int) -> int:
-    options = ("--rate-limit", "100000", "--rate-burst", "200000")
+    # every simulated page comes from this one process's address: one client to Core
+    options = ("--rate-limit", "100000", "--rate-burst", "200000",
+               "--max-sessions-per-client", str(max(pages_n, 32)))
     pages: list[SimPage] = []
     with core_process(TOKEN, *options) as (core, port):
         try:
