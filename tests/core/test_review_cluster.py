@@ -11,7 +11,17 @@ import time
 from typing import Any
 
 import pytest
-from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta, until
+from corekit import (
+    CLUSTER_SECRET,
+    WAIT,
+    Core,
+    RawClient,
+    config,
+    run,
+    running_core,
+    tool_meta,
+    until,
+)
 from storekit import RedisServer
 from test_cluster_breaker import request_on_open_page
 from test_cluster_lost_messages import page_on_a
@@ -20,6 +30,7 @@ from test_mcp_cluster import mcp_at
 from test_progress import next_of, result
 
 from pedelec_pyodide.core import sessions
+from pedelec_pyodide.core.store.seal import Seal
 
 PREFIX = "pedelec:main:"
 
@@ -293,12 +304,13 @@ def test_replies_nobody_heard_are_bounded_and_one_is_sent_again_when_its_ask_com
             try:
                 listener.subscribe(PREFIX + "node:nobody")
                 assert listener.get_message(timeout=WAIT)["type"] == "subscribe"
-                with contextlib.closing(redis_server.client()) as client:
-                    client.publish(PREFIX + "node:" + registry.node, json.dumps(
-                        {"http": {}, "ask": "small-1", "from": "nobody"}))
+                # the ask sent again by node "nobody" (sealed, as a node's is)
+                await registry.store.publish(registry.node, json.dumps(
+                    {"http": {}, "ask": "small-1", "from": "nobody"}))
                 message = await asyncio.to_thread(listener.get_message, timeout=WAIT)
                 assert message is not None
-                assert json.loads(message["data"]) == {"reply": "small-1", "body": "y" * 400}
+                opened = Seal(CLUSTER_SECRET).open(PREFIX + "node:nobody", message["data"])
+                assert json.loads(opened) == {"reply": "small-1", "body": "y" * 400}
                 await until(lambda: list(kept) == ["small-2"], "the reply no longer kept")
                 assert registry._unheard_chars == len(kept["small-2"])
             finally:
