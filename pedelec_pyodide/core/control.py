@@ -292,6 +292,7 @@ class _EventStream(Response):
             result, handled_by = pending.future.result()
         else:
             return
+        await _stored(self.request, session, self.request_id, keyed=self.keyed)
         await send({"type": "http.response.body", "more_body": False, "body": _event(
             "result", {"toolRequestId": self.request_id, "result": result,
                        "handledBy": handled_by})})
@@ -348,18 +349,26 @@ async def _tool_answer(request: Request, session: CoreSession, request_id: str, 
                 session.cancel_request(pending, "the caller hung up")
             return JSONResponse(_request_state(session, request_id), status_code=202)
         result, handled_by = pending.future.result()
-        # what a retry with the key gets, even after a restart: stored first. Not for a
-        # router's key: its retry comes only while this answer is on its way, after this
-        # node died, and then the request (stored before it went out) is sent again and
-        # the page's ledger answers it; the result's write is under way meanwhile anyway
-        if keyed and not request.scope.get(ROUTE_KEY):
-            with contextlib.suppress(StoreError):  # the store logs why
-                await session.registry.store.flush(request_id)
+        await _stored(request, session, request_id, keyed=keyed)
         return JSONResponse(
             {"toolRequestId": request_id, "result": result, "handledBy": handled_by})
     state = _request_state(session, request_id)
+    await _stored(request, session, request_id, keyed=keyed)
     return JSONResponse({"toolRequestId": request_id, "result": state["result"],
                          "handledBy": state["handledBy"]})
+
+
+async def _stored(request: Request, session: CoreSession, request_id: str, *,
+                  keyed: bool) -> None:
+    """Before a keyed caller gets a result: its write is done, so a retry with the key
+    gets the same result after a crash. A retry can find the result kept while its write
+    is still queued (the page answered before the retry came), so this holds for results
+    found done too. Not for a router's key: its retry comes only while this answer is on
+    its way, after this node died, and then the request (stored before it went out) is
+    sent again and the page's ledger answers it."""
+    if keyed and not request.scope.get(ROUTE_KEY):
+        with contextlib.suppress(StoreError):  # the store logs why
+            await session.registry.store.flush(request_id)
 
 
 def _guarded(handler: Any) -> Any:
