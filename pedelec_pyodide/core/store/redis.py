@@ -324,7 +324,7 @@ class RedisStore(QueuedStore):
                 await asyncio.sleep(INBOX_POLL)
             finally:
                 with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
 
     async def _opened(self, channel: str, data: bytes) -> str | None:
         """A message as read on ``channel``; None if its seal does not hold (dropped,
