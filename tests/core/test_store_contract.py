@@ -427,6 +427,33 @@ def test_a_write_the_store_refuses_is_reported_and_the_writer_goes_on(
     run(main())
 
 
+def test_a_failure_nobody_flushed_does_not_fail_a_later_write_of_its_key(
+        durable: DurableBackend) -> None:
+    """A write the store refused, whose key no flush named (a key forgotten after
+    STORE_FAILED), is not reported by the flush of a later write that replaces its record
+    (the retry's new key): that flush says what the store holds now. A write of part of a
+    record (tools, history) leaves an earlier failure standing."""
+
+    async def main() -> None:
+        store = durable.open()
+        retried = key("k1", "s1", "t1")
+        await store_all(store, session("s1"), turn("t1"))
+        async with durable.refusing(store):
+            store.delete_key("s1", retried.key_hash)
+            store.save_tools(session("s1"))
+            await store.flush()  # both refused; nobody named their keys
+        store.save_key(retried)
+        await store.flush(retried.key_hash)
+        store.save_history(session("s1", history='[{"said":1}]'))
+        with pytest.raises(StoreError, match=durable.refusal):
+            await store.flush("s1")
+        loaded = await restarted(durable, store)
+        assert [k.key_hash for k in loaded.keys] == [retried.key_hash]
+        assert [s.history for s in loaded.sessions] == ['[{"said":1}]']
+
+    run(main())
+
+
 def test_damaged_rows_are_skipped_at_load_with_a_warning(
         durable: DurableBackend, caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> Snapshot:

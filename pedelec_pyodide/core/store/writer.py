@@ -37,6 +37,7 @@ from .errors import (
 from .ops import (
     PRUNE_KEY,
     Op,
+    OpKind,
     history_op,
     key_op,
     request_op,
@@ -68,6 +69,11 @@ RETRY_FIRST_SECONDS = 0.05
 RETRY_MAX_SECONDS = 1.0
 # seconds the writer is idle before it checks that the store can be reached
 PROBE_SECONDS = 2.0
+# writes that replace their record whole: once one is queued, an earlier write's failure
+# under its key no longer says what the store will hold (a tools or history write, or
+# end_delivered, changes part of a record, so an earlier failure still stands)
+_REPLACING: frozenset[OpKind] = frozenset({
+    "session", "delete_session", "request", "delete_request", "turn", "key", "delete_key"})
 
 _Item = Op | asyncio.Future[None] | None  # None: close
 
@@ -250,6 +256,8 @@ class QueuedStore(ABC):
                        f"{self.label} is stuck or too slow", of_store=True)
             return
         self._queued_chars += size
+        if op.kind in _REPLACING:
+            self._failures.pop(key, None)
         self._put(op)
 
     def _put(self, item: _Item) -> None:
