@@ -4,15 +4,15 @@ The site is built clean every time (an incremental ``jupyter lite build`` was se
 drop the local Pyodide URL silently) from a staging directory laid out here:
 
 * ``static/pyodide/``: the Pyodide runtime from npm at the version the installed
-  ``jupyterlite-pyodide-kernel`` pins (it must equal :data:`provision.PYODIDE_VERSION`),
-  our runtime wheels and our own wheel (:func:`provision.provision`), plus the
+  ``jupyterlite-pyodide-kernel`` pins (it must equal :data:`.runtime.PYODIDE_VERSION`),
+  our runtime wheels and our own wheel (:func:`.provision.provision`), plus the
   pure-Python wheels the kernel loads at start, from PyPI. Those are derived, not listed
   here: ``micropip`` (which the kernel loads before anything else) and the requirements
   of the wheels the kernel ships in its own piplite index (``pyodide-kernel`` needs
   ``ipython`` and ``comm``, ...), closed over their own requirements; versions are the
   npm lock's where it has the package, else the newest on PyPI.
 * ``static/pyodide/pyodide-lock.json``: rewritten from the npm lock by
-  :func:`provision.build_lock`, so every package it names is a file next to it, and
+  :func:`.lock.build_lock`, so every package it names is a file next to it, and
   ``micropip.install("pedelec-pyodide")`` / ``%pip install pedelec-pyodide`` find our
   wheel there (micropip searches the lock before any index).
 * ``jupyter-lite.json``: the kernel's settings, ``pyodideUrl`` local and
@@ -33,47 +33,46 @@ CPython only. Needs the ``lite`` extra (:func:`install_hint` says how).
 from __future__ import annotations
 
 import dataclasses
-import email.parser
 import importlib
 import importlib.metadata
 import json
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import provision
-from .config import default_web_dir
-from .provision import ProvisionError, canonical_name, evaluate_marker
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import Version
+
+from . import wheels as pypi
+from .lock import build_lock, write_lock
+from .notebook import EXAMPLE_NOTEBOOK, example_notebook
+from .provision import cache_dir, provision
+from .report import Log, ProvisionError, tail
+from .runtime import LOCK_NAME, PYODIDE_VERSION, npm_pyodide, python_of
 from .snapshot import Recipe, SnapshotError, ensure_snapshot
+from .web import default_web_dir
 
 __all__ = [
-    "EXAMPLE_NOTEBOOK",
     "KERNEL_PLUGIN",
     "KERNEL_SNAPSHOT",
     "KernelInfo",
     "LiteError",
     "LiteResult",
     "build_site",
-    "example_notebook",
     "install_hint",
     "kernel_info",
     "lite_config",
     "main",
-    "requirements_of",
     "startup_roots",
 ]
 
 #: the settings key of the Pyodide kernel in ``jupyter-lite.json``
 KERNEL_PLUGIN = "@jupyterlite/pyodide-kernel-extension:kernel"
-#: the example notebook's name in the site's files
-EXAMPLE_NOTEBOOK = "pedelec-example.ipynb"
 #: what the kernel loads with ``loadPackage`` before its piplite installs
 _KERNEL_PRELOADS = ("micropip",)
 #: what the kernel installs at start, in its order (its worker: micropip, then piplite,
@@ -111,9 +110,6 @@ def install_hint() -> str:
     if here and python.is_relative_to(root):
         python = python.relative_to(root)
     return f"install the lite extra: {python} -m pip install -e '{'.' if here else root}[lite]'"
-
-Log = provision.Log
-
 
 class LiteError(RuntimeError):
     """The site cannot be built; the message says what is missing and how to get it."""
@@ -181,10 +177,10 @@ def kernel_info() -> KernelInfo:
                             f"{install_hint()}")
     constants = importlib.import_module("jupyterlite_pyodide_kernel.constants")
     pyodide_version = str(constants.PYODIDE_VERSION)
-    if pyodide_version != provision.PYODIDE_VERSION:
+    if pyodide_version != PYODIDE_VERSION:
         raise LiteError(
             f"jupyterlite-pyodide-kernel {version} runs Pyodide {pyodide_version}, but this "
-            f"pedelec-pyodide provisions Pyodide {provision.PYODIDE_VERSION} for pages and "
+            f"pedelec-pyodide provisions Pyodide {PYODIDE_VERSION} for pages and "
             "notebooks alike: install a kernel that pins it (pip install "
             f"'pedelec-pyodide[lite]' picks a matching one) or upgrade pedelec-pyodide"
         )
@@ -195,60 +191,34 @@ def kernel_info() -> KernelInfo:
 # ---------------------------------------------------------------------- the wheels
 
 
-def requirements_of(wheel: Path, python_full_version: str) -> list[str]:
-    """Canonical names a wheel requires on Pyodide (markers evaluated, no extras)."""
-    with zipfile.ZipFile(wheel) as archive:
-        members = [m for m in archive.namelist()
-                   if m.count("/") == 1 and m.endswith(".dist-info/METADATA")]
-        if not members:
-            raise LiteError(f"{wheel} has no .dist-info/METADATA: not a wheel?")
-        text = archive.read(members[0]).decode("utf-8")
-    metadata = email.parser.HeaderParser().parsestr(text)
-    names: list[str] = []
-    for requirement in metadata.get_all("Requires-Dist") or []:
-        spec, _, marker = str(requirement).partition(";")
-        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", spec)
-        if m is None or (marker.strip() and not evaluate_marker(marker, python_full_version)):
-            continue
-        name = canonical_name(m.group(1))
-        if name not in names:
-            names.append(name)
-    return names
-
-
-def startup_roots(bundled_wheels: Sequence[Path], python_full_version: str) -> list[str]:
+def startup_roots(bundled_wheels: Sequence[Path], python: Version) -> list[NormalizedName]:
     """What the kernel needs from the lock at start: its preloads, and the requirements
     of the wheels it installs from its own index that are not in that index."""
-    shipped = {canonical_name(w.name.split("-", 1)[0]) for w in bundled_wheels}
-    roots = list(_KERNEL_PRELOADS)
+    shipped = {_name_of(wheel) for wheel in bundled_wheels}
+    roots = [canonicalize_name(name) for name in _KERNEL_PRELOADS]
     for wheel in bundled_wheels:
-        for name in requirements_of(wheel, python_full_version):
+        for name in pypi.requirements_of(wheel, python):
             if name not in shipped and name not in roots:
                 roots.append(name)
     return roots
 
 
-def _cached_any(directory: Path, name: str) -> Path | None:
-    """The newest cached ``py3-none-any``-style wheel of ``name``, if any."""
-    found: list[tuple[tuple[int, ...], Path]] = []
-    for path in directory.glob("*.whl") if directory.is_dir() else ():
-        parsed = provision._parse_wheel_name(path.name)
-        if parsed and parsed[0] == name and parsed[2:] == ("none", "any"):
-            found.append((provision._version_key(parsed[1]), path))
-    return max(found)[1] if found else None
+def _name_of(wheel: Path) -> NormalizedName:
+    parsed = pypi.wheel_name(wheel.name)
+    if parsed is None:
+        raise LiteError(f"{wheel} is not named like a wheel")
+    return parsed[0]
 
 
-def _fetch_newest(names: Sequence[str], directory: Path, log: Log) -> dict[str, Path]:
+def _fetch_newest(names: Sequence[str], directory: Path, log: Log,
+                  python: Version) -> dict[str, Path]:
     """Wheels for names the npm lock does not pin: the cached one, else PyPI's newest."""
-    missing = [n for n in names if _cached_any(directory, n) is None]
+    missing = [n for n in names if pypi.newest_cached(directory, n, python) is None]
     if missing:
-        try:
-            provision.pip_download(missing, directory, log)
-        except ProvisionError as exc:
-            raise LiteError(str(exc)) from None
+        pypi.pip_download(missing, directory, log, python)
     found: dict[str, Path] = {}
     for name in names:
-        path = _cached_any(directory, name)
+        path = pypi.newest_cached(directory, name, python)
         if path is None:
             raise LiteError(f"PyPI has no pure-Python wheel (py3-none-any) of {name}: "
                             "the Pyodide kernel cannot load it")
@@ -258,10 +228,21 @@ def _fetch_newest(names: Sequence[str], directory: Path, log: Log) -> dict[str, 
 
 def _kernel_wheels(
     roots: Sequence[str], npm_lock: dict[str, Any], have: set[str], directory: Path,
-    python_full_version: str, log: Log,
+    python: Version, log: Log,
 ) -> dict[str, Path]:
     """The roots and their requirements, level by level: npm lock versions, PyPI wheels."""
+    try:
+        return _close_over(roots, npm_lock, have, directory, python, log)
+    except ProvisionError as exc:
+        raise LiteError(str(exc)) from None
+
+
+def _close_over(
+    roots: Sequence[str], npm_lock: dict[str, Any], have: set[str], directory: Path,
+    python: Version, log: Log,
+) -> dict[str, Path]:
     packages: dict[str, Any] = npm_lock.get("packages", {})
+    pure = pypi.pure_tags(python)
     wheels: dict[str, Path] = {}
     level = [n for n in dict.fromkeys(roots) if n not in have]
     while level:
@@ -269,26 +250,24 @@ def _kernel_wheels(
         newest: list[str] = []
         for name in level:
             entry = packages.get(name)
+            parsed = pypi.wheel_name(str(entry.get("file_name", ""))) if entry else None
             if entry is None:
                 newest.append(name)
-            elif str(entry.get("file_name", "")).endswith("-none-any.whl"):
+            elif parsed is not None and parsed[2] & pure:
                 pins[name] = f"{entry['name']}=={entry['version']}"
             else:
                 raise LiteError(
                     f"the kernel needs {name}, which Pyodide builds for WebAssembly "
                     f"({entry.get('file_name')}); PyPI has no such wheel to serve offline"
                 )
-        try:
-            fetched = provision._download_wheels(list(pins.values()), directory, log)
-        except ProvisionError as exc:
-            raise LiteError(str(exc)) from None
+        fetched = pypi.download_wheels(list(pins.values()), directory, log, python)
         found = dict(zip(pins, fetched, strict=True))
-        found.update(_fetch_newest(newest, directory, log))
+        found.update(_fetch_newest(newest, directory, log, python))
         wheels.update(found)
         seen = have | set(wheels)
         following: list[str] = []
         for wheel in found.values():
-            for name in requirements_of(wheel, python_full_version):
+            for name in pypi.requirements_of(wheel, python):
                 if name not in seen and name not in following:
                     following.append(name)
         level = following
@@ -312,98 +291,6 @@ def lite_config(*, snapshot: bool = False) -> dict[str, Any]:
                                 "loadPyodideOptions": {"packages": list(KERNEL_START)}},
             },
         },
-    }
-
-
-_CELLS: tuple[tuple[str, str], ...] = (
-    ("markdown", """\
-# pedelec-pyodide in a notebook
-
-The tools below are Python functions over this notebook's state (a shopping list).
-`connect` registers them with Core, which serves this site: the agent (Core's offline
-agent, or anyone with the admin token through the control API) calls them, and they run
-here, in the Pyodide kernel.
-
-The kernel runs in a **Web Worker**: there is no DOM (`js.document` does not exist), so
-a tool that touches it gets a `TOOL_HANDLER_ERROR` saying so."""),
-    ("code", "%pip install pedelec-pyodide"),
-    ("code", """\
-import js
-from pedelec_pyodide import ToolCall, connect, define_tool
-
-# Core's URL. This works when Core serves this site (`pedelec serve --app SITE`): the
-# same origin (js.location is the kernel worker's URL). If the site is served elsewhere,
-# put Core's URL here instead, e.g. CORE_URL = "http://127.0.0.1:8765", and start Core
-# with --allow-origin set to this site's origin.
-CORE_URL = js.location.origin
-shopping = []
-log = []
-
-
-@define_tool
-def add_item(name: str, quantity: int = 1) -> list:
-    \"\"\"Add an item to the notebook's shopping list; returns the list.\"\"\"
-    shopping.append({"name": name, "quantity": quantity})
-    return shopping
-
-
-@define_tool
-def list_items() -> list:
-    \"\"\"The notebook's shopping list.\"\"\"
-    return shopping
-
-
-@define_tool
-def page_title() -> str:
-    \"\"\"The page's title (needs the DOM, which a notebook kernel has not).\"\"\"
-    return js.document.title
-
-
-def record(event):
-    if isinstance(event, ToolCall):
-        log.append(f"{event.tool} {event.args} -> {event.result} [{event.handled_by}]")
-
-
-def show_log():
-    print(f"{len(log)} tool call(s)")
-    for line in log:
-        print(line)"""),
-    ("code", """\
-session = await connect(CORE_URL, tools=[add_item, list_items, page_title])
-session.subscribe(record)
-print("session:", session.session_id, session.state.value)"""),
-    ("code", """\
-reply = await session.send_text('/call add_item {"name": "apples", "quantity": 3}')
-print("agent:", reply)"""),
-    ("code", """\
-result = await session.dispatch("page_title", {})
-print("page_title:", result["error"]["code"], "-", result["error"]["message"])"""),
-    ("code", """\
-print("shopping:", shopping)
-show_log()"""),
-)
-
-
-def example_notebook() -> dict[str, Any]:
-    """The example notebook (nbformat 4) as a dict."""
-    cells: list[dict[str, Any]] = []
-    for index, (kind, source) in enumerate(_CELLS):
-        cell: dict[str, Any] = {
-            "cell_type": kind, "id": f"pedelec-{index}", "metadata": {},
-            "source": source.splitlines(keepends=True),
-        }
-        if kind == "code":
-            cell.update(execution_count=None, outputs=[])
-        cells.append(cell)
-    return {
-        "cells": cells,
-        "metadata": {
-            "kernelspec": {"display_name": "Python (Pyodide)", "language": "python",
-                           "name": "python"},
-            "language_info": {"name": "python"},
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
     }
 
 
@@ -436,7 +323,7 @@ def build_site(
     package directory to use instead of npm. Raises :class:`LiteError`."""
     say = log or _default_log
     started = time.monotonic()
-    cache = cache if cache is not None else provision.cache_dir()
+    cache = cache if cache is not None else cache_dir()
     kernel = kernel_info()
     site_dir = Path(site_dir).resolve()
     _clear_output(site_dir)
@@ -444,25 +331,26 @@ def build_site(
         stage = Path(tmp)
         try:
             # no memory snapshot: the kernel boots Pyodide itself (its options are JSON)
-            runtime = provision.provision(stage / "static", repo=repo, cache=cache,
-                                          pyodide_src=pyodide_src, log=say, snapshot=False)
-            npm_dir = pyodide_src or provision._npm_pyodide(cache, say)
+            runtime = provision(stage / "static", repo=repo, cache=cache,
+                                pyodide_src=pyodide_src, log=say, snapshot=False)
+            npm_dir = pyodide_src or npm_pyodide(cache, say)
+            npm_lock = json.loads((npm_dir / LOCK_NAME).read_text(encoding="utf-8"))
+            python = python_of(npm_lock)
+            roots = startup_roots(kernel.bundled_wheels, python)
         except ProvisionError as exc:
             raise LiteError(str(exc)) from None
-        npm_lock = json.loads((npm_dir / "pyodide-lock.json").read_text(encoding="utf-8"))
-        python_full = str(npm_lock.get("info", {}).get("python") or provision.PYTHON_VERSION)
-        roots = startup_roots(kernel.bundled_wheels, python_full)
         fetched = _kernel_wheels(roots, npm_lock, set(runtime.wheels), cache / "wheels",
-                                 python_full, say)
+                                 python, say)
         pyodide_dir = runtime.pyodide_dir
-        kernel_wheels = {name: runtime.wheels[name] for name in roots if name in runtime.wheels}
+        kernel_wheels: dict[str, Path] = {
+            name: runtime.wheels[name] for name in roots if name in runtime.wheels}
         for name, wheel in fetched.items():
             kernel_wheels[name] = pyodide_dir / wheel.name
             shutil.copy2(wheel, kernel_wheels[name])
         # the kernel's own wheels it installs at start (piplite, ipykernel, pyodide-kernel)
         # go into the lock too, so that loadPyodide loads them (KERNEL_START)
         for wheel in kernel.bundled_wheels:
-            name = canonical_name(wheel.name.split("-", 1)[0])
+            name = _name_of(wheel)
             if name in KERNEL_START and name not in kernel_wheels:
                 kernel_wheels[name] = pyodide_dir / wheel.name
                 shutil.copy2(wheel, kernel_wheels[name])
@@ -471,9 +359,9 @@ def build_site(
         if missing:
             raise LiteError(f"jupyterlite-pyodide-kernel {kernel.version} starts with "
                             f"{', '.join(missing)}, which the site has no wheel of")
-        lock = provision.build_lock(npm_lock, [*runtime.wheels.values(),
-                                               *kernel_wheels.values()], pyodide_dir)
-        provision.write_lock(runtime.lock_file, lock)
+        lock = build_lock(npm_lock, [*runtime.wheels.values(), *kernel_wheels.values()],
+                          pyodide_dir)
+        write_lock(runtime.lock_file, lock)
         say(f"lock: {len(lock['packages'])} packages, {len(kernel_wheels)} for the kernel")
         snapshot = _kernel_snapshot(pyodide_dir, lock, cache, say)
         _write_json(stage / "jupyter-lite.json", lite_config(snapshot=snapshot))
@@ -486,7 +374,7 @@ def build_site(
     seconds = time.monotonic() - started
     say(f"site ready in {seconds:.1f}s: {site_dir}")
     return LiteResult(
-        site_dir=site_dir, pyodide_dir=result_dir, lock_file=result_dir / "pyodide-lock.json",
+        site_dir=site_dir, pyodide_dir=result_dir, lock_file=result_dir / LOCK_NAME,
         notebook=site_dir / "files" / EXAMPLE_NOTEBOOK,
         kernel_wheels={n: result_dir / w.name for n, w in kernel_wheels.items()},
         kernel=kernel, seconds=seconds,
@@ -531,7 +419,7 @@ def _jupyter_lite_build(stage: Path, site_dir: Path, log: Log) -> None:
     done = subprocess.run(command, cwd=stage, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise LiteError(f"`jupyter lite build` failed (exit {done.returncode}).\ncommand: "
-                        f"{' '.join(command)}\n{provision._tail(done.stderr or done.stdout, 30)}")
+                        f"{' '.join(command)}\n{tail(done.stderr or done.stdout, 30)}")
 
 
 def _check_site(site_dir: Path, pyodide_dir: Path) -> None:
