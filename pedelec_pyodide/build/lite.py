@@ -6,11 +6,8 @@ drop the local Pyodide URL silently) from a staging directory laid out here:
 * ``static/pyodide/``: the Pyodide runtime from npm at the version the installed
   ``jupyterlite-pyodide-kernel`` pins (it must equal :data:`.runtime.PYODIDE_VERSION`),
   our runtime wheels and our own wheel (:func:`.provision.provision`), plus the
-  pure-Python wheels the kernel loads at start, from PyPI. Those are derived, not listed
-  here: ``micropip`` (which the kernel loads before anything else) and the requirements
-  of the wheels the kernel ships in its own piplite index (``pyodide-kernel`` needs
-  ``ipython`` and ``comm``, ...), closed over their own requirements; versions are the
-  npm lock's where it has the package, else the newest on PyPI.
+  pure-Python wheels the kernel loads at start, from PyPI (:mod:`.kernel` derives them:
+  ``pyodide-kernel`` needs ``ipython`` and ``comm``, ...).
 * ``static/pyodide/pyodide-lock.json``: rewritten from the npm lock by
   :func:`.lock.build_lock`, so every package it names is a file next to it, and
   ``micropip.install("pedelec-pyodide")`` / ``%pip install pedelec-pyodide`` find our
@@ -21,109 +18,55 @@ drop the local Pyodide URL silently) from a staging directory laid out here:
   ipykernel, comm, pyodide-kernel, jedi, ipython through piplite) loaded by
   ``loadPyodide`` itself, from the lock, while the runtime boots (the kernel skips what
   that list names); ``files/``: the example notebook.
-* the kernel's memory snapshot (:data:`KERNEL_SNAPSHOT`, made under Node like the page's):
+* the kernel's memory snapshot (:data:`.kernel.KERNEL_SNAPSHOT`, made under Node like the
+  page's):
   the interpreter with the kernel's libraries imported (IPython's import is the larger
   part of a kernel's start). ``pyodideUrl`` then names ``pedelec-kernel.mjs`` (from
   ``web/``), Pyodide's module whose ``loadPyodide`` restores it (falling back to a boot).
   Without Node there is none, and the kernel boots the usual way.
 
-CPython only. Needs the ``lite`` extra (:func:`install_hint` says how).
+CPython only. Needs the ``lite`` extra (:func:`.kernel.install_hint` says how).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.metadata
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import NormalizedName, canonicalize_name
-from packaging.version import Version
-
-from . import wheels as pypi
+from .kernel import (
+    KERNEL_SNAPSHOT,
+    KERNEL_START,
+    KernelInfo,
+    kernel_info,
+    start_wheels,
+    startup_roots,
+    wheel_name_of,
+)
 from .lock import build_lock, write_lock
 from .notebook import EXAMPLE_NOTEBOOK, example_notebook
 from .provision import cache_dir, provision
-from .report import Log, ProvisionError, tail
-from .runtime import LOCK_NAME, PYODIDE_VERSION, npm_pyodide, python_of
-from .snapshot import Recipe, SnapshotError, ensure_snapshot
+from .report import LiteError, Log, ProvisionError, tail
+from .runtime import LOCK_NAME, npm_pyodide, python_of
+from .snapshot import SnapshotError, ensure_snapshot
 from .web import default_web_dir
 
-__all__ = [
-    "KERNEL_PLUGIN",
-    "KERNEL_SNAPSHOT",
-    "KernelInfo",
-    "LiteError",
-    "LiteResult",
-    "build_site",
-    "install_hint",
-    "kernel_info",
-    "lite_config",
-    "main",
-    "startup_roots",
-]
+__all__ = ["KERNEL_PLUGIN", "LiteError", "LiteResult", "build_site", "lite_config", "main"]
 
 #: the settings key of the Pyodide kernel in ``jupyter-lite.json``
 KERNEL_PLUGIN = "@jupyterlite/pyodide-kernel-extension:kernel"
-#: what the kernel loads with ``loadPackage`` before its piplite installs
-_KERNEL_PRELOADS = ("micropip",)
-#: what the kernel installs at start, in its order (its worker: micropip, then piplite,
-#: then these through piplite), each skipped when ``loadPyodideOptions.packages`` names it
-KERNEL_START = ("micropip", "piplite", "ipykernel", "comm", "pyodide-kernel", "jedi",
-                "ipython")
-_SERIES = "0.8."
 _PYODIDE_DIR = "./static/pyodide/"
 #: the kernel's Pyodide module: Pyodide's own, or the one that restores the snapshot
 _PYODIDE_MODULE = "pyodide.mjs"
 _KERNEL_MODULE = "pedelec-kernel.mjs"
-#: the kernel's libraries, imported in its snapshot: not the kernel itself, nor
-#: ipykernel, piplite or micropip, which hold JavaScript objects a snapshot cannot keep
-KERNEL_SNAPSHOT = Recipe(
-    whose="notebook kernel's", name="pedelec-kernel-snapshot.bin",
-    manifest="pedelec-kernel-snapshot.json", roots=("ipython", "jedi", "comm"),
-    imports=("IPython", "jedi", "comm", "traitlets", "pygments"), encodings=("gzip",))
 #: beside the kernel's module in static/pyodide/ (from web/)
 _KERNEL_MODULE_FILES = (_KERNEL_MODULE, "pyodide-snapshot.js")
-
-
-def install_hint() -> str:
-    """The command that installs the lite extra into the Python running this. From a
-    checkout (an editable install, as ``./scripts/demo`` makes) the exact command, paths
-    relative to the checkout when run in it; else the extra's name (no index serves the package:
-    install it the way pedelec-pyodide was installed)."""
-    root = Path(__file__).resolve().parents[2]
-    if not (root / "pyproject.toml").is_file():
-        return ("install the lite extra into this Python, the way pedelec-pyodide was "
-                "installed: pip install '/path/to/pedelec-pyodide-checkout[lite]', or "
-                "pip install 'pedelec-pyodide[lite] @ file:///path/to/pedelec_pyodide-"
-                "<version>-py3-none-any.whl'")
-
-    python, here = Path(sys.executable).absolute(), Path.cwd().resolve() == root
-    if here and python.is_relative_to(root):
-        python = python.relative_to(root)
-    return f"install the lite extra: {python} -m pip install -e '{'.' if here else root}[lite]'"
-
-class LiteError(RuntimeError):
-    """The site cannot be built; the message says what is missing and how to get it."""
-
-
-@dataclasses.dataclass(frozen=True)
-class KernelInfo:
-    """The installed ``jupyterlite-pyodide-kernel``: its version, its Pyodide, and the
-    wheels it ships in its own piplite index (installed at kernel start)."""
-
-    version: str
-    core_version: str
-    pyodide_version: str
-    bundled_wheels: tuple[Path, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,140 +81,6 @@ class LiteResult:
     kernel_wheels: dict[str, Path]
     kernel: KernelInfo
     seconds: float
-
-
-# ---------------------------------------------------------------------- the kernel
-
-
-def _distribution_version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        raise LiteError(f"{name} is not installed: {install_hint()}") from None
-
-
-def _kernel_pypi_dir() -> Path:
-    """The piplite index the kernel's labextension ships (``static/pypi/all.json``)."""
-    paths = importlib.import_module("jupyter_core.paths")
-    constants = importlib.import_module("jupyterlite_pyodide_kernel.constants")
-    name = str(constants.PYODIDE_KERNEL_NPM_NAME)
-    for root in paths.jupyter_path("labextensions"):
-        candidate = Path(root) / name / "static" / "pypi"
-        if (candidate / "all.json").is_file():
-            return candidate
-    raise LiteError(
-        f"the labextension {name} (with static/pypi/all.json) is not installed in any of "
-        f"{paths.jupyter_path('labextensions')}: reinstall jupyterlite-pyodide-kernel"
-    )
-
-
-def kernel_info() -> KernelInfo:
-    """Check that jupyterlite-core and jupyterlite-pyodide-kernel 0.8.x are installed and
-    that the kernel's Pyodide is the one :mod:`provision` provisions."""
-    version = _distribution_version("jupyterlite-pyodide-kernel")
-    core_version = _distribution_version("jupyterlite-core")
-    for dist, found in (("jupyterlite-pyodide-kernel", version),
-                        ("jupyterlite-core", core_version)):
-        if not found.startswith(_SERIES):
-            raise LiteError(f"{dist} {found} is installed, {_SERIES}x is needed: "
-                            f"{install_hint()}")
-    constants = importlib.import_module("jupyterlite_pyodide_kernel.constants")
-    pyodide_version = str(constants.PYODIDE_VERSION)
-    if pyodide_version != PYODIDE_VERSION:
-        raise LiteError(
-            f"jupyterlite-pyodide-kernel {version} runs Pyodide {pyodide_version}, but this "
-            f"pedelec-pyodide provisions Pyodide {PYODIDE_VERSION} for pages and "
-            "notebooks alike: install a kernel that pins it (pip install "
-            f"'pedelec-pyodide[lite]' picks a matching one) or upgrade pedelec-pyodide"
-        )
-    bundled = tuple(sorted(_kernel_pypi_dir().glob("*.whl")))
-    return KernelInfo(version, core_version, pyodide_version, bundled)
-
-
-# ---------------------------------------------------------------------- the wheels
-
-
-def startup_roots(bundled_wheels: Sequence[Path], python: Version) -> list[NormalizedName]:
-    """What the kernel needs from the lock at start: its preloads, and the requirements
-    of the wheels it installs from its own index that are not in that index."""
-    shipped = {_name_of(wheel) for wheel in bundled_wheels}
-    roots = [canonicalize_name(name) for name in _KERNEL_PRELOADS]
-    for wheel in bundled_wheels:
-        for name in pypi.requirements_of(wheel, python):
-            if name not in shipped and name not in roots:
-                roots.append(name)
-    return roots
-
-
-def _name_of(wheel: Path) -> NormalizedName:
-    parsed = pypi.wheel_name(wheel.name)
-    if parsed is None:
-        raise LiteError(f"{wheel} is not named like a wheel")
-    return parsed[0]
-
-
-def _fetch_newest(names: Sequence[str], directory: Path, log: Log,
-                  python: Version) -> dict[str, Path]:
-    """Wheels for names the npm lock does not pin: the cached one, else PyPI's newest."""
-    missing = [n for n in names if pypi.newest_cached(directory, n, python) is None]
-    if missing:
-        pypi.pip_download(missing, directory, log, python)
-    found: dict[str, Path] = {}
-    for name in names:
-        path = pypi.newest_cached(directory, name, python)
-        if path is None:
-            raise LiteError(f"PyPI has no pure-Python wheel (py3-none-any) of {name}: "
-                            "the Pyodide kernel cannot load it")
-        found[name] = path
-    return found
-
-
-def _kernel_wheels(
-    roots: Sequence[str], npm_lock: dict[str, Any], have: set[str], directory: Path,
-    python: Version, log: Log,
-) -> dict[str, Path]:
-    """The roots and their requirements, level by level: npm lock versions, PyPI wheels."""
-    try:
-        return _close_over(roots, npm_lock, have, directory, python, log)
-    except ProvisionError as exc:
-        raise LiteError(str(exc)) from None
-
-
-def _close_over(
-    roots: Sequence[str], npm_lock: dict[str, Any], have: set[str], directory: Path,
-    python: Version, log: Log,
-) -> dict[str, Path]:
-    packages: dict[str, Any] = npm_lock.get("packages", {})
-    pure = pypi.pure_tags(python)
-    wheels: dict[str, Path] = {}
-    level = [n for n in dict.fromkeys(roots) if n not in have]
-    while level:
-        pins: dict[str, str] = {}
-        newest: list[str] = []
-        for name in level:
-            entry = packages.get(name)
-            parsed = pypi.wheel_name(str(entry.get("file_name", ""))) if entry else None
-            if entry is None:
-                newest.append(name)
-            elif parsed is not None and parsed[2] & pure:
-                pins[name] = f"{entry['name']}=={entry['version']}"
-            else:
-                raise LiteError(
-                    f"the kernel needs {name}, which Pyodide builds for WebAssembly "
-                    f"({entry.get('file_name')}); PyPI has no such wheel to serve offline"
-                )
-        fetched = pypi.download_wheels(list(pins.values()), directory, log, python)
-        found = dict(zip(pins, fetched, strict=True))
-        found.update(_fetch_newest(newest, directory, log, python))
-        wheels.update(found)
-        seen = have | set(wheels)
-        following: list[str] = []
-        for wheel in found.values():
-            for name in pypi.requirements_of(wheel, python):
-                if name not in seen and name not in following:
-                    following.append(name)
-        level = following
-    return wheels
 
 
 # ------------------------------------------------------------------- the site files
@@ -339,8 +148,8 @@ def build_site(
             roots = startup_roots(kernel.bundled_wheels, python)
         except ProvisionError as exc:
             raise LiteError(str(exc)) from None
-        fetched = _kernel_wheels(roots, npm_lock, set(runtime.wheels), cache / "wheels",
-                                 python, say)
+        fetched = start_wheels(roots, npm_lock, set(runtime.wheels), cache / "wheels",
+                               python, say)
         pyodide_dir = runtime.pyodide_dir
         kernel_wheels: dict[str, Path] = {
             name: runtime.wheels[name] for name in roots if name in runtime.wheels}
@@ -350,7 +159,7 @@ def build_site(
         # the kernel's own wheels it installs at start (piplite, ipykernel, pyodide-kernel)
         # go into the lock too, so that loadPyodide loads them (KERNEL_START)
         for wheel in kernel.bundled_wheels:
-            name = _name_of(wheel)
+            name = wheel_name_of(wheel)
             if name in KERNEL_START and name not in kernel_wheels:
                 kernel_wheels[name] = pyodide_dir / wheel.name
                 shutil.copy2(wheel, kernel_wheels[name])

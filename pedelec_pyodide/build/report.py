@@ -7,7 +7,7 @@ import importlib.util
 import sys
 from collections.abc import Callable
 
-__all__ = ["Log", "ProvisionError", "check_pip", "tail"]
+__all__ = ["LiteError", "Log", "ProvisionError", "check_pip", "tail"]
 
 #: where a step writes its progress, one line per call
 Log = Callable[[str], None]
@@ -15,6 +15,11 @@ Log = Callable[[str], None]
 
 class ProvisionError(RuntimeError):
     """Something needed is missing; the message says what and how to get it."""
+
+
+class LiteError(RuntimeError):
+    """The JupyterLite site cannot be built; the message says what is missing and how to
+    get it."""
 
 
 def tail(text: str, lines: int = 15) -> str:
