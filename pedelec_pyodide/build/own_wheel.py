@@ -166,7 +166,7 @@ def _compile_for_pyodide(runtime: Path, sources: Mapping[str, str]) -> dict[str,
 
 def _page_wheel(wheel: Path, runtime: Path, log: Log) -> Path:
     """Our wheel as pages load it: the same distribution and version (file name, METADATA),
-    without what only Core uses, plus unchecked-hash ``.pyc`` compiled by ``runtime``'s
+    without what only the host uses, plus unchecked-hash ``.pyc`` compiled by ``runtime``'s
     Python next to every module (the ``.py`` stay, for tracebacks), and a RECORD that
     lists every file with its hash. A page otherwise compiles our sources on its main
     thread before ``pedelec:ready``. Without Node, it is the same wheel without .pyc.
