@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Make a memory snapshot under Node, for snapshot.py (the page's, and the notebook kernel's):
+ * Make the page's memory snapshot under Node, for provision.py (snapshot.py):
  *
  *   node make_snapshot.mjs SNAPSHOT_MODULE PYODIDE_DIR OUT_PREFIX < {"wheels": [...], "imports": [...]}
  *   -> OUT_PREFIX.gz and OUT_PREFIX.br (the snapshot, compressed), stdout {"buildId", "bytes"}
