@@ -15,7 +15,7 @@ export const SNAPSHOT = process.env.PEDELEC_E2E_SNAPSHOT !== "off";
 const OUT = SNAPSHOT ? ".cache/e2e" : ".cache/e2e-nosnap";
 /** The runtime the suite's Cores serve (with or without its snapshot). */
 export const PYODIDE = `${OUT}/pyodide`;
-const provision = `.venv/bin/python -m pedelec_pyodide.core.provision ${OUT}${SNAPSHOT ? "" : " --no-snapshot"}`;
+const provision = `.venv/bin/python -m pedelec_pyodide.build.provision ${OUT}${SNAPSHOT ? "" : " --no-snapshot"}`;
 const env = { PEDELEC_ADMIN_TOKEN: TOKEN };
 const CHROMIUM = "/usr/bin/chromium";
 const ARGS = [

@@ -170,7 +170,7 @@ for (const signal of ["SIGINT", "SIGTERM"]) {
 
 let failed = false;
 try {
-  execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.core.provision", ".cache/e2e"], { stdio: "ignore" });
+  execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.build.provision", ".cache/e2e"], { stdio: "ignore" });
   try {
     core = await startDemo();
   } catch (err) {

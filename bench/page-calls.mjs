@@ -14,7 +14,7 @@ import { execFileSync } from "node:child_process";
 const rounds = Number(process.argv[2] ?? 15);
 const perRound = 40;
 const port = 8796;
-execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.core.provision", ".cache/bench"], { stdio: "ignore" });
+execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.build.provision", ".cache/bench"], { stdio: "ignore" });
 const concurrency = 100;
 // --max-pending: part 2 keeps `concurrency` calls pending on one session at once, over
 // Core's default of 64 (which answers the rest TOO_MANY_PENDING before they reach the page).

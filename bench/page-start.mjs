@@ -24,7 +24,7 @@ import { join } from "node:path";
 
 const rounds = Number(process.argv[2] ?? 7);
 const port = 8797;
-execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.core.provision", ".cache/bench"], { stdio: "ignore" });
+execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.build.provision", ".cache/bench"], { stdio: "ignore" });
 // The app Core serves: the bench pages, and PyScript's dist at /pyscript/.
 const app = mkdtempSync(join(tmpdir(), "pedelec-bench-"));
 cpSync("bench/page", app, { recursive: true });

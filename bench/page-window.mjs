@@ -6,7 +6,7 @@ import { chromium } from "playwright";
 import { openPage, runPython, startCore } from "../web/testing.js";
 import { execFileSync } from "node:child_process";
 
-execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.core.provision", ".cache/bench"], { stdio: "ignore" });
+execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.build.provision", ".cache/bench"], { stdio: "ignore" });
 const core = await startCore({
   app: "bench/page", port: 8797, pedelec: ".venv/bin/pedelec", pyodide: ".cache/bench/pyodide", args: ["--quiet"],
 });

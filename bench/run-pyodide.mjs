@@ -5,7 +5,7 @@
  *   node bench/run-pyodide.mjs bench/dispatch.py
  *
  * Provisions like the unit-suite runner (the same cached directory, the one code path in
- * pedelec_pyodide/core/provision.py), boots Pyodide with our lock's runtime wheels, mounts
+ * pedelec_pyodide/build/provision.py), boots Pyodide with our lock's runtime wheels, mounts
  * bench/ and awaits the script's `async def main()` on Pyodide's own event loop.
  */
 import { spawnSync } from "node:child_process";
@@ -24,7 +24,7 @@ const outDir = process.env.PEDELEC_PYODIDE_TEST_DIR ?? path.join(repo, ".cache",
 const venvPython = path.join(repo, ".venv", "bin", "python");
 const python = process.env.PEDELEC_PYTHON ?? (existsSync(venvPython) ? venvPython : "python3");
 const provisioned = spawnSync(
-  python, ["-m", "pedelec_pyodide.core.provision", outDir, "--with-tests", "--repo", repo],
+  python, ["-m", "pedelec_pyodide.build.provision", outDir, "--with-tests", "--repo", repo],
   { cwd: repo, stdio: ["ignore", "ignore", "inherit"] },
 );
 if (provisioned.error || provisioned.status !== 0) {

@@ -144,7 +144,7 @@ export async function startCore({
   const where = health
     ? `Core answers, but its Pyodide runtime is still "${health.pyodide}" (a first start downloads it: `
       + "give `readyTimeoutMs`/`timeoutMs` more, or provision once beforehand with "
-      + "`python -m pedelec_pyodide.core.provision DIR` and pass `pyodide: \"DIR/pyodide\"`)"
+      + "`python -m pedelec_pyodide.build.provision DIR` and pass `pyodide: \"DIR/pyodide\"`)"
     : "Core never answered on its health URL";
   return fail(`Core at ${core.url} was not ready within ${timeoutMs} ms: ${where}`);
 }

@@ -54,13 +54,13 @@ def _provisioned(value: str) -> Path:
     if missing:
         raise argparse.ArgumentTypeError(
             f"{value}: no {' or '.join(missing)} there; provision one with "
-            f"`python -m pedelec_pyodide.core.provision DIR` (it writes DIR/pyodide)")
+            f"`python -m pedelec_pyodide.build.provision DIR` (it writes DIR/pyodide)")
     if not _lists_pedelec(path / "pyodide-lock.json"):
         raise argparse.ArgumentTypeError(
             f"{value}: a bare Pyodide runtime (its pyodide-lock.json lists no "
             "pedelec-pyodide), such as the npm package: pages would start without "
             "pedelec-pyodide. Make a provisioned one from it with `python -m "
-            f"pedelec_pyodide.core.provision OUT --pyodide {value}` and pass --pyodide "
+            f"pedelec_pyodide.build.provision OUT --pyodide {value}` and pass --pyodide "
             "OUT/pyodide")
     return path
 
@@ -202,7 +202,7 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
     parser.add_argument("--pyodide", type=_provisioned, metavar="DIR",
                         help="a provisioned Pyodide directory (runtime, wheels and the "
                         "pyodide-lock.json that lists them, as python -m "
-                        "pedelec_pyodide.core.provision OUT writes into OUT/pyodide) served "
+                        "pedelec_pyodide.build.provision OUT writes into OUT/pyodide) served "
                         "at /pedelec/pyodide/; default: provision one into the cache on "
                         "first start")
     parser.add_argument("--no-provision", action="store_true",
@@ -389,7 +389,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     if args.command == "lite":
-        from .lite import main as lite_main
+        from ..build.lite import main as lite_main
 
         return lite_main(args.dir, args.pyodide)
     cfg, generated = config_from_args(args)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..build.web import default_web_dir
 from ..protocol import MAX_FRAME_BYTES
 from .agent import Agent
 from .clock import Clock, SystemClock
@@ -29,16 +30,6 @@ def admin_token_from_env() -> tuple[str, bool]:
 def cluster_secret_from_env() -> str | None:
     """``$PEDELEC_CLUSTER_SECRET`` when set (checked by the CLI: ``store.seal.check_secret``)."""
     return os.environ.get(CLUSTER_SECRET_ENV, "").strip() or None
-
-
-def default_web_dir() -> Path | None:
-    """The JS bridge and the demo: the repository's ``web/`` in a source checkout, else the
-    copy the wheel carries as ``pedelec_pyodide/web``."""
-    package = Path(__file__).resolve().parents[1]
-    for candidate in (package.parent / "web", package / "web"):
-        if (candidate / "pedelec-pyodide.js").is_file():
-            return candidate
-    return None
 
 
 #: the longest deadline a tool request may have (24 h): longer waits are refused up front

@@ -34,6 +34,7 @@ from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+from ..build.snapshot import MANIFEST_NAME, SNAPSHOT_NAME, SnapshotError, stored_file
 from . import accept, control
 from .agent import Agent
 from .bridge import BridgeConnection
@@ -51,15 +52,7 @@ from .public import (
 from .relay import ToolRelay
 from .routing import ClusterRouter, serve_forwarded
 from .sessions import SHUTDOWN_SECONDS, Registry
-from .snapshot import (
-    MANIFEST_NAME,
-    SNAPSHOT_NAME,
-    SnapshotError,
-    choose_encoding,
-    identity_file,
-    make_identity,
-    stored_file,
-)
+from .snapshot import choose_encoding, identity_file, make_identity
 from .store import PRUNE_SECONDS, RECENT_TURNS, Store, check_reachable, open_store
 from .turns import restore
 from .ws_limits import bounded_websocket
@@ -368,7 +361,7 @@ def create_app(config: CoreConfig) -> Starlette:
 
 async def _provision(pyodide: PyodideFiles) -> None:
     """Provision the Pyodide runtime into the cache, in a thread; /health answers meanwhile."""
-    from . import provision as provisioning
+    from ..build import provision as provisioning
 
     pyodide.status = "provisioning"
     pyodide.detail = "fetching the Pyodide runtime and wheels (first start only)"

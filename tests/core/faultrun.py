@@ -580,7 +580,7 @@ async def _redis_restart(server: RedisServer, made: Cluster, at: float, down: fl
 
 def provision() -> Path:
     """The Pyodide runtime the nodes serve the demo pages (cached: a second run is fast)."""
-    subprocess.run([sys.executable, "-m", "pedelec_pyodide.core.provision", str(PYODIDE)],
+    subprocess.run([sys.executable, "-m", "pedelec_pyodide.build.provision", str(PYODIDE)],
                    check=True, stdout=subprocess.DEVNULL, timeout=900)
     return PYODIDE / "pyodide"
 

@@ -147,7 +147,7 @@ def test_health_is_ready_only_once_pages_can_load(
     runtime is a 503; ready turns true exactly when the runtime is served."""
     import threading
 
-    from pedelec_pyodide.core import provision
+    from pedelec_pyodide.build import provision
 
     runtime = tmp_path / "runtime"
     runtime.mkdir()

@@ -171,7 +171,7 @@ def test_a_pyodide_directory_that_was_not_provisioned_is_refused_at_once(
         build_parser().parse_args(["serve", "--pyodide", str(tmp_path)])
     said = capsys.readouterr().err
     assert "no pyodide.mjs or pyodide-lock.json there" in said
-    assert "python -m pedelec_pyodide.core.provision" in said
+    assert "python -m pedelec_pyodide.build.provision" in said
 
 
 def test_an_unknown_option_is_reported_with_its_command_usage(

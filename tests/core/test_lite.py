@@ -19,13 +19,17 @@ from typing import Any
 
 import pytest
 from corekit import config, run, running_core
+from packaging.version import Version
 
 from pedelec_pyodide import Session, browser, define_tool
 from pedelec_pyodide.browser import explain_worker_error
-from pedelec_pyodide.core import lite, provision
+from pedelec_pyodide.build import kernel, lite, runtime, wheels
+from pedelec_pyodide.build.lock import build_lock
+from pedelec_pyodide.build.notebook import example_notebook
 from pedelec_pyodide.core.cli import build_parser
 
 PY = "3.14.2"
+PYTHON = Version(PY)
 
 
 def make_wheel(directory: Path, name: str, version: str, requires: tuple[str, ...] = (),
@@ -57,7 +61,7 @@ def test_requirements_follow_markers_and_skip_extras(tmp_path: Path) -> None:
         'typing_extensions>=4.6; python_version < "3.12"', 'pytest; extra == "test"',
         "Stack_Data",
     ))
-    assert lite.requirements_of(wheel, PY) == ["decorator", "jedi", "stack-data"]
+    assert wheels.requirements_of(wheel, PYTHON) == ["decorator", "jedi", "stack-data"]
 
 
 def test_startup_roots_are_the_preloads_and_what_the_kernel_wheels_need(tmp_path: Path) -> None:
@@ -66,7 +70,7 @@ def test_startup_roots_are_the_preloads_and_what_the_kernel_wheels_need(tmp_path
         make_wheel(tmp_path, "pyodide-kernel", "0.8.6", ("comm", "ipython")),
         make_wheel(tmp_path, "piplite", "0.8.6"),
     ]
-    assert lite.startup_roots(shipped, PY) == ["micropip", "comm", "ipython"]
+    assert kernel.startup_roots(shipped, PYTHON) == ["micropip", "comm", "ipython"]
 
 
 def test_kernel_wheels_close_over_requirements_with_npm_versions(tmp_path: Path) -> None:
@@ -84,9 +88,9 @@ def test_kernel_wheels_close_over_requirements_with_npm_versions(tmp_path: Path)
         parso=("0.8.6", "parso-0.8.6-py2.py3-none-any.whl"),
         traitlets=("5.14.3", "traitlets-5.14.3-py3-none-any.whl"),
     )
-    wheels = lite._kernel_wheels(["micropip", "comm", "ipython"], lock, {"micropip", "traitlets"},
-                                 cache, PY, lambda _: None)
-    assert {name: path.name for name, path in wheels.items()} == {
+    found = kernel.start_wheels(["micropip", "comm", "ipython"], lock, {"micropip", "traitlets"},
+                                cache, PYTHON, lambda _: None)
+    assert {name: path.name for name, path in found.items()} == {
         "comm": "comm-0.2.3-py3-none-any.whl",
         "ipython": "ipython-9.12.0-py3-none-any.whl",
         "jedi": "jedi-0.19.2-py3-none-any.whl",
@@ -97,7 +101,7 @@ def test_kernel_wheels_close_over_requirements_with_npm_versions(tmp_path: Path)
 def test_a_webassembly_only_requirement_is_a_clear_error(tmp_path: Path) -> None:
     lock = npm_lock(numpy=("2.2.0", "numpy-2.2.0-cp314-cp314-pyemscripten_2026_0_wasm32.whl"))
     with pytest.raises(lite.LiteError, match="numpy, which Pyodide builds for WebAssembly"):
-        lite._kernel_wheels(["numpy"], lock, set(), tmp_path, PY, lambda _: None)
+        kernel.start_wheels(["numpy"], lock, set(), tmp_path, PYTHON, lambda _: None)
 
 
 def test_a_failed_download_says_what_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -105,9 +109,9 @@ def test_a_failed_download_says_what_failed(tmp_path: Path, monkeypatch: pytest.
     def refuse(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution")
 
-    monkeypatch.setattr(lite.subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "run", refuse)
     with pytest.raises(lite.LiteError, match=r"`pip download` of comm failed \(exit 1\)"):
-        lite._kernel_wheels(["comm"], npm_lock(), set(), tmp_path, PY, lambda _: None)
+        kernel.start_wheels(["comm"], npm_lock(), set(), tmp_path, PYTHON, lambda _: None)
 
 
 def test_the_lock_is_rewritten_from_the_npm_lock_for_the_files_we_have(tmp_path: Path) -> None:
@@ -115,10 +119,10 @@ def test_the_lock_is_rewritten_from_the_npm_lock_for_the_files_we_have(tmp_path:
     parso = make_wheel(tmp_path, "parso", "0.8.6")
     base = npm_lock(jedi=("0.19.2", "jedi-0.19.2-py2.py3-none-any.whl"),
                     numpy=("2.2.0", "numpy-2.2.0-cp314-cp314-pyemscripten_2026_0_wasm32.whl"))
-    lock = provision.build_lock(base, [jedi, parso], tmp_path)
-    assert lock["info"] == {"python": PY}
-    assert sorted(lock["packages"]) == ["jedi", "parso"]  # numpy: no file, no entry
-    entry = lock["packages"]["jedi"]
+    made = build_lock(base, [jedi, parso], tmp_path)
+    assert made["info"] == {"python": PY}
+    assert sorted(made["packages"]) == ["jedi", "parso"]  # numpy: no file, no entry
+    entry = made["packages"]["jedi"]
     assert entry["file_name"] == jedi.name
     assert entry["sha256"] == hashlib.sha256(jedi.read_bytes()).hexdigest()
     assert entry["depends"] == ["parso"]
@@ -143,14 +147,14 @@ def test_the_kernel_snapshot_holds_no_object_a_snapshot_cannot_keep() -> None:
     """What Node imports for the kernel's snapshot: its libraries, never the kernel, ipykernel
     (which imports the kernel), piplite or micropip: they hold JavaScript functions, and
     Pyodide refuses to make a snapshot then ("Can't serialize object")."""
-    imports = set(lite.KERNEL_SNAPSHOT.imports)
+    imports = set(kernel.KERNEL_SNAPSHOT.imports)
     assert "IPython" in imports
     assert not imports & {"pyodide_kernel", "ipykernel", "piplite", "micropip"}
-    assert lite.KERNEL_SNAPSHOT.encodings == ("gzip",)  # any static server, inflated in JS
+    assert kernel.KERNEL_SNAPSHOT.encodings == ("gzip",)  # any static server, inflated in JS
 
 
 def test_the_example_notebook_uses_the_public_api_and_parses() -> None:
-    notebook = lite.example_notebook()
+    notebook = example_notebook()
     assert notebook["nbformat"] == 4
     code = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
     assert code[0] == "%pip install pedelec-pyodide"
@@ -184,32 +188,32 @@ def test_missing_lite_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
     def missing(name: str) -> str:
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(lite.importlib.metadata, "version", missing)
+    monkeypatch.setattr(kernel.importlib.metadata, "version", missing)
     # from a checkout (as ./scripts/demo installs it): the exact command for this checkout
-    root = Path(lite.__file__).resolve().parents[2]
+    root = Path(kernel.__file__).resolve().parents[2]
     monkeypatch.chdir(root)
     python = Path(sys.executable).absolute()
     shown = python.relative_to(root) if python.is_relative_to(root) else python
     with pytest.raises(lite.LiteError) as raised:
-        lite.kernel_info()
+        kernel.kernel_info()
     assert str(raised.value) == ("jupyterlite-pyodide-kernel is not installed: install the "
                                  f"lite extra: {shown} -m pip install -e '.[lite]'")
     # elsewhere the paths are absolute
     monkeypatch.chdir("/")
     with pytest.raises(lite.LiteError, match=re.escape(f"-m pip install -e '{root}[lite]'")):
-        lite.kernel_info()
+        kernel.kernel_info()
 
 
 def test_the_kernel_pins_the_pyodide_we_provision(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("jupyterlite_pyodide_kernel")
-    info = lite.kernel_info()
-    assert info.pyodide_version == provision.PYODIDE_VERSION
+    info = kernel.kernel_info()
+    assert info.pyodide_version == runtime.PYODIDE_VERSION
     assert info.version.startswith("0.8.")
     assert any(w.name.startswith("pyodide_kernel-") for w in info.bundled_wheels)
     constants = importlib.import_module("jupyterlite_pyodide_kernel.constants")
     monkeypatch.setattr(constants, "PYODIDE_VERSION", "999.0.0")
     with pytest.raises(lite.LiteError, match=r"runs Pyodide 999\.0\.0, but this pedelec-pyodide"):
-        lite.kernel_info()
+        kernel.kernel_info()
 
 
 def test_cli_has_the_lite_command() -> None:

@@ -29,7 +29,10 @@ def test_the_wheel_carries_types_the_bridge_and_the_demo(wheel: Path) -> None:
     for expected in ("pedelec_pyodide/py.typed", "pedelec_pyodide/web/pedelec-pyodide.js",
                      "pedelec_pyodide/web/pedelec-pyodide.d.ts",
                      "pedelec_pyodide/web/demo/index.html", "pedelec_pyodide/web/demo/tools.py",
-                     "pedelec_pyodide/core/server.py"):
+                     "pedelec_pyodide/core/server.py", "pedelec_pyodide/build/provision.py",
+                     # run under Node at provisioning: found next to the modules that run them
+                     "pedelec_pyodide/build/make_snapshot.mjs",
+                     "pedelec_pyodide/build/compile_pyc.mjs"):
         assert expected in names
     assert not any(name.startswith("tests/") for name in names)
 
@@ -41,7 +44,7 @@ def test_an_installed_wheel_finds_its_own_web_files(wheel: Path, tmp_path: Path)
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)],
                    check=True, timeout=300)
     found = subprocess.run(
-        [str(python), "-c", "from pedelec_pyodide.core.config import default_web_dir;"
+        [str(python), "-c", "from pedelec_pyodide.build.web import default_web_dir;"
                             "print(default_web_dir())"],
         check=True, capture_output=True, text=True, cwd=tmp_path, timeout=60,
     ).stdout.strip()

@@ -25,8 +25,10 @@ from pathlib import Path
 import pytest
 from corekit import config, run, running_core
 
-from pedelec_pyodide.core import provision as prov
-from pedelec_pyodide.core import snapshot as snap
+from pedelec_pyodide.build import provision as prov
+from pedelec_pyodide.build import runtime, wheels
+from pedelec_pyodide.build import snapshot as snap
+from pedelec_pyodide.core import snapshot as serving
 
 REPO = Path(__file__).resolve().parents[2]
 URL = f"/pedelec/pyodide/{snap.SNAPSHOT_NAME}"
@@ -50,7 +52,7 @@ URL = f"/pedelec/pyodide/{snap.SNAPSHOT_NAME}"
     ("*;q=0, gzip", "gzip"),
 ])
 def test_choose_encoding(header: str, expected: str | None) -> None:
-    assert snap.choose_encoding(header) == expected
+    assert serving.choose_encoding(header) == expected
 
 
 def fake_snapshot(directory: Path, key: str) -> bytes:
@@ -131,9 +133,14 @@ def header_build_id(data: bytes) -> str:
 def test_provision_makes_a_keyed_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = prov.cache_dir()
     npm_pkg = cache / "npm" / "node_modules" / "pyodide"
-    missing = [p for p in prov.RUNTIME_WHEELS if prov._find_cached(cache / "wheels", p) is None]
-    if prov._pyodide_version_of(npm_pkg) != prov.PYODIDE_VERSION or missing:
-        pytest.skip(f"cache {cache} not populated (run `python -m pedelec_pyodide.core.provision "
+    if runtime.pyodide_version_of(npm_pkg) != runtime.PYODIDE_VERSION:
+        pytest.skip(f"cache {cache} has no Pyodide runtime (run `python -m "
+                    "pedelec_pyodide.build.provision DIR` once, with network)")
+    python = runtime.python_of(json.loads((npm_pkg / runtime.LOCK_NAME).read_text()))
+    missing = [p for p in wheels.RUNTIME_WHEELS
+               if wheels.find_cached(cache / "wheels", p, python) is None]
+    if missing:
+        pytest.skip(f"cache {cache} not populated (run `python -m pedelec_pyodide.build.provision "
                     "DIR` once, with network)")
     if shutil.which("node") is None:
         pytest.skip("no node")
@@ -196,10 +203,10 @@ def test_if_none_match_weak_lists_and_star(tmp_path: Path) -> None:
 def test_a_cut_accept_encoding_never_turns_a_refusal_into_consent() -> None:
     """Only MAX_ACCEPT_ENCODING characters are read: an item cut at that bound (here
     ``br;q=0`` cut to ``br``) is dropped, not read as wanted."""
-    pad = "a" * (snap.MAX_ACCEPT_ENCODING - len("gzip, ") - len(", br"))
+    pad = "a" * (serving.MAX_ACCEPT_ENCODING - len("gzip, ") - len(", br"))
     header = f"gzip, {pad}, br;q=0"
-    assert header[:snap.MAX_ACCEPT_ENCODING].endswith(", br")
-    assert snap.choose_encoding(header) == "gzip"
+    assert header[:serving.MAX_ACCEPT_ENCODING].endswith(", br")
+    assert serving.choose_encoding(header) == "gzip"
 
 
 def test_inflating_a_truncated_snapshot_fails(tmp_path: Path) -> None:
@@ -209,7 +216,7 @@ def test_inflating_a_truncated_snapshot_fails(tmp_path: Path) -> None:
     stored = tmp_path / "s.gz"
     stored.write_bytes(gzip.compress(b"snapshot " * 50_000)[:-100])
     with pytest.raises(snap.SnapshotError, match="truncated"):
-        for _ in snap.inflate(stored):
+        for _ in serving.inflate(stored):
             pass
 
     directory = tmp_path / "pyodide"
@@ -231,19 +238,19 @@ def test_inflating_a_truncated_snapshot_fails(tmp_path: Path) -> None:
 
 @contextlib.contextmanager
 def counting_inflations() -> Iterator[list[Path]]:
-    """The real :func:`snapshot.inflate`, with each file it was asked to inflate listed."""
-    real = snap.inflate
+    """The real :func:`serving.inflate`, with each file it was asked to inflate listed."""
+    real = serving.inflate
     calls: list[Path] = []
 
     def inflate(path: Path) -> Iterator[bytes]:
         calls.append(path)
         return real(path)
 
-    snap.inflate = inflate
+    serving.inflate = inflate
     try:
         yield calls
     finally:
-        snap.inflate = real
+        serving.inflate = real
 
 
 def test_the_inflated_snapshot_is_made_once(tmp_path: Path) -> None:
@@ -269,13 +276,13 @@ def test_the_inflated_snapshot_is_made_once(tmp_path: Path) -> None:
                                           for _ in range(5)))
             assert all(g.status_code == 200 and g.content == raw for g in gets)
             assert gets[0].headers["etag"] == '"k1-identity"'
-            hidden = snap.identity_file(directory, "k1")
+            hidden = serving.identity_file(directory, "k1")
             assert (await core.http.get(f"/pedelec/pyodide/{hidden.name}")).status_code == 404
 
     with counting_inflations() as inflations:
         run(scenario())
     assert inflations == [snap.stored_file(directory, "gzip")]
-    assert snap.identity_file(directory, "k1").read_bytes() == raw
+    assert serving.identity_file(directory, "k1").read_bytes() == raw
     snap.remove_snapshot(directory)
     assert list(directory.iterdir()) == []
 

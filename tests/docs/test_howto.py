@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from docrun import DOCS, REPO, blocks, check_parses, dependencies_dir, run_doc, same_python_as_tests
 
-from pedelec_pyodide.core.snapshot import PAGE
+from pedelec_pyodide.build.snapshot import PAGE
 
 GUIDES = sorted((DOCS / "how-to").glob("*.md"))
 INSTALL = DOCS / "how-to" / "install.md"
@@ -82,8 +82,8 @@ def test_the_fast_start_guide_quotes_the_lines_provisioning_logs() -> None:
     """The log lines the guide shows are the ones Core and the provision command write (a
     fresh snapshot takes too long to make in a test just to see its line)."""
     guide = (DOCS / "how-to" / "fast-start.md").read_text(encoding="utf-8")
-    source = (REPO / "pedelec_pyodide" / "core" / "snapshot.py").read_text(encoding="utf-8")
+    source = (REPO / "pedelec_pyodide" / "build" / "snapshot.py").read_text(encoding="utf-8")
     (line,) = re.findall(r'log\(f"(making the \{recipe\.whose\} memory snapshot[^"]*)"\)', source)
     making = line.replace("{recipe.whose}", PAGE.whose)
     assert f'event=provision message="{making}"' in guide  # pedelec serve's log
-    assert f"pedelec provision: {making}" in guide  # python -m pedelec_pyodide.core.provision
+    assert f"pedelec provision: {making}" in guide  # python -m pedelec_pyodide.build.provision

@@ -8,7 +8,7 @@
  *   node tests/pyodide/run-unit.mjs --tests-dir /tmp/x   # run another dir (mounted)
  *
  * What it does:
- *  1. `python -m pedelec_pyodide.core.provision <dir> --with-tests` (Python: $PEDELEC_PYTHON,
+ *  1. `python -m pedelec_pyodide.build.provision <dir> --with-tests` (Python: $PEDELEC_PYTHON,
  *     else .venv/bin/python, else python3; <dir>: $PEDELEC_PYODIDE_TEST_DIR, else
  *     .cache/pyodide-test in the repo). That lays out the npm Pyodide runtime (pinned
  *     314.0.6), the pinned wheels (runtime + pytest/hypothesis) and our own freshly
@@ -72,7 +72,7 @@ if (provisionFirst) {
   const t = Date.now();
   const r = spawnSync(
     python,
-    ["-m", "pedelec_pyodide.core.provision", outDir, "--with-tests", "--repo", repo],
+    ["-m", "pedelec_pyodide.build.provision", outDir, "--with-tests", "--repo", repo],
     { cwd: repo, stdio: ["ignore", "ignore", "inherit"] },
   );
   if (r.error || r.status !== 0) {

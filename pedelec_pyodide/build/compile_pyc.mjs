@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Compile Python sources to bytecode with Pyodide's own CPython, for provision.py: the
+ * Compile Python sources to bytecode with Pyodide's own CPython, for own_wheel.py: the
  * host's CPython (3.11+) cannot write .pyc files for Pyodide's Python (3.14), and a page
  * that imports .py files without .pyc compiles them on its main thread at every start.
  *
