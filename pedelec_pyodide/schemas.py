@@ -303,7 +303,7 @@ _RE_PARSER: Any = importlib.import_module("re._parser")
 _NOT_A_GROUP = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]?|[^()]", re.DOTALL)
 
 
-class PatternsOverBudget(Exception):
+class PatternsOverBudget(PedelecError):
     """A :func:`charging_patterns` charge refused a pattern: the check stops, unfinished
     (not a ValueError: nothing says the schema is wrong)."""
 

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from .. import __version__, protocol
+from ..errors import PedelecError
 from ..text import lone_surrogate_in_json, not_unicode, quote
 from ..tools import NAME_PATTERN
 from .config import MAX_TIMEOUT_MS, is_timeout_ms
@@ -77,7 +78,9 @@ class JSONResponse(responses.JSONResponse):
 RETRY_AFTER_SECONDS = "1"
 
 
-class ApiError(Exception):
+class ApiError(PedelecError):
+    """A control-API answer other than success: its HTTP ``status`` and error ``code``."""
+
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status = status

@@ -48,6 +48,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import PedelecError
 from . import provision
 from .config import default_web_dir
 from .provision import ProvisionError, canonical_name, evaluate_marker
@@ -115,7 +116,7 @@ def install_hint() -> str:
 Log = provision.Log
 
 
-class LiteError(RuntimeError):
+class LiteError(PedelecError, RuntimeError):
     """The site cannot be built; the message says what is missing and how to get it."""
 
 

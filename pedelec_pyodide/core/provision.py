@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import PedelecError
 from .config import default_web_dir
 from .snapshot import SnapshotError, ensure_snapshot, remove_snapshot
 
@@ -106,7 +107,7 @@ _NPM_HINT = (
 Log = Callable[[str], None]
 
 
-class ProvisionError(RuntimeError):
+class ProvisionError(PedelecError, RuntimeError):
     """Something needed is missing; the message says what and how to get it."""
 
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..errors import PedelecError
+
 __all__ = [
     "MANIFEST_NAME",
     "PAGE",
@@ -80,7 +82,7 @@ _MAKER_VERSION_FILES = (_MAKER,)
 Log = Callable[[str], None]
 
 
-class SnapshotError(RuntimeError):
+class SnapshotError(PedelecError, RuntimeError):
     """The snapshot could not be made; pages start without one."""
 
 

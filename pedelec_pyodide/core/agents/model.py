@@ -28,6 +28,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
+from ...errors import PedelecError
 from ...results import INVALID_ARGS, TOOL_HANDLER_NOT_FOUND, tool_error
 from ...text import excerpt, lone_surrogate_at, not_unicode, quote
 from ..agent import AgentInfo, StepLimitExceeded, ToolCallRequest, Turn
@@ -89,11 +90,11 @@ def _positive(env: Mapping[str, str], name: str, kind: type[_Number], default: _
 # --- failures ----------------------------------------------------------------------------
 
 
-class AgentUnavailable(ValueError):
+class AgentUnavailable(PedelecError, ValueError):
     """The spec is well-formed, but this build cannot run that agent (no API key)."""
 
 
-class ModelError(Exception):
+class ModelError(PedelecError):
     """The provider could not give an answer; the message says why (never an API key)."""
 
 
