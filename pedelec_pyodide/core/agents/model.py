@@ -28,6 +28,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
+from ... import strictjson
 from ...errors import PedelecError
 from ...results import INVALID_ARGS, TOOL_HANDLER_NOT_FOUND, tool_error
 from ...text import excerpt, lone_surrogate_at, not_unicode, quote
@@ -228,10 +229,11 @@ def parse_arguments(call: ModelCall, known: set[str]) -> dict[str, Any] | ToolCa
         )
     raw = call.arguments.strip() or "{}"
     try:
-        args = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        where = f" ({exc.msg} at character {exc.pos + 1})" if isinstance(
-            exc, json.JSONDecodeError) else ""
+        args = strictjson.decode(raw)
+    except (ValueError, RecursionError) as exc:
+        where = (f" ({exc.msg} at character {exc.pos + 1})"
+                 if isinstance(exc, json.JSONDecodeError)
+                 else f" ({excerpt(str(exc))})" if isinstance(exc, ValueError) else "")
         return tool_error(
             INVALID_ARGS,
             f"the arguments for {call.name} are not valid JSON{where}: {excerpt(raw)}; "
@@ -252,8 +254,8 @@ def well_formed(arguments: str) -> dict[str, Any]:
     the history keeps, so a request built from it is always valid (the error result tells
     the model what it sent)."""
     try:
-        parsed = json.loads(arguments.strip() or "{}")
-    except (json.JSONDecodeError, RecursionError):
+        parsed = strictjson.decode(arguments.strip() or "{}")
+    except (ValueError, RecursionError):
         return {}
     if not isinstance(parsed, dict) or lone_surrogate_at(parsed) is not None:
         return {}
