@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from . import strictjson
 from .context import ApprovalRequest, PendingStatus, Source, ToolContext
 from .errors import ApprovalUnavailable, SessionClosedError
 from .ledger import Ledger
@@ -675,7 +676,7 @@ class Engine:
             rec.result, rec.result_json = encode_result(result, self.max_result_bytes)
         except ResultError as exc:  # the runtime's own error result, small and always sent
             rec.result = exc.result
-            rec.result_json = json.dumps(exc.result, separators=(",", ":"))
+            rec.result_json = strictjson.encode(exc.result)
         rec.answered = True
         if rec.grace is not None:
             rec.grace.cancel()

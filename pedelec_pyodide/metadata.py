@@ -1,12 +1,13 @@
 """The rules every tool's metadata obeys, at definition time (``define_tool``) and on the
-wire (``hello``, ``tools.update``, Core's store). Imports only the leaf modules ``schemas``
-and ``text``, so the protocol and Core can use the rules without the runtime."""
+wire (``hello``, ``tools.update``, Core's store). Imports only the leaf modules ``schemas``,
+``results`` and ``text``, so the protocol and Core can use the rules without the runtime."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from .results import describe_type, find_invalid
 from .schemas import SchemaError, check_schema
 from .text import lone_surrogate_at, not_unicode, quote
 
@@ -66,7 +67,12 @@ def check_annotations(name: str, annotations: Any) -> None:
 
 
 def check_text(name: str, fields: dict[str, Any]) -> None:
-    """The metadata is valid Unicode text (a page would send U+FFFD for a lone surrogate)."""
+    """The metadata is JSON (NaN in a schema: no frame can carry it) of valid Unicode text
+    (a page would send U+FFFD for a lone surrogate)."""
+    problem = find_invalid(fields)
+    if problem is not None:
+        path, value, why = problem
+        raise ValueError(f"tool {name!r}: {path} is {describe_type(value)}, which {why}")
     where = lone_surrogate_at(fields)
     if where is not None:
         raise ValueError(f"tool {name!r}: {not_unicode(where)}")

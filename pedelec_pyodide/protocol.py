@@ -11,12 +11,11 @@ wrong with the frame; the receiver answers it with an ``error`` frame and carrie
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
+from . import strictjson
 from .errors import PedelecError
 from .metadata import check_metadata
 from .text import lone_surrogate_in_json, not_unicode, quote
@@ -101,7 +100,12 @@ class Message:
         return wire
 
     def encode(self) -> str:
-        return json.dumps(self.to_wire(), ensure_ascii=False, separators=(",", ":"))
+        """The frame's JSON text; :class:`ProtocolError` ``FRAME_NOT_JSON`` if a value in
+        it has none (NaN, an infinity): the other side would refuse the frame."""
+        try:
+            return strictjson.encode(self.to_wire())
+        except ValueError as exc:
+            raise ProtocolError(FRAME_NOT_JSON, f"frame is not JSON: {exc}") from None
 
 
 # Browser -> Core
@@ -407,7 +411,7 @@ def decode_json(text: str | bytes, *, max_bytes: int = MAX_FRAME_BYTES,
     if _nests_too_deep(text):
         raise ProtocolError(FRAME_TOO_DEEP, f"{what} nests deeper than {MAX_DEPTH}")
     try:
-        data = _DECODER.decode(text)
+        data = strictjson.decode(text)
     except RecursionError:  # pragma: no cover - the scan above comes first
         raise ProtocolError(FRAME_TOO_DEEP, f"{what} nests deeper than {MAX_DEPTH}") from None
     except ValueError as exc:
@@ -438,21 +442,6 @@ def _parse(text: str | bytes, direction: str, max_bytes: int) -> Message:
         sender = "Core" if cls.direction == "server" else "the page"
         raise ProtocolError(WRONG_DIRECTION, f"{kind!r} is sent by {sender}, not received by it")
     return _build(cls, data)
-
-
-def _not_json_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(literal: str) -> float:
-    value = float(literal)
-    if math.isinf(value):
-        raise ValueError(f"number {literal[:40]} is out of range")
-    return value
-
-
-# Built once: json.loads with any option builds a new decoder on every call.
-_DECODER = json.JSONDecoder(parse_constant=_not_json_constant, parse_float=_finite_float)
 
 
 def _build(cls: type[Message], data: dict[str, Any]) -> Message:
@@ -595,7 +584,7 @@ def encode_tool_result(tool_request_id: str, result_json: str, handled_by: str) 
     """
     return (
         '{"type":"tool.result","toolRequestId":'
-        + json.dumps(tool_request_id)
+        + strictjson.encode(tool_request_id)
         + ',"result":'
         + result_json
         + ',"handledBy":"'

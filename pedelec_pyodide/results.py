@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import json.encoder
 import math
 from typing import Any
 
+from . import strictjson
 from .errors import PedelecError
 from .text import excerpt, json_path, lone_surrogate_in_json, not_unicode
 
@@ -81,32 +81,6 @@ class ResultError(PedelecError):
         self.result = result
 
 
-_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-
-
-def _refuse(value: Any) -> Any:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-# json.dumps builds a C encoder for every call; results are encoded on the hot path, so
-# build one once. Its cycle markers are shared: cleared after a failure, and a re-entrant
-# or concurrent use (markers not empty) takes the ordinary encoder instead.
-_markers: dict[int, Any] = {}
-_make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
-_c_encoder = (
-    _make_c_encoder(_markers, _refuse, json.encoder.encode_basestring, None,
-                    ":", ",", False, False, False)
-    if _make_c_encoder is not None else None
-)
-
-
-def _encode(value: Any) -> str:
-    if _c_encoder is None or _markers:
-        return _ENCODER.encode(value)
-    try:
-        return "".join(_c_encoder(value, 0))
-    finally:
-        _markers.clear()
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
@@ -122,9 +96,9 @@ def encode_result(value: Any, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> tupl
     json's C encoder runs: in the page, its recursion ends in a fatal JS stack overflow
     rather than a RecursionError.
     """
-    if _is_plain(value, MAX_RESULT_DEPTH):
+    if _is_plain(value, MAX_RESULT_DEPTH):  # walked: a tree, not too deep
         try:
-            text = _encode(value)
+            text = strictjson.encode_tree(value)
         except ValueError:  # NaN or Infinity
             raise ResultError(_invalid(value)) from None
         wire = value
@@ -136,7 +110,7 @@ def encode_result(value: Any, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> tupl
             # Only tuples and subclasses of JSON types remain: encode, and decode what Core
             # sees.
             try:
-                text = _encode(value)
+                text = strictjson.encode(value)
             except (TypeError, ValueError):
                 raise ResultError(_invalid(value)) from None
         except ResultError:

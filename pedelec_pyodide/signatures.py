@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import re
 import types
 import typing
@@ -114,7 +115,9 @@ def derive_signature(fn: Callable[..., Any], context_type: type) -> TypedSignatu
             required.append(name)
         else:
             default = parameter.default
-            if default is None or isinstance(default, (str, int, float, bool)):
+            # an infinite (or NaN) default has no JSON form: left out, it still applies
+            if default is None or isinstance(default, (str, int, bool)) or (
+                    isinstance(default, float) and math.isfinite(default)):
                 schema = {**schema, "default": default}
         properties[name] = schema
         if convert is not None:

@@ -20,6 +20,7 @@ import json
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from . import strictjson
 from .dispatch import InFlight
 from .protocol import MAX_FRAME_BYTES, ProtocolError, decode_json
 from .results import TOOL_CANCELLED, TOOL_HANDLER_NOT_FOUND, invalid_args, tool_error
@@ -181,4 +182,4 @@ async def _answer(result_json: str) -> str:
 
 
 def _encode(result: dict[str, Any]) -> str:
-    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+    return strictjson.encode(result)

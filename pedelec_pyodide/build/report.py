@@ -7,17 +7,19 @@ import importlib.util
 import sys
 from collections.abc import Callable
 
+from ..errors import PedelecError
+
 __all__ = ["LiteError", "Log", "ProvisionError", "check_pip", "tail"]
 
 #: where a step writes its progress, one line per call
 Log = Callable[[str], None]
 
 
-class ProvisionError(RuntimeError):
+class ProvisionError(PedelecError, RuntimeError):
     """Something needed is missing; the message says what and how to get it."""
 
 
-class LiteError(RuntimeError):
+class LiteError(PedelecError, RuntimeError):
     """The JupyterLite site cannot be built; the message says what is missing and how to
     get it."""
 

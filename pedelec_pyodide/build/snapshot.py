@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..errors import PedelecError
 from .report import Log
 
 __all__ = [
@@ -74,7 +75,7 @@ _MAKER = Path(__file__).with_name("make_snapshot.mjs")
 _MAKER_VERSION_FILES = (_MAKER,)
 
 
-class SnapshotError(RuntimeError):
+class SnapshotError(PedelecError, RuntimeError):
     """The snapshot could not be made (pages start without one), or a stored one is cut
     short."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import PedelecError
 from .store import JsonText
 
 
@@ -45,7 +46,7 @@ class ToolCallOutcome:
         return isinstance(self.result, dict) and set(self.result) == {"error"}
 
 
-class StepLimitExceeded(Exception):
+class StepLimitExceeded(PedelecError):
     """The agent asked for more tool-calling steps than the turn allows."""
 
 

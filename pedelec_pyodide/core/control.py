@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -19,7 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .. import __version__, protocol
+from .. import __version__, protocol, strictjson
+from ..errors import PedelecError
 from ..text import lone_surrogate_in_json, not_unicode, quote
 from ..tools import NAME_PATTERN
 from .config import MAX_TIMEOUT_MS, is_timeout_ms
@@ -70,14 +70,16 @@ class JSONResponse(responses.JSONResponse):
     values they are."""
 
     def render(self, content: Any) -> bytes:
-        return dump_json(content, strict=True).encode("utf-8")
+        return dump_json(content).encode("utf-8")
 
 
 # what a 503 (the store out of reach) tells the caller to wait before trying again
 RETRY_AFTER_SECONDS = "1"
 
 
-class ApiError(Exception):
+class ApiError(PedelecError):
+    """A control-API answer other than success: its HTTP ``status`` and error ``code``."""
+
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status = status
@@ -141,9 +143,7 @@ async def _json_object(request: Request) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ApiError(400, BAD_REQUEST, f"the body is not UTF-8 text: {exc}") from None
     try:
-        data = json.loads(text)
-        # what pages cannot take: NaN, Infinity (their frames refuse them)
-        json.dumps(data, allow_nan=False)
+        data = strictjson.decode(text)  # no NaN, no Infinity: a page's frames refuse them
     except (ValueError, RecursionError) as exc:
         raise ApiError(400, BAD_REQUEST, f"the body must be a JSON object: {exc}") from None
     where = lone_surrogate_in_json(text, data)
@@ -237,7 +237,7 @@ def _wants_events(request: Request) -> bool:
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
     """One server-sent event (compact JSON has no line breaks)."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = strictjson.encode(data)
     return f"event: {name}\ndata: {text}\n\n".encode()
 
 

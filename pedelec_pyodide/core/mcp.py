@@ -50,7 +50,7 @@ from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from .. import __version__, protocol
+from .. import __version__, protocol, strictjson
 from ..results import TOOL_HANDLER_NOT_FOUND, tool_error
 from ..text import quote
 from ..tools import NAME_PATTERN
@@ -97,10 +97,6 @@ def mcp_tool(metadata: dict[str, Any]) -> types.Tool:
     return types.Tool.model_validate(data)
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
 def call_result(result: Any) -> types.CallToolResult:
     """A tool result as MCP content.
 
@@ -118,7 +114,7 @@ def call_result(result: Any) -> types.CallToolResult:
             structured_content=result, is_error=True)
     structured = result if isinstance(result, dict) else {"result": result}
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=_compact(result))],
+        content=[types.TextContent(type="text", text=strictjson.encode(result))],
         structured_content=structured)
 
 

@@ -47,6 +47,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple
 
 from .. import protocol
+from ..errors import PedelecError
 from ..results import tool_error
 from .idempotency import fingerprint, key_hash
 from .log import log_event
@@ -79,7 +80,7 @@ _CANCEL_REASON = "the MCP client cancelled the call"
 _STOP_SECONDS = 0.5
 
 
-class NoSession(Exception):
+class NoSession(PedelecError):
     """No node holds, and the store has no, session of that id."""
 
 

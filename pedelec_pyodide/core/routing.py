@@ -35,6 +35,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import strictjson
 from .control import (
     PAYLOAD_TOO_LARGE,
     RETRY_AFTER_SECONDS,
@@ -148,7 +149,7 @@ class ClusterRouter:
                                               gone)
             except StoreError as exc:  # Redis out of reach or refusing: as the control API
                 # says it
-                return 503, json.dumps({"error": {"code": exc.code, "message": str(exc)}})
+                return 503, strictjson.encode({"error": {"code": exc.code, "message": str(exc)}})
             if reply is not None:
                 status, answer = reply["status"], reply["body"]  # checked (_check_reply)
                 if not _moved(status, answer, here=False):
@@ -159,7 +160,7 @@ class ClusterRouter:
             self._holders.pop(session_id, None)  # route it again through the lease
         if gone.done():
             return None
-        return 504, json.dumps({"error": {"code": ROUTE_TIMEOUT, "message": (
+        return 504, strictjson.encode({"error": {"code": ROUTE_TIMEOUT, "message": (
             f"no node answered for this session within {ROUTE_LIMIT_SECONDS:g} s")}})
 
     async def _forwarded(self, session_id: str, holder: str, request: dict[str, Any],

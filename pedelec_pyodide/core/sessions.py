@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Literal, NamedTuple, Protocol
 
 from .. import protocol
+from ..errors import PedelecError
 from ..results import INVALID_ARGS, TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
 from ..text import excerpt
 from .agent import Agent
@@ -81,7 +82,7 @@ RequestStatus = Literal["running", "waiting_for_user", "awaiting_approval"]
 MAX_PROGRESS_MESSAGE_CHARS = 500
 
 
-class SessionRefused(Exception):
+class SessionRefused(PedelecError):
     """A hello or tools.update Core will not take; ``code`` is the error frame's."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -978,7 +979,7 @@ class _Ask:
     check: Callable[[dict[str, Any]], None] | None = None
 
 
-class BadMessage(ValueError):
+class BadMessage(PedelecError, ValueError):
     """A message from another node (or whoever publishes on Redis) of the wrong shape."""
 
 

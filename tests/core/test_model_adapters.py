@@ -296,6 +296,27 @@ def test_malformed_json_and_unknown_tool_are_answered_as_errors(provider: str) -
     assert reply == "Done: the counter is 2."
 
 
+
+@pytest.mark.parametrize(("arguments", "said"), [
+    ('{"delta": NaN}', "(NaN is not a JSON number)"),
+    ('{"delta": 1e999}', '("1e999" is too large for a JSON number)'),
+    ('{"delta": ' + "9" * 5000 + "}", "(Exceeds the limit (4300 digits)"),
+])
+def test_arguments_no_page_can_read_are_invalid_args_and_kept_out_of_the_history(
+        arguments: str, said: str) -> None:
+    """The one strict decoder, as for a page's frames: a model's NaN was a request (refused
+    only when its frame was checked) and, in the history (Anthropic's keeps the arguments
+    as a value), one the store writes but refuses to read back (the session was skipped as
+    damaged at the next start); a 5000-digit number raised out of the agent and failed
+    the turn."""
+    answer = model.parse_arguments(
+        model.ModelCall("c1", "update_counter", arguments), {"update_counter"})
+    assert isinstance(answer, dict)
+    assert answer["error"]["code"] == "INVALID_ARGS"
+    assert answer["error"]["message"].startswith(
+        f"the arguments for update_counter are not valid JSON {said}")
+    assert model.well_formed(arguments) == {}
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_unauthorized_fails_the_turn_clearly_without_the_key(
         provider: str, caplog: pytest.LogCaptureFixture) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import re
 import time
 from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator, SchemaError
 
-from pedelec_pyodide import Session, define_tool
+from pedelec_pyodide import Session, define_tool, schemas
 from pedelec_pyodide.schemas import (
     MAX_ARGS_ERRORS,
     MAX_PATTERN_LENGTH,
@@ -218,6 +220,50 @@ def test_patterns_are_parsed_not_compiled() -> None:
     # parsed, so accepted: a look-behind of varying width (re compiles only fixed ones)
     check_schema({"pattern": "(?<=a+)b"})
 
+
+
+FALLBACK_PATTERNS = ["^[a-z]+$", "(?i)[\u0100-\uffff]", "(a|b)*c{2,3}", "(?P<x>a)(?P=x)",
+                     "(unclosed", "a)", "\\p{L}", "[z-a]", "*a", "(?P<x>a)(?P<x>b)"]
+
+
+def _verdicts() -> list[str | None]:
+    said: list[str | None] = []
+    for pattern in FALLBACK_PATTERNS:
+        PATTERN_CACHE.clear()
+        try:
+            check_schema({"pattern": pattern})
+            said.append(None)
+        except OurSchemaError as exc:
+            said.append(str(exc))
+    return said
+
+
+def test_without_res_private_parser_re_compile_gives_the_same_verdicts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """re._parser is private: a Python without it (or with another one) falls back to
+    re.compile, which refuses the same patterns with the same messages."""
+    assert schemas._private_parser() is not None  # the fast path, where the tests run
+    parsed = _verdicts()
+    monkeypatch.setattr(schemas, "_parse_pattern", re.compile)
+    assert _verdicts() == parsed
+    assert parsed[0] is None and parsed[4] is not None
+    # the one difference: what parses but cannot compile is refused at definition time
+    PATTERN_CACHE.clear()
+    with pytest.raises(OurSchemaError, match="look-behind requires fixed-width pattern"):
+        check_schema({"pattern": "(?<=a+)b"})
+    PATTERN_CACHE.clear()
+
+
+def test_the_private_parser_is_not_used_when_it_is_not_there(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.import_module
+
+    def without_re_parser(name: str, package: str | None = None) -> Any:
+        if name == "re._parser":
+            raise ModuleNotFoundError(name)
+        return real(name, package)
+    monkeypatch.setattr(importlib, "import_module", without_re_parser)
+    assert schemas._private_parser() is None
 
 @pytest.mark.parametrize(("pattern", "said"), [
     ("a)" + "b" * 900, "is not a valid regular expression (unbalanced parenthesis"),

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Annotated, Any, Literal, Optional, TypedDict
 
 import pytest
 
-from pedelec_pyodide import Session, Tool, ToolContext, define_tool
+from pedelec_pyodide import Session, Tool, ToolContext, define_tool, strictjson
 
 COUNTER_SCHEMA = {
     "type": "object",
@@ -262,6 +263,29 @@ async def test_typed_handler_args_are_validated_against_the_derived_schema() -> 
         {"path": "$.a", "message": "'1' is not of type 'integer'"}
     ]
 
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_metadata_json_cannot_carry_is_refused_at_definition_naming_the_field(
+        value: float) -> None:
+    """It used to be sent, and Core refused the page's hello (FRAME_NOT_JSON)."""
+    schema = {"type": "object", "properties": {"a": {"type": "number", "default": value}}}
+    with pytest.raises(ValueError) as refused:
+        define_tool(name="t", description="d", args_schema=schema, handler=lambda args: args)
+    assert str(refused.value) == (
+        "tool 't': $.args_schema.properties.a.default is a float, which JSON cannot "
+        "represent (NaN and Infinity are not JSON)")
+
+
+def test_a_typed_parameters_infinite_default_is_left_out_of_its_schema() -> None:
+    @define_tool
+    def find(limit: float = math.inf, least: float = 0.5) -> float:
+        """Find."""
+        return limit
+
+    assert find.args_schema["properties"] == {
+        "limit": {"type": "number"}, "least": {"type": "number", "default": 0.5}}
+    strictjson.encode(find.metadata())  # a hello can carry it
+    assert find() == math.inf  # the default still applies
 
 @pytest.mark.parametrize("fields, where", [
     ({"description": "d\ud800"}, "$.description"),

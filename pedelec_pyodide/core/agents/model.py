@@ -28,6 +28,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
+from ... import strictjson
+from ...errors import PedelecError
 from ...results import INVALID_ARGS, TOOL_HANDLER_NOT_FOUND, tool_error
 from ...text import excerpt, lone_surrogate_at, not_unicode, quote
 from ..agent import AgentInfo, StepLimitExceeded, ToolCallRequest, Turn
@@ -89,11 +91,11 @@ def _positive(env: Mapping[str, str], name: str, kind: type[_Number], default: _
 # --- failures ----------------------------------------------------------------------------
 
 
-class AgentUnavailable(ValueError):
+class AgentUnavailable(PedelecError, ValueError):
     """The spec is well-formed, but this build cannot run that agent (no API key)."""
 
 
-class ModelError(Exception):
+class ModelError(PedelecError):
     """The provider could not give an answer; the message says why (never an API key)."""
 
 
@@ -227,10 +229,11 @@ def parse_arguments(call: ModelCall, known: set[str]) -> dict[str, Any] | ToolCa
         )
     raw = call.arguments.strip() or "{}"
     try:
-        args = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        where = f" ({exc.msg} at character {exc.pos + 1})" if isinstance(
-            exc, json.JSONDecodeError) else ""
+        args = strictjson.decode(raw)
+    except (ValueError, RecursionError) as exc:
+        where = (f" ({exc.msg} at character {exc.pos + 1})"
+                 if isinstance(exc, json.JSONDecodeError)
+                 else f" ({excerpt(str(exc))})" if isinstance(exc, ValueError) else "")
         return tool_error(
             INVALID_ARGS,
             f"the arguments for {call.name} are not valid JSON{where}: {excerpt(raw)}; "
@@ -251,8 +254,8 @@ def well_formed(arguments: str) -> dict[str, Any]:
     the history keeps, so a request built from it is always valid (the error result tells
     the model what it sent)."""
     try:
-        parsed = json.loads(arguments.strip() or "{}")
-    except (json.JSONDecodeError, RecursionError):
+        parsed = strictjson.decode(arguments.strip() or "{}")
+    except (ValueError, RecursionError):
         return {}
     if not isinstance(parsed, dict) or lone_surrogate_at(parsed) is not None:
         return {}

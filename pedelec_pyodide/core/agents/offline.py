@@ -16,12 +16,12 @@ from __future__ import annotations
 import bisect
 import copy
 import json
-import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ... import strictjson
 from ...text import lone_surrogate_in_json, not_unicode
 from ...tools import NAME_PATTERN
 from ..agent import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
@@ -79,17 +79,6 @@ def _snippet(text: str, limit: int = 60) -> str:
     return compact_json(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(literal: str) -> float:
-    value = float(literal)
-    if not math.isfinite(value):
-        raise ValueError(f"{_snippet(literal, 24)} is too large for a JSON number")
-    return value
-
-
 def _parse_call(line: str) -> ToolCallRequest | str:
     """One ``/call`` line as a request, or what is wrong with it."""
     parts = line.lstrip()[len("/call") :].split(None, 1)
@@ -104,7 +93,7 @@ def _parse_call(line: str) -> ToolCallRequest | str:
         return ToolCallRequest(name, {})
     raw = parts[1].strip()
     try:
-        args = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+        args = strictjson.decode(raw)
     except json.JSONDecodeError as exc:
         return f"the args for {name} are not valid JSON: {exc.msg} at character {exc.pos + 1}"
     except ValueError as exc:  # our number checks, or an integer too long to convert

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ...errors import PedelecError
+
 #: the error code of a request that could not be stored (so it was not sent)
 STORE_FAILED = "STORE_FAILED"
 #: the control API's code (HTTP 503) while the store cannot be reached
@@ -10,7 +12,7 @@ STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
 MAX_REASON_CHARS = 200
 
 
-class StoreError(Exception):
+class StoreError(PedelecError):
     """A write the store could not make, or a flush that could not wait any longer."""
 
     code = STORE_FAILED

@@ -48,12 +48,6 @@ class Op:
         return sum(len(value) for value in self.row if isinstance(value, str))
 
 
-def dump(value: Any) -> str:
-    """JSON text for a column: strict, so a value a backend could store but no page or
-    model could read back (NaN) fails its own write (a JsonText is written as it is)."""
-    return dump_json(value, strict=True)
-
-
 def _checked(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """The row, if every backend can take each value: text that encodes as UTF-8 (no lone
     surrogate) and numbers; raised here, on the caller's side, not in the writer."""
@@ -84,8 +78,8 @@ def history_op(record: SessionRecord) -> Op:
 def request_op(record: RequestRecord) -> Op:
     return Op("request", record.id, record.session_id, record.id, _checked((
         record.id, record.session_id, record.turn_id, record.step, record.index, record.tool,
-        dump(record.args), record.deadline,
-        None if record.handled_by is None else dump(record.result), record.handled_by,
+        dump_json(record.args), record.deadline,
+        None if record.handled_by is None else dump_json(record.result), record.handled_by,
         record.finished_at)))
 
 
@@ -93,9 +87,9 @@ def turn_op(record: TurnRecord) -> Op:
     return Op("turn", turn_key(record.session_id, record.id), record.session_id, record.id,
               _checked((record.id, record.session_id, record.text, record.status,
                         record.final_text,
-                        None if record.error is None else dump(record.error),
-                        dump(record.tool_calls), int(record.end_delivered),
-                        record.created_at, dump(record.usage))))
+                        None if record.error is None else dump_json(record.error),
+                        dump_json(record.tool_calls), int(record.end_delivered),
+                        record.created_at, dump_json(record.usage))))
 
 
 def key_op(record: IdempotencyRecord) -> Op:

@@ -9,6 +9,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ... import strictjson
+
 # Ended turns remembered per session (in memory, and in the store until pruned), so a
 # page that re-sends the ``turn.start`` of a turn whose ``turn.end`` it never got (lost
 # with a dropped connection or a killed Core) gets that end again, not a second run.
@@ -84,11 +86,11 @@ def kept_size(text: str) -> int:
     return max(len(text.encode("utf-8", "surrogatepass")), char_width(text) * len(text))
 
 
-def dump_json(value: Any, *, strict: bool = False, ascii: bool = False) -> str:
-    """Compact JSON text, as Core keeps metadata and history in memory; a
-    :class:`JsonText` inside is written as it is. ``strict``: NaN and the infinities
-    are refused (no page or model could read them back); ``ascii``: other characters
-    escaped."""
+def dump_json(value: Any, *, ascii: bool = False) -> str:
+    """Compact JSON text (:func:`~pedelec_pyodide.strictjson.encode`: NaN and the
+    infinities refused, no page or model could read them back), as Core keeps metadata
+    and history in memory; a :class:`JsonText` inside is written as it is. ``ascii``:
+    other characters escaped."""
     if isinstance(value, JsonText):
         return value.text
     kept: list[str] = []
@@ -100,8 +102,7 @@ def dump_json(value: Any, *, strict: bool = False, ascii: bool = False) -> str:
         return f"\0{marker}{len(kept) - 1}\0"
 
     marker = secrets.token_hex(8)  # no value can have guessed it
-    text = json.dumps(value, ensure_ascii=ascii, separators=(",", ":"), allow_nan=not strict,
-                      default=raw)
+    text = strictjson.encoder(ascii=ascii, default=raw).encode(value)
     if not kept:
         return text
     # each placeholder string, with its quotes, becomes the text it stands for

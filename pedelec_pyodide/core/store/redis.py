@@ -41,6 +41,7 @@ from redis.asyncio.client import Pipeline, PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from ... import strictjson
 from ..log import log_event
 from ..offload import LARGE_CHARS
 from . import rows
@@ -481,7 +482,7 @@ def _row(op: Op) -> str:
 
 
 def _json(row: tuple[Any, ...]) -> str:
-    return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+    return strictjson.encode(row)
 
 
 def _decoded(value: Any, width: int) -> list[Any]:

@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ... import strictjson
 from ...protocol import MAX_ID_LENGTH, TURN_STATUSES
+from ...text import lone_surrogate_in_json, not_unicode
 from ...tools import check_metadata
 from ..log import log_event
 from .errors import MAX_REASON_CHARS, reason
-from .ops import dump
 from .records import (
     KEY_KINDS,
     IdempotencyRecord,
@@ -91,19 +91,17 @@ def _integer(value: Any, name: str) -> int:
     return value
 
 
-def _not_json(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _json(value: Any, name: str, kind: type | None = None, *, null: bool = False) -> Any:
     text = _text(value, name, null=null)
     if text is None:
         return None
     try:
-        data = json.loads(text, parse_constant=_not_json)
-        dump(data).encode("utf-8")  # a lone surrogate, escaped in the JSON
+        data = strictjson.decode(text)
     except (ValueError, RecursionError) as exc:
         raise _Damaged(f"{name} is not valid JSON ({reason(exc)})") from None
+    where = lone_surrogate_in_json(text, data)  # escaped in the JSON
+    if where is not None:
+        raise _Damaged(f"{name} is not valid JSON ({not_unicode(where)})")
     if kind is not None and not isinstance(data, kind):
         raise _Damaged(f"{name} is {type(data).__name__}, not {kind.__name__}")
     return data

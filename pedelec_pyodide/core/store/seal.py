@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from ...errors import PedelecError
 from ..log import log_event
 
 #: the first word of a sealed message (its format's version)
@@ -54,7 +55,7 @@ Refusal = Literal["unsealed", "forged", "stale", "replayed"]
 _DIGITS = 20  # a sequence number or a stamp in ms has at most this many digits
 
 
-class Refused(ValueError):
+class Refused(PedelecError, ValueError):
     """A message that does not open; ``reason`` says why."""
 
     def __init__(self, reason: Refusal) -> None:
