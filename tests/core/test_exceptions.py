@@ -38,11 +38,10 @@ def test_every_public_exception_class_is_a_pedelec_error() -> None:
 
 
 def test_exceptions_keep_the_standard_bases_callers_catch_them_by() -> None:
+    from pedelec_pyodide.build.report import LiteError, ProvisionError
+    from pedelec_pyodide.build.snapshot import SnapshotError
     from pedelec_pyodide.core.agents.model import AgentUnavailable
-    from pedelec_pyodide.core.lite import LiteError
-    from pedelec_pyodide.core.provision import ProvisionError
     from pedelec_pyodide.core.sessions import BadMessage
-    from pedelec_pyodide.core.snapshot import SnapshotError
     from pedelec_pyodide.core.store.errors import StoreError, StoreUnavailable
     from pedelec_pyodide.core.store.seal import Refused
 
