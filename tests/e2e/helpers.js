@@ -26,6 +26,6 @@ export const callTool = (core, sessionId, tool, args = {}, options = {}) =>
 /** Collect console messages of `page` (type and text). */
 export function consoleOf(page) {
   const lines = [];
-  page.on("console", (m) => lines.push({ type: m.type(), text: m.text() }));
+  page.on("console", (m) => lines.push({ type: m.type(), text: m.text(), url: m.location().url }));
   return lines;
 }
