@@ -13,9 +13,10 @@ every byte) that adds, per connection:
   messages to; past the limit's cut-off the connection is closed (1008);
 - **no buffered pongs**: a ping from a client whose write buffer is over its high-water
   mark (it does not read what Core sends) closes the connection, its socket dropped;
-- **a bounded step**: a read is parsed in slices of :data:`SLICE_BYTES`, and parsing
-  stops once a message waits for the app, until the app takes it (uvicorn's own
-  back-pressure, slice by slice instead of read by read);
+- **a bounded step**: a read is parsed in slices of :data:`SLICE_BYTES`, one slice per
+  step of the event loop (reading paused meanwhile: a read of 256 KiB of pings was ~0.1 s
+  in one step), and parsing stops once a message waits for the app, until the app takes
+  it (uvicorn's own back-pressure, slice by slice instead of read by read);
 - **a deadline** the app may set (the bridge's hello deadline): past it the connection
   is closed, whatever the client sends meanwhile;
 - **closes that end**: a socket closed with bytes its client never reads is dropped
@@ -88,6 +89,7 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         self.bucket = TokenBucket(self.rate, self.burst)
         self._unread: bytes | None = None  # what a read brought that is not parsed yet
         self._unread_at = 0
+        self._next_slice: asyncio.Handle | None = None  # the step that parses the next one
         self._deadline: asyncio.TimerHandle | None = None
         self._reaper: asyncio.TimerHandle | None = None
         self._cut_off = False  # closed here: nothing more is parsed
@@ -120,31 +122,48 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
                 super().data_received(data)
                 return
             self._unread, self._unread_at = data, 0
-        else:  # reads resumed while a slice waited (the app closed): keep the order
+        else:  # reads resumed while slices waited (uvicorn, for a close): keep the order
             self._unread = self._unread[self._unread_at:] + data
             self._unread_at = 0
+            if self._next_slice is not None:  # a step is already on its way
+                self.transport.pause_reading()
+                return
         self._feed()
 
     def _feed(self) -> None:
-        """Parse what waits, a slice at a time, until a message waits for the app."""
+        """Parse one slice of what waits; the next in a later step of the loop, with
+        reading paused until all is parsed; none while a message waits for the app."""
+        self._next_slice = None
         data, at = self._unread, self._unread_at
-        assert data is not None
+        if data is None:  # cut off, or the socket gone, since this step was planned
+            return
         transport = self.transport
-        while at < len(data) and not self.read_paused and not transport.is_closing():
+        while (at < len(data) and self._unread is not None and not self.read_paused
+               and not transport.is_closing()):
             super().data_received(data[at:at + SLICE_BYTES])
             at += SLICE_BYTES
-        if at >= len(data) or transport.is_closing():
+            # the upgrade's head (64 KiB at most: http_limits) is parsed at once: the HTTP
+            # layer reads websockets' verdict on it as it hands the connection over
+            if self.handshake_initiated:
+                break
+        if self._unread is None or at >= len(data) or transport.is_closing():
             self._unread = None
-        else:  # reading stays paused (uvicorn paused it for the message) until receive()
-            self._unread_at = at
+            if not self.read_paused and not transport.is_closing():
+                transport.resume_reading()
+            return
+        self._unread_at = at
+        transport.pause_reading()
+        if not self.read_paused:  # else receive() goes on once the app takes its message
+            self._next_slice = self.loop.call_soon(self._feed)
 
     async def receive(self) -> ASGIReceiveEvent:
         message = await self.queue.get()
         if self.read_paused and self.queue.empty():
             self.read_paused = False
             if self._unread is not None:
-                self._feed()
-            if not self.read_paused:
+                if self._next_slice is None:
+                    self._feed()
+            else:
                 self.transport.resume_reading()
         return message
 
@@ -218,7 +237,8 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         if closing and self.close_timer is not None:  # no answer to the close: drop it
             self.close_timer.cancel()
             self.close_timer = self.loop.call_later(self.close_timeout, self.transport.abort)
-            if self._unread is not None:  # uvicorn reads on for the answer: it may be here
+            # uvicorn reads on for the answer: it may be here
+            if self._unread is not None and self._next_slice is None:
                 self._feed()
 
     def handle_close(self, event: Frame) -> None:
@@ -250,6 +270,9 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         if exc is not None and self.handshake_complete and not self._cut_off:
             self._read_what_is_left()
         self._unread = None
+        if self._next_slice is not None:
+            self._next_slice.cancel()
+            self._next_slice = None
         self.cancel_deadline()
         if self._reaper is not None:
             self._reaper.cancel()
