@@ -61,7 +61,7 @@ EXCERPT_CHARS = 40
 #: the media type a caller accepts to have a tool call's progress streamed
 EVENT_STREAM = "text/event-stream"
 #: set in the ASGI scope of a call whose ``Idempotency-Key`` the cluster router made
-#: (routing.py), not the caller: only that router retries with it, while it waits
+#: (cluster/routing.py), not the caller: only that router retries with it, while it waits
 ROUTE_KEY = "pedelec.route_key"
 
 
@@ -343,7 +343,7 @@ async def _tool_answer(request: Request, session: CoreSession, request_id: str, 
                 session.cancel_request(pending, "Core is stopping")
             raise
         if not answered:
-            # a router's own key (routing.py) serves only that router: its caller hung
+            # a router's own key (cluster/routing.py) serves only that router: its caller hung
             # up there, so the request goes as an unkeyed one's does
             if not keyed or request.scope.get(ROUTE_KEY):
                 session.cancel_request(pending, "the caller hung up")
