@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 
 from ... import protocol
 from ...results import tool_error
-from ..idempotency import fingerprint, key_hash
+from ..idempotency import IDEMPOTENCY_KEY_REUSED, KeyReused, claim, key_hash
 from ..log import log_event
 from ..sessions import (
     MAX_PROGRESS_MESSAGE_CHARS,
@@ -59,7 +59,7 @@ from ..sessions import (
     checked_call,
     refused_request,
 )
-from ..store import CORE_CALL, IdempotencyRecord, StoreError
+from ..store import CORE_CALL, StoreError
 from .leases import LEASE_SECONDS
 from .messages import (
     AnyAsk,
@@ -123,7 +123,13 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
     Cancelled, the request is cancelled and the page told (``tool.cancel``)."""
     hashed = key_hash(session.id, key)
     try:
-        known = session.callers.key(hashed)
+        try:  # the control API's rule: a key seen for another request starts nothing
+            known, new = claim(session.callers, session.id, key, CORE_CALL,
+                               {"tool": tool, "args": args, "timeoutMs": None})
+        except KeyReused:
+            log_event("mcp.key_reused", level=logging.WARNING, session=session.id)
+            return tool_error(IDEMPOTENCY_KEY_REUSED, "this call's key was used in this "
+                              "session for another call", retryable=False)
         if known is not None:
             request_id = known.target_id
         else:
@@ -132,9 +138,7 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
                     checked = checked_call(tool, args, session.registry.config.max_frame_bytes)
                 except protocol.ProtocolError as exc:
                     return refused_request(exc)
-            claim = IdempotencyRecord(hashed, session.id, CORE_CALL, fingerprint(
-                CORE_CALL, {"tool": tool, "args": args, "timeoutMs": None}), "", time.time())
-            request_id = (await session.start_call(tool, args, checked=checked, key=claim)).id
+            request_id = (await session.start_call(tool, args, checked=checked, key=new)).id
         pending = session.pending.get(request_id)
         if pending is None:
             done = session.callers.result(request_id)
