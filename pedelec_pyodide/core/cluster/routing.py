@@ -40,6 +40,7 @@ from ..control import (
     PAYLOAD_TOO_LARGE,
     RETRY_AFTER_SECONDS,
     ROUTE_KEY,
+    SESSION_NOT_FOUND,
     ApiError,
     authorize,
     hung_up,
@@ -202,17 +203,33 @@ def _check_request(call: HttpCall) -> HttpCall:
     return call
 
 
-def _moved(status: int, answer: str, *, here: bool) -> bool:
-    """The node that ran it let the session go meanwhile: route the call again (a 404
-    from another node: it let go before the call arrived)."""
-    if SESSION_MOVED not in answer:
-        return not here and status == 404 and "SESSION_NOT_FOUND" in answer
+def _error_code(answer: str) -> str | None:
+    """The code of the error a control-API answer is (``{"error": {"code"}}``), or of
+    the error result a tool call's answer carries (``{"result": {"error": {"code"}}}``);
+    None for any other answer."""
     try:
         data = json.loads(answer)
-    except ValueError:
-        return False
-    error = (data.get("result") or {}).get("error") or data.get("error") or {}
-    return isinstance(error, dict) and error.get("code") == SESSION_MOVED
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    result = data.get("result")
+    error = result.get("error") if isinstance(result, dict) else None
+    if not isinstance(error, dict):
+        error = data.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
+
+
+def _moved(status: int, answer: str, *, here: bool) -> bool:
+    """The node that ran it let the session go meanwhile: route the call again (a 404
+    ``SESSION_NOT_FOUND`` from another node: it let go before the call arrived). The
+    code is read from the answer's JSON, never matched in its text (a tool request's id,
+    a result, may hold any text); only an answer naming the code is decoded."""
+    if SESSION_MOVED not in answer and SESSION_NOT_FOUND not in answer:
+        return False  # (most answers: not decoded again)
+    code = _error_code(answer)
+    return code == SESSION_MOVED or (not here and status == 404 and code == SESSION_NOT_FOUND)
 
 
 async def _body(receive: Receive, limit: int) -> bytes | None:
