@@ -78,8 +78,8 @@ class Leases:
         and the token is right, claim its lease, have the node that held it let go (and
         store what it had), then load it here as a restart of Core would. A take-over
         under way here is joined first. True once done (the session is here, or
-        :meth:`resume` refuses it); False if the store could not be reached: nothing is
-        known of the session, so the page must try again, not be refused."""
+        :meth:`Registry.resume` refuses it); False if the store could not be reached:
+        nothing is known of the session, so the page must try again, not be refused."""
         if not self.store.shared:
             return True
         while (under_way := self._taking.get(session_id)) is not None:

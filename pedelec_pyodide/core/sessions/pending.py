@@ -68,6 +68,45 @@ class PendingRequest:
     def id(self) -> str:
         return self.record.id
 
+    # --- its deadline (wall-clock seconds) ------------------------------------------------
+
+    def due(self, user_wait_limit: float) -> float:
+        """When it times out, as things stand: its deadline; while the page waits for the
+        user, once ``user_wait_limit`` less the waits before is over."""
+        if self.paused_at is None:
+            return self.record.deadline
+        return self.paused_at + user_wait_limit - self.waited
+
+    def progressed(self, progress: Progress, now: float) -> None:
+        """A new progress at ``now``: kept, and the deadline moved to ``idle`` from now
+        (never past ``limit``, nor while the page waits for the user)."""
+        self.progress = progress
+        if self.paused_at is None:
+            deadline = min(now + self.idle, self.limit)
+            if deadline > self.record.deadline:  # the timer sees it when it fires
+                self.record.deadline = deadline
+        self.wake()
+
+    def pause(self, now: float) -> bool:
+        """The page waits for the user from ``now``; False if it did already."""
+        if self.paused_at is not None:
+            return False
+        self.paused_at = now
+        return True
+
+    def unpause(self, now: float) -> bool:
+        """The wait for the user ended at ``now``: the deadline and the limit move on by
+        its length, which counts towards ``--user-wait-limit``; False if none ran."""
+        paused_at = self.paused_at
+        if paused_at is None:
+            return False
+        self.paused_at = None
+        waited = max(0.0, now - paused_at)
+        self.waited += waited
+        self.record.deadline += waited
+        self.limit += waited
+        return True
+
     def describe(self) -> dict[str, Any]:
         progress = self.progress
         return {"toolRequestId": self.id, "tool": self.record.tool, "status": self.status,

@@ -49,7 +49,7 @@ class ClientSessions:
 
 class Registry:
     """Every session Core knows, by id; on a shared store (Redis), every session this
-    node holds a lease on (the leases themselves are :class:`~..cluster.Node`'s)."""
+    node holds a lease on (the leases themselves are :class:`~..cluster.Leases`)."""
 
     def __init__(self, config: CoreConfig, store: Store, agent_factory: Callable[[], Agent],
                  restore: Callable[[Registry, Snapshot], None]) -> None:
@@ -76,10 +76,10 @@ class Registry:
     def create(self, metadata: PageMetadata, client: str,
                session_id: str | None = None) -> CoreSession:
         """A new session for ``client`` (its id ``session_id``, from
-        :meth:`~..cluster.Node.new_session_id`, if given); :class:`SessionRefused` when Core holds
-        ``max_sessions``, or the client ``max_sessions_per_client``, and no session of
-        this client awaits a resume (else the one of them disconnected longest is expired
-        to make room: another client's session never is)."""
+        :meth:`~..cluster.Leases.new_session_id`, if given); :class:`SessionRefused` when
+        Core holds ``max_sessions``, or the client ``max_sessions_per_client``, and no
+        session of this client awaits a resume (else the one of them disconnected longest
+        is expired to make room: another client's session never is)."""
         config = self.config
         mine = self.clients.get(client)
         while mine is not None and mine.waiting and (

@@ -445,14 +445,10 @@ class CoreSession:
         if last is not None and message.progress <= last.progress:
             return
         text = message.message
-        pending.progress = Progress(
+        pending.progressed(Progress(
             message.progress, message.total,
-            None if text is None else text[:MAX_PROGRESS_MESSAGE_CHARS])
-        if pending.paused_at is None:
-            deadline = min(self.registry.config.clock.time() + pending.idle, pending.limit)
-            if deadline > pending.record.deadline:  # the timer sees it when it fires
-                pending.record.deadline = deadline
-        pending.wake()
+            None if text is None else text[:MAX_PROGRESS_MESSAGE_CHARS]),
+            self.registry.config.clock.time())
 
     def accept_waiting(self, message: protocol.ToolWaiting) -> None:
         """The page waits for the user (or no longer) on a pending request: its deadline
@@ -463,34 +459,20 @@ class CoreSession:
             return
         pending.status = ("awaiting_approval" if message.reason == protocol.APPROVAL_REASON
                           else "waiting_for_user")
-        if pending.paused_at is None:
-            pending.paused_at = self.registry.config.clock.time()
+        if pending.pause(self.registry.config.clock.time()):
             self._schedule(pending)
         pending.wake()  # a caller's event stream says it waits
 
     def _stop_waiting(self, pending: PendingRequest) -> None:
-        paused_at = pending.paused_at
         pending.status = "running"
         pending.wake()
-        if paused_at is None:
-            return
-        pending.paused_at = None
-        waited = max(0.0, self.registry.config.clock.time() - paused_at)
-        pending.waited += waited
-        pending.record.deadline += waited
-        pending.limit += waited
-        self._schedule(pending)
-
-    def _due(self, pending: PendingRequest) -> float:
-        """When the request times out (wall clock), as things stand."""
-        if pending.paused_at is None:
-            return pending.record.deadline
-        return pending.paused_at + self.registry.config.user_wait_limit - pending.waited
+        if pending.unpause(self.registry.config.clock.time()):
+            self._schedule(pending)
 
     def _schedule(self, pending: PendingRequest) -> None:
         """Have the timer fire at the request's next deadline (the user-wait limit while
         paused); a timer due no later is kept, :meth:`_timeout` looks again then."""
-        due = self._due(pending)
+        due = pending.due(self.registry.config.user_wait_limit)
         timer = pending.timer
         if timer is not None:
             if pending.timer_due <= due:
@@ -506,7 +488,8 @@ class CoreSession:
         pending.timer = None
         now = self.registry.config.clock.time()
         paused_at = pending.paused_at
-        if now < self._due(pending):  # progress moved it, or the page waits for the user
+        # progress moved it, or the page waits for the user
+        if now < pending.due(self.registry.config.user_wait_limit):
             self._schedule(pending)
             return
         seconds = max(0.0, time.perf_counter() - pending.started)
