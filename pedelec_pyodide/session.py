@@ -50,7 +50,7 @@ Disposer = Callable[[], None]
 SESSION_CLOSED_REASON = "the session was closed"
 #: the reason of a request cancelled because the caller of ``dispatch`` stopped waiting
 CALLER_GONE_REASON = "its caller stopped waiting"
-#: Core's refusals (core/sessions.py) of a frame about a request it has given up on: after
+#: Core's refusals (core/sessions/session.py) of a frame about a request it has given up on: after
 #: its ``tool.cancel`` they are what a frame already on its way gets, not a bug
 _AFTER_CORE_CANCEL = frozenset({"UNKNOWN_TOOL_REQUEST", "LATE_RESULT"})
 #: how many of the requests Core cancelled the session remembers for that

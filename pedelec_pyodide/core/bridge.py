@@ -22,10 +22,10 @@ from starlette.websockets import WebSocket
 
 from .. import protocol
 from .clients import client_key
+from .cluster import Node
 from .connection import CLOSE_POLICY, PageConnection
 from .log import log_event
 from .offload import LARGE_CHARS
-from .sessions import Registry
 from .ws_limits import frame_guard
 
 # how long Core offers a close frame to a page before it stops waiting for the page to read
@@ -59,9 +59,11 @@ def origin_allowed(headers: Mapping[str, str], allowed: frozenset[str]) -> bool:
 class BridgeConnection:
     """One page's WebSocket, served: the :class:`~.connection.Output` of its connection."""
 
-    def __init__(self, websocket: WebSocket, registry: Registry) -> None:
+    def __init__(self, websocket: WebSocket, node: Node) -> None:
         self.websocket = websocket
-        self.registry = registry
+        self.registry = registry = node.registry
+        # a resume of a session another node holds takes it over (a shared store)
+        self.leases = node.leases
         #: the protocol under the socket: the rate limit it shares, the hello deadline
         self.guard = frame_guard(websocket.scope)
         address = websocket.client
@@ -149,14 +151,14 @@ class BridgeConnection:
         hello = page.first_hello(parsed)
         if hello is not None:
             if hello.session_id is not None:
-                if not await self.registry.take_over(hello.session_id, hello.resume_token):
+                if not await self.leases.take_over(hello.session_id, hello.resume_token):
                     # the store is out of reach: the page reconnects (with backoff) and
                     # resumes once it is back, keeping its session
                     log_event("session.resume_later", session=hello.session_id)
                     page.close(protocol.CLOSE_TRY_AGAIN, "the store is out of reach; resume again")
                     return False
             else:
-                page.new_id = await self.registry.new_session_id()
+                page.new_id = await self.leases.new_session_id()
         going_on = page.receive(data, parsed)
         if self._awaiting_hello and page.session is not None:  # a valid hello
             self._awaiting_hello = False

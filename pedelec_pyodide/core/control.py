@@ -23,7 +23,13 @@ from ..errors import PedelecError
 from ..text import lone_surrogate_in_json, not_unicode, quote
 from ..tools import NAME_PATTERN
 from .config import MAX_TIMEOUT_MS, is_timeout_ms
-from .idempotency import HEADER, MAX_KEY_CHARS, fingerprint, key_hash
+from .idempotency import (
+    HEADER,
+    IDEMPOTENCY_KEY_REUSED,
+    MAX_KEY_CHARS,
+    KeyReused,
+    claim,
+)
 from .log import log_event
 from .sessions import (
     TURN_BUSY,
@@ -51,9 +57,6 @@ BAD_REQUEST = "BAD_REQUEST"
 SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 TOOL_REQUEST_NOT_FOUND = "TOOL_REQUEST_NOT_FOUND"
-# an Idempotency-Key sent again with a request that asks for something else (HTTP 422,
-# as the IETF draft on the header says: the key is not for this request)
-IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
 # a tool call with "waitForPage": false to a session whose page is not connected (HTTP 409)
 PAGE_NOT_CONNECTED = "PAGE_NOT_CONNECTED"
 # the longest excerpt of a caller's value quoted in an error message
@@ -61,7 +64,7 @@ EXCERPT_CHARS = 40
 #: the media type a caller accepts to have a tool call's progress streamed
 EVENT_STREAM = "text/event-stream"
 #: set in the ASGI scope of a call whose ``Idempotency-Key`` the cluster router made
-#: (routing.py), not the caller: only that router retries with it, while it waits
+#: (cluster/routing.py), not the caller: only that router retries with it, while it waits
 ROUTE_KEY = "pedelec.route_key"
 
 
@@ -177,23 +180,21 @@ def _idempotency_key(request: Request) -> str | None:
 
 def _claim(session: CoreSession, key: str | None, kind: KeyKind,
            asked: dict[str, Any]) -> tuple[IdempotencyRecord | None, IdempotencyRecord | None]:
-    """``(known, new)``: the record of ``key`` if this session has seen it for the same
-    request (a 422 :class:`ApiError` if for another), else a new record to store with
-    what this request starts (its ``target_id`` still to fill). Both None without a key."""
+    """:func:`~.idempotency.claim` for a caller's key: a key seen for another request is
+    a 422 :class:`ApiError`. Both None without a key."""
     if key is None:
         return None, None
-    hashed = key_hash(session.id, key)
-    digest = fingerprint(kind, asked)
-    known = session.callers.key(hashed)
-    if known is None:
-        return None, IdempotencyRecord(hashed, session.id, kind, digest, "", time.time())
-    if known.kind != kind or known.fingerprint != digest:
-        what = "a turn" if known.kind == TURN else "a tool call"
+    try:
+        known, new = claim(session.callers, session.id, key, kind, asked)
+    except KeyReused as exc:
+        what = "a turn" if exc.known.kind == TURN else "a tool call"
         raise ApiError(422, IDEMPOTENCY_KEY_REUSED,
                        f"this '{HEADER}' was used in this session for {what} with another "
-                       "body; a retry must send the same body, a new request a new key")
-    log_event("control.retry", session=session.id, kind=kind, target=known.target_id)
-    return known, None
+                       "body; a retry must send the same body, a new request a new key"
+                       ) from None
+    if known is not None:
+        log_event("control.retry", session=session.id, kind=kind, target=known.target_id)
+    return known, new
 
 
 async def hung_up(request: Request) -> None:
@@ -343,7 +344,7 @@ async def _tool_answer(request: Request, session: CoreSession, request_id: str, 
                 session.cancel_request(pending, "Core is stopping")
             raise
         if not answered:
-            # a router's own key (routing.py) serves only that router: its caller hung
+            # a router's own key (cluster/routing.py) serves only that router: its caller hung
             # up there, so the request goes as an unkeyed one's does
             if not keyed or request.scope.get(ROUTE_KEY):
                 session.cancel_request(pending, "the caller hung up")

@@ -40,7 +40,9 @@ from .store import (
 HEADER = "Idempotency-Key"
 #: the longest key a caller may give, in characters
 MAX_KEY_CHARS = 128
-
+#: a key sent again with a request that asks for something else (the control API's HTTP
+#: 422, as the IETF draft on the header says: the key is not for this request)
+IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
 
 
 def key_hash(session_id: str, key: str) -> str:
@@ -54,6 +56,31 @@ def fingerprint(kind: KeyKind, asked: dict[str, Any]) -> str:
     order or spacing): their kind and the fields Core acts on."""
     text = json.dumps([kind, asked], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+class KeyReused(Exception):
+    """A key this session has seen for another request (:func:`claim`)."""
+
+    def __init__(self, known: IdempotencyRecord) -> None:
+        super().__init__(f"the key was used for another {known.kind} request")
+        self.known = known
+
+
+def claim(callers: CallerMemory, session_id: str, key: str, kind: KeyKind,
+          asked: dict[str, Any]) -> tuple[IdempotencyRecord | None, IdempotencyRecord | None]:
+    """The one rule for a key, whoever gives it (a caller, or Core: a forwarding node's,
+    an MCP relay's): ``(known, new)``, the record of ``key`` if this session has seen it
+    for the same request (same kind, same fingerprint of ``asked``), else a new record
+    to store with what this request starts (its ``target_id`` still to fill).
+    :class:`KeyReused` if the session has seen it for another request."""
+    hashed = key_hash(session_id, key)
+    digest = fingerprint(kind, asked)
+    known = callers.key(hashed)
+    if known is None:
+        return None, IdempotencyRecord(hashed, session_id, kind, digest, "", time.time())
+    if known.kind != kind or known.fingerprint != digest:
+        raise KeyReused(known)
+    return known, None
 
 
 class CallerMemory:

@@ -21,7 +21,7 @@ all of Core; each MCP request is answered for the page session its URL names.
 - Before the SDK sees a request: the admin token (401), the session (404), the Origin
   (the WebSocket's rule, 403).
 - Several Core nodes on one Redis: a page another node holds is served here all the
-  same; its tool calls are relayed to that node (relay.py), ``tools/list`` reads its
+  same; its tool calls are relayed to that node (cluster/relay.py), ``tools/list`` reads its
   tools from Redis, and its tool changes are heard through Redis.
 """
 
@@ -54,16 +54,16 @@ from .. import __version__, protocol, strictjson
 from ..results import TOOL_HANDLER_NOT_FOUND, tool_error
 from ..text import quote
 from ..tools import NAME_PATTERN
+from .background import read_forever
 from .bridge import origin_allowed
+from .cluster.relay import NoSession, ToolRelay
 from .control import ApiError, authorize, path_session
 from .log import log_event
-from .relay import NoSession, ToolRelay
 from .sessions import (
     CoreSession,
     Progress,
     Registry,
     checked_call,
-    read_forever,
     refused_request,
 )
 from .store import StoreError

@@ -38,6 +38,7 @@ from ..build.snapshot import MANIFEST_NAME, SNAPSHOT_NAME, SnapshotError, stored
 from . import accept, control
 from .agent import Agent
 from .bridge import BridgeConnection
+from .cluster import ClusterRouter, Node, ToolRelay, serve_forwarded
 from .config import CoreConfig
 from .http_limits import bounded_http
 from .log import log_event
@@ -49,8 +50,6 @@ from .public import (
     serve_public,
     store_files,
 )
-from .relay import ToolRelay
-from .routing import ClusterRouter, serve_forwarded
 from .sessions import SHUTDOWN_SECONDS, Registry
 from .snapshot import choose_encoding, identity_file, make_identity
 from .store import PRUNE_SECONDS, RECENT_TURNS, Store, check_reachable, open_store
@@ -226,11 +225,11 @@ class LazyMcp:
     own (anyio's task group must be left by the task that entered it) until :meth:`stop`.
     """
 
-    def __init__(self, registry: Registry, allowed_origins: frozenset[str]) -> None:
-        self.registry = registry
+    def __init__(self, node: Node, allowed_origins: frozenset[str]) -> None:
+        self.registry = node.registry
         self.allowed_origins = allowed_origins
         # serves relayed calls from the start, whether or not the SDK is loaded here
-        self.relay = ToolRelay(registry)
+        self.relay = ToolRelay(node)
         self._endpoint: ASGIApp | None = None
         self._loading: asyncio.Task[ASGIApp] | None = None
         self._stopping = asyncio.Event()
@@ -283,20 +282,21 @@ def create_app(config: CoreConfig) -> Starlette:
     agent_factory = config.agent_factory or agent_factory_for(config.agent)
     store = open_store(config.store, config.store_timeout, config.cluster_secret)
     registry = Registry(config, store, agent_factory, restore)
+    node = Node(registry)
     private = store_files(config.store)  # never served, wherever --store points
     pyodide = PyodideFiles(config.pyodide_dir, private)
     allowed = frozenset(origin.rstrip("/").lower() for origin in config.allow_origins)
-    mcp_endpoint = LazyMcp(registry, allowed)
+    mcp_endpoint = LazyMcp(node, allowed)
 
     async def bridge(websocket: WebSocket) -> None:
-        await BridgeConnection(websocket, registry).serve(allowed)
+        await BridgeConnection(websocket, node).serve(allowed)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        snapshot = registry.restorable(await store.load())
+        snapshot = node.leases.restorable(await store.load())
         restore(registry, snapshot)
         pruning = asyncio.create_task(_prune_turns(store))
-        cluster = asyncio.create_task(registry.serve_cluster())
+        cluster = asyncio.create_task(node.serve())
         provisioning: asyncio.Task[None] | None = None
         if config.pyodide_dir is None and config.provision:
             provisioning = asyncio.create_task(_provision(pyodide))
@@ -348,12 +348,13 @@ def create_app(config: CoreConfig) -> Starlette:
         routes.append(Route("/", _index_page))
 
     hosts = own_hosts(config.host, config.allow_hosts)
-    # a control-API call for a session another node holds goes there (routing.py)
+    # a control-API call for a session another node holds goes there (cluster/routing.py)
     app = Starlette(routes=routes, lifespan=lifespan,
                     middleware=[Middleware(HostCheck, hosts=hosts),
-                                Middleware(ClusterRouter, registry=registry)])
-    registry.serve_forwarded = functools.partial(serve_forwarded, app)
+                                Middleware(ClusterRouter, node=node)])
+    node.serve_forwarded = functools.partial(serve_forwarded, app)
     app.state.registry = registry
+    app.state.node = node
     app.state.admin_token = config.admin_token
     app.state.pyodide = pyodide
     return app

@@ -70,6 +70,11 @@ class Core:
     def registry(self) -> Any:
         return self.app.state.registry
 
+    @property
+    def node(self) -> Any:
+        """Its :class:`~pedelec_pyodide.core.cluster.Node`: inbox, asks, leases."""
+        return self.app.state.node
+
     async def stop(self) -> None:
         self.server.should_exit = True
         await asyncio.wait_for(self.task, WAIT)

@@ -32,6 +32,7 @@ from websockets.uri import parse_uri
 
 from pedelec_pyodide.core.agents import OfflineAgent
 from pedelec_pyodide.core.bridge import BridgeConnection
+from pedelec_pyodide.core.cluster import Node
 from pedelec_pyodide.core.sessions import Registry
 from pedelec_pyodide.core.store import open_store
 from pedelec_pyodide.core.turns import restore
@@ -80,7 +81,7 @@ def test_results_queued_when_a_send_fails_are_still_handled() -> None:
         ws.inbox.put_nowait({"type": "websocket.connect"})
         scope = {"type": "websocket", "path": "/pedelec/v1/bridge", "headers": [],
                  "query_string": b""}
-        bridge = BridgeConnection(WebSocket(scope, ws.receive, ws.send), registry)
+        bridge = BridgeConnection(WebSocket(scope, ws.receive, ws.send), Node(registry))
         serving = asyncio.create_task(bridge.serve(frozenset()))
         try:
             ws.page_sends({"type": "hello", "protocol": 1, "tools": [tool_meta("t")]})

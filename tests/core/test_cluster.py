@@ -17,8 +17,9 @@ from test_core_resume import core_process
 from test_progress import next_of
 
 from pedelec_pyodide import protocol
-from pedelec_pyodide.core import sessions
-from pedelec_pyodide.core.sessions import HANDOVER_SECONDS, SESSION_MOVED
+from pedelec_pyodide.core.cluster import leases
+from pedelec_pyodide.core.cluster.leases import HANDOVER_SECONDS
+from pedelec_pyodide.core.sessions import SESSION_MOVED
 from pedelec_pyodide.core.store import STORE_UNAVAILABLE, open_store
 
 
@@ -46,7 +47,7 @@ def test_a_page_resuming_on_another_node_takes_its_session_over(
     told the session moved, B re-sends the pending request (same id), takes its result
     once and keeps it; the lease is B's. (Leases long enough that no renewal runs: the
     nodes' messages do it.)"""
-    monkeypatch.setattr(sessions, "LEASE_SECONDS", 60.0)
+    monkeypatch.setattr(leases, "LEASE_SECONDS", 60.0)
 
     async def main() -> None:
         cfg = {"store": redis_server.url}
@@ -259,7 +260,7 @@ def test_a_call_routed_by_a_stale_remembered_holder_is_routed_again_and_runs_onc
     """B forwards a call to A, where the page is, and remembers A; the page resumes on C
     (A lets go). B's next call goes to A, is told the session is not there, and is routed
     again through the lease to C: answered, and each request ran once."""
-    monkeypatch.setattr(sessions, "LEASE_SECONDS", 60.0)
+    monkeypatch.setattr(leases, "LEASE_SECONDS", 60.0)
 
     async def main() -> None:
         cfg = {"store": redis_server.url}
@@ -334,8 +335,8 @@ def test_a_node_starting_takes_the_sessions_no_node_holds_once_their_lease_stays
         async with running_core(config(**cfg)) as b:
             assert sid not in b.registry.sessions
             await until(lambda: sid in b.registry.sessions, "the session taken",
-                        seconds=sessions.VACANT_SECONDS + WAIT)
-            assert asyncio.get_running_loop().time() - started >= sessions.VACANT_SECONDS
+                        seconds=leases.VACANT_SECONDS + WAIT)
+            assert asyncio.get_running_loop().time() - started >= leases.VACANT_SECONDS
             assert list(b.registry.sessions[sid].pending) == [request["toolRequestId"]]
             assert await b.registry.store.holder(sid) == b.registry.node
 

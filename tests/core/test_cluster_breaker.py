@@ -18,7 +18,8 @@ from corekit import WAIT, RawClient, config, run, running_core, start_core, tool
 from storekit import RedisServer
 from test_progress import next_of
 
-from pedelec_pyodide.core.sessions import LEASE_SECONDS
+from pedelec_pyodide.core.cluster.leases import LEASE_SECONDS
+from pedelec_pyodide.core.cluster.messages import McpReply
 
 PREFIX = "pedelec:main:"
 
@@ -75,14 +76,15 @@ def test_a_call_for_a_session_whose_lease_key_is_of_the_wrong_type_is_a_structur
 
 def test_a_forged_http_message_of_the_wrong_type_is_logged_as_a_bad_message(
         redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
-    """``{"http": "x"}`` in a node's inbox: logged ``cluster.bad_message`` and dropped,
-    as the design says of a field of the wrong type."""
+    """An ``http.call`` with a field of the wrong type, or fields missing, in a node's
+    inbox: logged ``cluster.bad_message`` and dropped, as the design says."""
     caplog.set_level(logging.INFO, logger="pedelec.core")
 
     async def main() -> None:
         async with running_core(config(store=redis_server.url)) as a:
-            for bad in ({"http": "x", "ask": "a", "from": "b"},
-                        {"http": {"method": "GET"}, "ask": "c", "from": "b"}):
+            for bad in ({"type": "http.call", "ask": "a", "from": "b", "method": "GET",
+                         "path": 1, "query": "", "headers": [], "body": "", "routeKey": False},
+                        {"type": "http.call", "method": "GET", "ask": "c", "from": "b"}):
                 await a.registry.store.publish(a.registry.node, json.dumps(bad))
             await until(lambda: sum("cluster.bad_message" in r.getMessage()
                                     for r in caplog.records) >= 2, "bad_message logged")
@@ -102,8 +104,9 @@ async def request_on_open_page(page: RawClient) -> dict[str, Any]:
 
 def test_a_forged_reply_without_a_status_does_not_fail_the_forwarded_call(
         redis_server: RedisServer) -> None:
-    """A reply to a forwarded call missing its fields (what any publisher on Redis can
-    send, the ask id read off the channel) is dropped: the caller gets the page's answer."""
+    """A reply to a forwarded call missing its fields, or of another kind (what any
+    publisher on Redis can send, the ask id read off the channel), is dropped: the
+    caller gets the page's answer."""
 
     async def main() -> None:
         cfg = {"store": redis_server.url}
@@ -112,8 +115,10 @@ def test_a_forged_reply_without_a_status_does_not_fail_the_forwarded_call(
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
             call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 1}))
             frame = await next_of(page, "tool.request")
-            ask_id = next(iter(b.registry._asked))
-            await a.registry.store.publish(b.registry.node, json.dumps({"reply": ask_id}))
+            ask_id = next(iter(b.node._asked))
+            await a.registry.store.publish(b.registry.node, json.dumps(
+                {"type": "http.reply", "ask": ask_id}))
+            await a.node.tell(b.node.name, McpReply(ask=ask_id, result={"forged": True}))
             await asyncio.sleep(0.3)
             await answer(page, frame)
             response = await asyncio.wait_for(call, WAIT)
@@ -249,7 +254,7 @@ def test_bad_callers_at_a_node_without_the_page_get_structured_errors(
             bad = await b.http.post(path, json={"tool": "echo", "args": {}},
                                     headers={"Authorization": "Bearer nope"})
             assert bad.status_code == 401, bad.text
-            assert not b.registry._asked
+            assert not b.node._asked
             deep = await b.http.post(path, content=b"[" * 100_000 + b"]" * 100_000,
                                      headers={"content-type": "application/json"})
             assert deep.status_code == 400 and "error" in deep.json(), deep.text
@@ -521,13 +526,13 @@ def test_a_page_resuming_twice_at_once_on_one_node_waits_for_its_holder_to_let_g
             first = await RawClient.open(a.ws_url)
             welcome = await first.hello([tool_meta("echo")])
             sid, token = welcome["sessionId"], welcome["resumeToken"]
-            let_go = a.registry._let_go
+            let_go = a.node.leases.let_go
 
             async def slowly(session_id: str, to: str) -> None:
                 await asyncio.sleep(0.5)
                 await let_go(session_id, to)
 
-            a.registry._let_go = slowly  # type: ignore[method-assign]
+            a.node.leases.let_go = slowly  # type: ignore[method-assign]
             tabs = [await RawClient.open(b.ws_url) for _ in range(2)]
 
             async def resume(tab: RawClient) -> bool:

@@ -6,7 +6,6 @@ would say nothing, and its node would lose its pages (renewal) or its calls (inb
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,7 +19,8 @@ from test_mcp_cluster import mcp_at
 from test_progress import next_of
 
 from pedelec_pyodide import define_tool
-from pedelec_pyodide.core.sessions import LEASE_SECONDS
+from pedelec_pyodide.core.cluster.leases import LEASE_SECONDS
+from pedelec_pyodide.core.cluster.messages import HungUp, McpCall
 
 PREFIX = "pedelec:main:"
 
@@ -77,15 +77,15 @@ def test_the_inbox_outlives_a_message_that_breaks_it(
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
-            registry = a.registry
-            on_message = registry._on_message
+            node = a.node
+            on_message = node._on_message
 
             def once_broken(text: str) -> None:
-                registry._on_message = on_message  # type: ignore[method-assign]
+                node._on_message = on_message  # type: ignore[method-assign]
                 raise RuntimeError("a bug")
 
-            registry._on_message = once_broken  # type: ignore[method-assign]
-            await registry.store.publish(registry.node, json.dumps({"x": 1}))
+            node._on_message = once_broken  # type: ignore[method-assign]
+            await node.tell(node.name, HungUp(ask="a" * 24))
             await until(lambda: failed(caplog, "inbox") == 1, "a failed inbox")
             call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 1}))
             await echo(page)
@@ -140,7 +140,7 @@ def test_a_spawned_task_that_raises_is_logged(caplog: pytest.LogCaptureFixture) 
 
     async def main() -> None:
         async with running_core(config()) as a:
-            await a.registry.spawn(broken())
+            await a.node.spawn(broken())
             assert failed(caplog, "spawned") == 1
 
     run(main())
@@ -155,7 +155,7 @@ def test_tool_changes_are_heard_after_reading_them_failed(
     async def main() -> None:
         cfg = {"store": redis_server.url}
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
-            relay = b.registry.handlers["mcpCall"].__self__
+            relay = b.node.handlers[McpCall].__self__
             tool_changes = relay.tool_changes
 
             reads = 0

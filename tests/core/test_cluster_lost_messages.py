@@ -24,8 +24,10 @@ from test_mcp import modern_client
 from test_mcp_cluster import mcp_at
 from test_progress import next_of, result
 
-from pedelec_pyodide.core import sessions
-from pedelec_pyodide.core.sessions import LEASE_SECONDS, RESEND_SECONDS
+from pedelec_pyodide.core.cluster import node
+from pedelec_pyodide.core.cluster.leases import LEASE_SECONDS
+from pedelec_pyodide.core.cluster.messages import HttpCall, HttpReply
+from pedelec_pyodide.core.cluster.node import RESEND_SECONDS
 
 
 def subscribers(redis_server: RedisServer, core: Core) -> int:
@@ -178,16 +180,16 @@ def test_an_ask_sent_again_while_its_call_runs_is_not_run_again(
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("a")]))["sessionId"]
             await until(lambda: sid in a.registry.sessions)
-            serve = a.registry.serve_forwarded
+            serve = a.node.serve_forwarded
             assert serve is not None
             served: list[str] = []
 
-            async def counted(request: dict[str, Any],
-                              hung_up: asyncio.Future[None]) -> dict[str, Any]:
-                served.append(request["path"])
+            async def counted(request: HttpCall,
+                              hung_up: asyncio.Future[None]) -> HttpReply:
+                served.append(request.path)
                 return await serve(request, hung_up)
 
-            a.registry.serve_forwarded = counted
+            a.node.serve_forwarded = counted
             answer = asyncio.ensure_future(b.http.post(
                 f"/pedelec/v1/sessions/{sid}/tool-calls", json={"tool": "a", "args": {}}))
             request = await next_of(page, "tool.request")
@@ -205,8 +207,8 @@ def test_a_long_call_is_sent_again_ever_less_often(
         redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """A forwarded call the page takes long to answer is sent again with gaps that double
     up to RESEND_MAX_SECONDS (its whole body each time), not at every RESEND_SECONDS."""
-    monkeypatch.setattr(sessions, "RESEND_SECONDS", 0.2)
-    monkeypatch.setattr(sessions, "RESEND_MAX_SECONDS", 0.8)
+    monkeypatch.setattr(node, "RESEND_SECONDS", 0.2)
+    monkeypatch.setattr(node, "RESEND_MAX_SECONDS", 0.8)
 
     async def main() -> None:
         cfg = {"store": redis_server.url}
@@ -215,14 +217,14 @@ def test_a_long_call_is_sent_again_ever_less_often(
             sid = (await page.hello([tool_meta("a")]))["sessionId"]
             await until(lambda: sid in a.registry.sessions)
             heard: list[str] = []
-            on_message = a.registry._on_message
+            on_message = a.node._on_message
 
             def counted(text: str) -> None:
-                if '"http"' in text:
+                if '"type":"http.call"' in text:
                     heard.append(text)
                 on_message(text)
 
-            a.registry._on_message = counted  # type: ignore[method-assign]
+            a.node._on_message = counted  # type: ignore[method-assign]
             started = time.monotonic()
             answer = asyncio.ensure_future(b.http.post(
                 f"/pedelec/v1/sessions/{sid}/tool-calls", json={"tool": "a", "args": {}}))

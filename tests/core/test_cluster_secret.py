@@ -34,6 +34,14 @@ from test_cluster_breaker import answer
 from test_progress import next_of
 
 from pedelec_pyodide.core.cli import main as cli_main
+from pedelec_pyodide.core.cluster.messages import (
+    HandOver,
+    HttpCall,
+    HttpReply,
+    McpCall,
+    McpCancel,
+    ToolsChanged,
+)
 from pedelec_pyodide.core.config import CLUSTER_SECRET_ENV
 from pedelec_pyodide.core.store.seal import (
     CLOCK_WINDOW_SECONDS,
@@ -182,12 +190,11 @@ def fake_seal(message: str) -> bytes:
 
 def forwarded_call(core: Core, session_id: str, args: Any, ask: str) -> str:
     """A forwarded control-API call as a node sends it (the admin token known too)."""
-    return json.dumps({"http": {
-        "method": "POST", "path": f"/pedelec/v1/sessions/{session_id}/tool-calls",
-        "query": "", "headers": [["authorization", f"Bearer {TOKEN}"],
-                                 ["content-type", "application/json"]],
-        "body": json.dumps({"tool": "echo", "args": args}), "routeKey": True},
-        "ask": ask, "from": core.registry.node})
+    return HttpCall(
+        ask=ask, sender=core.node.name, method="POST",
+        path=f"/pedelec/v1/sessions/{session_id}/tool-calls", query="",
+        headers=[["authorization", f"Bearer {TOKEN}"], ["content-type", "application/json"]],
+        body=json.dumps({"tool": "echo", "args": args}), route_key=True).encode()
 
 
 @contextlib.asynccontextmanager
@@ -206,9 +213,8 @@ def test_a_stranger_cannot_make_a_node_run_a_call(redis_server: RedisServer) -> 
         async with two_nodes(redis_server) as (a, b):
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
-            mcp = json.dumps({"mcpCall": {"session": sid, "tool": "echo", "args": {"n": 1},
-                                          "key": "pedelec-mcp-" + "0" * 32},
-                              "ask": "c" * 24, "from": b.registry.node})
+            mcp = McpCall(ask="c" * 24, sender=b.node.name, session=sid, tool="echo",
+                          args={"n": 1}, key="pedelec-mcp-" + "0" * 32).encode()
             forged = [forwarded_call(b, sid, {"n": 1}, "a" * 24), mcp]
             async with stranger(redis_server) as client:
                 for message in forged:
@@ -238,9 +244,9 @@ def test_a_stranger_cannot_answer_a_call(redis_server: RedisServer) -> None:
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
             call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 1}))
             frame = await next_of(page, "tool.request")
-            ask_id = next(iter(b.registry._asked))
-            reply = json.dumps({"reply": ask_id, "status": 200,
-                                "body": json.dumps({"forged": True})})
+            ask_id = next(iter(b.node._asked))
+            reply = HttpReply(ask=ask_id, status=200,
+                              body=json.dumps({"forged": True})).encode()
             async with stranger(redis_server) as client:
                 await client.publish(inbox_of(b), reply)
                 await client.publish(inbox_of(b), fake_seal(reply))
@@ -251,9 +257,9 @@ def test_a_stranger_cannot_answer_a_call(redis_server: RedisServer) -> None:
 
             call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 2}))
             await next_of(page, "tool.request")
-            ask_id = next(iter(b.registry._asked))
-            await a.registry.store.publish(b.registry.node, json.dumps(
-                {"reply": ask_id, "status": 200, "body": json.dumps({"forged": True})}))
+            ask_id = next(iter(b.node._asked))
+            await a.node.tell(b.node.name, HttpReply(
+                ask=ask_id, status=200, body=json.dumps({"forged": True})))
             response = await asyncio.wait_for(call, WAIT)
             assert response.json() == {"forged": True}, response.text  # a node's is taken
             await page.close()
@@ -273,7 +279,7 @@ async def closed(page: RawClient, seconds: float) -> int | None:
 def test_a_stranger_cannot_take_a_session_by_replaying_or_moving_a_nodes_message(
         redis_server: RedisServer) -> None:
     """The stranger listens on every node's channel while the page moves A → B → A
-    (each move a real ``handOver``, which closed the page's socket where it was). It
+    (each move a real ``session.handOver``, which closed the page's socket where it was). It
     then sends A: a forged handOver, the first move's message again (replayed), the
     second's (sealed for B's channel), the first with its MAC or its body changed.
     None is taken: the page stays connected on A, which still answers its calls."""
@@ -302,7 +308,7 @@ def test_a_stranger_cannot_take_a_session_by_replaying_or_moving_a_nodes_message
             to_a, to_b = captured[inbox_of(a)], captured[inbox_of(b)]
             mac = to_a.split(b" ")[4]
             forgeries = [
-                json.dumps({"handOver": sid, "to": b.registry.node}).encode(),
+                HandOver(session=sid, to=b.node.name).encode().encode(),
                 to_a,  # replayed
                 to_b,  # sealed for B's channel
                 to_a.replace(mac, bytes([mac[0] ^ 1]) + mac[1:]),
@@ -327,7 +333,7 @@ def test_a_stranger_cannot_take_a_session_by_replaying_or_moving_a_nodes_message
 
 def test_a_stranger_cannot_cancel_a_call_or_announce_tool_changes(
         redis_server: RedisServer) -> None:
-    """A stranger's ``mcpCancel`` for a relayed call, and a page's tool change on the
+    """A stranger's ``mcp.cancel`` for a relayed call, and a page's tool change on the
     channel every node with MCP clients hears, are dropped; the call runs to its answer."""
     from test_mcp import modern_client
 
@@ -339,14 +345,13 @@ def test_a_stranger_cannot_cancel_a_call_or_announce_tool_changes(
             async with modern_client(url) as mcp, stranger(redis_server) as client:
                 call = asyncio.ensure_future(mcp.call_tool("echo", {"n": 1}))
                 frame = await next_of(page, "tool.request")
-                key = next(iter(b.registry.handlers["mcpCall"].__self__._watching))
+                key = next(iter(b.node.handlers[McpCall].__self__._watching))
                 changes = "pedelec:main:node:mcp-tool-changes"
                 while (await client.pubsub_numsub(changes))[0][1] < 1:  # B listens
                     await asyncio.sleep(0.01)
-                await client.publish(inbox_of(a), json.dumps(
-                    {"mcpCancel": key, "session": sid, "ask": "e" * 24,
-                     "from": b.registry.node}))
-                await client.publish(changes, sid)
+                await client.publish(inbox_of(a), McpCancel(
+                    ask="e" * 24, sender=b.node.name, key=key, session=sid).encode())
+                await client.publish(changes, ToolsChanged(session=sid).encode())
                 await until(lambda: sum(refusals(a).values()) == 1
                             and sum(refusals(b).values()) == 1, "the forgeries refused")
                 assert frame["toolRequestId"] in a.registry.sessions[sid].pending

@@ -32,6 +32,7 @@ from corekit import (
     config,
     run,
     running_core,
+    tool_meta,
     until,
 )
 from storekit import load_file
@@ -39,7 +40,8 @@ from test_core_resume import core_process, free_port
 from test_core_turns import GatedTools
 
 from pedelec_pyodide import Session
-from pedelec_pyodide.core.idempotency import key_hash
+from pedelec_pyodide.core.cluster.relay import keyed_call
+from pedelec_pyodide.core.idempotency import IDEMPOTENCY_KEY_REUSED, key_hash
 from pedelec_pyodide.core.store import (
     RECENT_TURNS,
     IdempotencyRecord,
@@ -589,3 +591,36 @@ def test_core_killed_mid_turn_then_a_retry_with_the_key_gets_that_turn(
             await page.drop()
 
     run(main(), timeout=90)
+
+
+def test_a_relayed_mcp_calls_key_is_claimed_by_the_control_apis_rule() -> None:
+    """The holder's side of an MCP call relayed from another node (``keyed_call``)
+    claims its key as the control API claims a caller's: the same call again gets the
+    first one's result; the key with another call (args or tool) gets
+    ``IDEMPOTENCY_KEY_REUSED`` and sends the page nothing, where it got the other call's
+    result (the fingerprint was not checked)."""
+
+    async def main() -> None:
+        async with running_core(config()) as core:
+            page = await RawClient.open(core.ws_url)
+            sid = (await page.hello([tool_meta("a"), tool_meta("b")]))["sessionId"]
+            session = core.registry.sessions[sid]
+            key = "pedelec-mcp-" + "0" * 32
+            first = asyncio.ensure_future(keyed_call(session, key, "a", {"n": 1}, None))
+            request = await asyncio.wait_for(page.recv(), WAIT)
+            assert request["type"] == "tool.request", request
+            await page.send({"type": "tool.result", "toolRequestId": request["toolRequestId"],
+                             "result": {"ok": True}, "handledBy": "named"})
+            assert await asyncio.wait_for(first, WAIT) == {"ok": True}
+            again = await asyncio.wait_for(keyed_call(session, key, "a", {"n": 1}, None), WAIT)
+            assert again == {"ok": True}
+            for tool, args in (("a", {"n": 2}), ("b", {"n": 1})):
+                reused = await asyncio.wait_for(keyed_call(session, key, tool, args, None),
+                                                WAIT)
+                assert reused["error"]["code"] == IDEMPOTENCY_KEY_REUSED, reused
+            assert not session.pending
+            with pytest.raises(TimeoutError):  # nothing sent to the page
+                await asyncio.wait_for(page.recv(), 0.5)
+            await page.close()
+
+    run(main())

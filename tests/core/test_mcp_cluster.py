@@ -36,8 +36,15 @@ from test_mcp import mcp_client, modern_client, page_session
 from test_progress import next_of, page_with, progress, result
 
 from pedelec_pyodide import define_tool
-from pedelec_pyodide.core import mcp, relay
-from pedelec_pyodide.core.sessions import VACANT_SECONDS
+from pedelec_pyodide.core import mcp
+from pedelec_pyodide.core.cluster import relay
+from pedelec_pyodide.core.cluster.leases import VACANT_SECONDS
+from pedelec_pyodide.core.cluster.messages import (
+    McpCall,
+    McpCancel,
+    McpProgress,
+    NodeMessage,
+)
 from pedelec_pyodide.core.store import STORE_UNAVAILABLE
 
 
@@ -310,19 +317,19 @@ def test_a_copy_of_a_call_reaching_its_node_again_is_not_run_again(
             sid = welcome["sessionId"]
 
             def relayed(key: str, args: Any, ask: str) -> str:
-                return json.dumps({"mcpCall": {"session": sid, "tool": "slow", "args": args,
-                                               "key": key}, "ask": ask, "from": b.registry.node})
+                return McpCall(ask=ask, sender=b.node.name, session=sid, tool="slow",
+                               args=args, key=key).encode()
 
             key = "pedelec-mcp-" + "0" * 32
             # taken from A's inbox before either runs, as from one read of Redis
-            a.registry._on_message(relayed(key, nested(150), "first"))
-            a.registry._on_message(relayed(key, {"n": 1}, "second"))
-            a.registry._on_message(relayed("pedelec-mcp-" + "1" * 32, {"n": 2}, "other"))
+            a.node._on_message(relayed(key, nested(150), "first"))
+            a.node._on_message(relayed(key, {"n": 1}, "second"))
+            a.node._on_message(relayed("pedelec-mcp-" + "1" * 32, {"n": 2}, "other"))
             assert (await next_of(raw, "tool.request"))["args"] == {"n": 2}
-            await b.registry.store.publish(a.registry.node, json.dumps(
-                {"mcpCancel": key, "session": sid, "ask": "cancel", "from": b.registry.node}))
-            a.registry._on_message(relayed(key, {"n": 1}, "third"))  # cancelled: never runs
-            a.registry._on_message(relayed("pedelec-mcp-" + "2" * 32, {"n": 3}, "last"))
+            await b.node.tell(a.node.name, McpCancel(ask="cancel", sender=b.node.name,
+                                                     key=key, session=sid))
+            a.node._on_message(relayed(key, {"n": 1}, "third"))  # cancelled: never runs
+            a.node._on_message(relayed("pedelec-mcp-" + "2" * 32, {"n": 3}, "last"))
             assert (await next_of(raw, "tool.request"))["args"] == {"n": 3}
             await raw.close()
 
@@ -380,7 +387,8 @@ def test_args_are_checked_once_on_each_node_a_call_passes(
 def test_bad_messages_in_a_nodes_inbox_are_dropped_and_it_serves_on(
         redis_server: RedisServer) -> None:
     """Messages no node sends, published to both nodes' inboxes (JSON nested past the
-    recursion limit, a progress no float holds, one of the wrong types) while a call is
+    recursion limit, a progress no float holds, fields of the wrong types, a type no node
+    sends, a reply to no ask) while a call is
     relayed from B to A: each is dropped, and the call's progress and result get through."""
 
     async def main() -> None:
@@ -398,14 +406,17 @@ def test_bad_messages_in_a_nodes_inbox_are_dropped_and_it_serves_on(
                 call = asyncio.create_task(
                     client.call_tool("slow", {"n": 1}, progress_callback=on_progress))
                 rid = (await next_of(raw, "tool.request"))["toolRequestId"]
-                key = next(iter(b.registry.handlers["mcpProgress"].__self__._watching))
-                bad = ["[" * 100_000 + "]" * 100_000, "not json", "[1]", '"mcpCall"',
-                       json.dumps({"mcpCall": {"session": sid}}),
-                       json.dumps({"mcpCancel": key}),
-                       json.dumps({"mcpProgress": key, "progress": {"progress": 10 ** 400}}),
-                       json.dumps({"mcpProgress": key, "progress": {"progress": 2,
-                                                                    "total": "all"}}),
-                       json.dumps({"mcpProgress": key, "progress": [2]})]
+                key = next(iter(b.node.handlers[McpProgress].__self__._watching))
+                progress_of = {"type": "mcp.progress", "key": key}
+                bad = ["[" * 100_000 + "]" * 100_000, "not json", "[1]", '"mcp.call"',
+                       json.dumps({"type": "mcp.call", "session": sid}),
+                       json.dumps({"type": "mcp.cancel", "key": key}),
+                       json.dumps({"type": "mcpCancel", "key": key}),
+                       json.dumps({**progress_of, "progress": 10 ** 400}),
+                       json.dumps({**progress_of, "progress": 2, "total": "all"}),
+                       json.dumps({**progress_of, "progress": [2]}),
+                       json.dumps({**progress_of, "progress": True}),
+                       json.dumps({"type": "mcp.reply", "ask": "nobody's", "result": 1})]
                 for node in (a, b):
                     for text in bad:
                         await b.registry.store.publish(node.registry.node, text)
@@ -476,7 +487,7 @@ def test_a_node_stopping_passes_its_clients_cancels_on_and_keeps_none(
             raw, welcome = await page_with(a)
             sid = welcome["sessionId"]
             b = await start_core(config(**cfg))
-            client_relay = b.registry.handlers["mcpCancel"].__self__
+            client_relay = b.node.handlers[McpCancel].__self__
             try:
                 async with modern_client(mcp_at(b.port, sid)) as client:
                     call = asyncio.create_task(client.call_tool("slow", {"n": 1}))
@@ -495,19 +506,19 @@ def test_a_node_stopping_passes_its_clients_cancels_on_and_keeps_none(
     run(main())
 
 
-def lose_the_first(core: Core, kind: str) -> list[dict[str, Any]]:
+def lose_the_first(core: Core, kind: type[NodeMessage]) -> list[NodeMessage]:
     """``core`` drops the first message of ``kind`` it gets (as pub/sub loses one sent
     while an inbox reconnects) and hears the rest; the list of those it dropped."""
-    heard = core.registry.handlers[kind]
-    lost: list[dict[str, Any]] = []
+    heard = core.node.handlers[kind]
+    lost: list[NodeMessage] = []
 
-    def losing_the_first(message: dict[str, Any]) -> None:
+    def losing_the_first(message: NodeMessage) -> None:
         if lost:
             heard(message)
         else:
             lost.append(message)
 
-    core.registry.handlers[kind] = losing_the_first
+    core.node.handlers[kind] = losing_the_first
     return lost
 
 
@@ -521,7 +532,7 @@ def test_a_cancel_lost_on_its_way_is_sent_again(redis_server: RedisServer) -> No
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             raw, welcome = await page_with(a)
             sid = welcome["sessionId"]
-            lost = lose_the_first(a, "mcpCancel")
+            lost = lose_the_first(a, McpCancel)
             async with modern_client(mcp_at(b.port, sid)) as client:
                 call = asyncio.create_task(client.call_tool("slow", {"n": 1}))
                 rid = (await next_of(raw, "tool.request"))["toolRequestId"]
@@ -549,18 +560,17 @@ def test_a_holder_remembers_cancels_before_their_calls_within_bounds(
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             raw, welcome = await page_with(a)
             sid = welcome["sessionId"]
-            here, there = a.registry.node, b.registry.node
+            here, there = a.node.name, b.node.name
 
-            async def send(message: dict[str, Any]) -> None:
-                await b.registry.store.publish(here, json.dumps(
-                    {**message, "ask": "x", "from": there}))
+            async def send(message: NodeMessage) -> None:
+                await b.node.tell(here, message)
 
-            def call(key: str, n: int) -> dict[str, Any]:
-                return {"mcpCall": {"session": sid, "tool": "slow", "args": {"n": n},
-                                    "key": key}}
+            def call(key: str, n: int) -> McpCall:
+                return McpCall(ask="x", sender=there, session=sid, tool="slow",
+                               args={"n": n}, key=key)
 
             for key in ("k1", "k2", "k3"):
-                await send({"mcpCancel": key, "session": sid})
+                await send(McpCancel(ask="x", sender=there, key=key, session=sid))
             await send(call("k3", 3))  # remembered: never runs
             await send(call("k1", 1))  # the oldest, forgotten: runs
             assert (await next_of(raw, "tool.request"))["args"] == {"n": 1}
@@ -588,7 +598,7 @@ def test_a_node_keeps_at_most_max_cancels_on_their_way(
             first = await RawClient.open(f"ws://127.0.0.1:{a.args[-1]}/pedelec/v1/bridge")
             welcome = await first.hello([tool_meta("a")])
             sid, token = welcome["sessionId"], welcome["resumeToken"]
-            keeping = b.registry.handlers["mcpCancel"].__self__._cancelling
+            keeping = b.node.handlers[McpCancel].__self__._cancelling
             async with modern_client(mcp_at(b.port, sid)) as client:
                 calls, ids = [], []
                 for n in (1, 2):
@@ -626,7 +636,7 @@ def test_a_relayed_call_lost_on_its_way_is_sent_again_and_runs_once(
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("a")]))["sessionId"]
-            lost = lose_the_first(a, "mcpCall")
+            lost = lose_the_first(a, McpCall)
             async with modern_client(mcp_at(b.port, sid)) as client:
                 call = asyncio.create_task(client.call_tool("a", {"n": 1}))
                 sent = await next_of(page, "tool.request")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from typing import Any
 
@@ -29,7 +28,9 @@ from test_mcp import modern_client
 from test_mcp_cluster import mcp_at
 from test_progress import next_of, result
 
-from pedelec_pyodide.core import sessions
+from pedelec_pyodide.core.cluster import leases
+from pedelec_pyodide.core.cluster import node as node_module
+from pedelec_pyodide.core.cluster.messages import HttpCall, HttpReply, parse
 from pedelec_pyodide.core.store.seal import Seal
 
 PREFIX = "pedelec:main:"
@@ -168,10 +169,10 @@ def test_a_node_started_a_moment_before_a_live_nodes_lease_lapsed_leaves_it_the_
             renewed = await next_renewal(redis_server, sid)
             # B looks VACANT_SECONDS after its start: between A's renewals, a second
             # after one (A renews every LEASE_SECONDS / 3)
-            period = sessions.LEASE_SECONDS / 3
+            period = leases.LEASE_SECONDS / 3
             await asyncio.sleep(max(0.0, renewed + period / 2 - time.monotonic()))
             async with running_core(config(**cfg)) as b:
-                looks = time.monotonic() + sessions.VACANT_SECONDS
+                looks = time.monotonic() + leases.VACANT_SECONDS
                 while (renewed := await next_renewal(redis_server, sid)) < looks - period:
                     pass
                 assert renewed < looks, "B's look came after A's renewal"
@@ -198,7 +199,7 @@ def test_a_node_whose_look_failed_leaves_a_live_node_its_session_after_redis_was
 
     async def main() -> None:
         cfg = {"store": redis_server.url}
-        period = sessions.LEASE_SECONDS / 3
+        period = leases.LEASE_SECONDS / 3
         async with running_core(config(**cfg)) as a:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
@@ -248,7 +249,7 @@ def test_a_reply_nobody_heard_is_not_run_again_when_the_asker_routes_the_call_ag
             answer = asyncio.ensure_future(on_a.call())
             stack.callback(answer.cancel)
             first = await next_of(page, "tool.request")
-            until_past_check = time.monotonic() + sessions.LEASE_SECONDS / 3 + 0.6
+            until_past_check = time.monotonic() + leases.LEASE_SECONDS / 3 + 0.6
 
             async def restarting() -> None:
                 while time.monotonic() < until_past_check:
@@ -259,7 +260,7 @@ def test_a_reply_nobody_heard_is_not_run_again_when_the_asker_routes_the_call_ag
             stack.callback(redis_away.cancel)
             deafen_and_lapse(redis_server, sid)
             await result(page, first["toolRequestId"], {"ok": 1})
-            await until(lambda: len(a.registry._unheard) == 1, "A's reply kept")
+            await until(lambda: len(a.node._unheard) == 1, "A's reply kept")
             # of the first call's lot: with a key of the caller's own after a keyed call
             other = asyncio.ensure_future(a.http.post(
                 calls(sid), json={"tool": "a", "args": {"n": 2}},
@@ -269,7 +270,7 @@ def test_a_reply_nobody_heard_is_not_run_again_when_the_asker_routes_the_call_ag
             assert (await asyncio.wait_for(other, WAIT)).status_code == 200
             assert a.registry.sessions[sid].callers.result(first["toolRequestId"]) is None
             await redis_away
-            again = await first_of(page, answer, WAIT + sessions.VACANT_SECONDS)
+            again = await first_of(page, answer, WAIT + leases.VACANT_SECONDS)
             assert again is None, f"the call ran again: {again}"
             assert answer.result() == {"ok": 1}
 
@@ -284,35 +285,37 @@ def test_replies_nobody_heard_are_bounded_and_one_is_sent_again_when_its_ask_com
 
     async def main() -> None:
         async with running_core(config(store=redis_server.url)) as a:
-            registry = a.registry
-            for n in range(sessions.UNHEARD_REPLIES + 5):
-                await registry.reply("nobody", f"ask-{n}", {"status": 200, "body": "{}"})
-            kept = registry._unheard
-            assert len(kept) == sessions.UNHEARD_REPLIES
+            node = a.node
+            for n in range(node_module.UNHEARD_REPLIES + 5):
+                await node.reply("nobody", HttpReply(ask=f"ask-{n}", status=200, body="{}"))
+            kept = node._unheard
+            assert len(kept) == node_module.UNHEARD_REPLIES
             assert next(iter(kept)) == "ask-5"
-            assert registry._unheard_chars == sum(map(len, kept.values()))
+            assert node._unheard_chars == sum(map(len, kept.values()))
 
-            monkeypatch.setattr(sessions, "UNHEARD_REPLY_CHARS", 1000)
-            await registry.reply("nobody", "big", {"body": "x" * 5000})
+            monkeypatch.setattr(node_module, "UNHEARD_REPLY_CHARS", 1000)
+            await node.reply("nobody", HttpReply(ask="big", status=200, body="x" * 5000))
             assert list(kept) == ["big"]  # alone, the rest pushed out
             for n in range(3):
-                await registry.reply("nobody", f"small-{n}", {"body": "y" * 400})
+                await node.reply("nobody", HttpReply(ask=f"small-{n}", status=200,
+                                                     body="y" * 400))
             assert list(kept) == ["small-1", "small-2"]
-            assert registry._unheard_chars == sum(map(len, kept.values())) <= 1000
+            assert node._unheard_chars == sum(map(len, kept.values())) <= 1000
 
             listener = redis_server.client().pubsub()
             try:
                 listener.subscribe(PREFIX + "node:nobody")
                 assert listener.get_message(timeout=WAIT)["type"] == "subscribe"
                 # the ask sent again by node "nobody" (sealed, as a node's is)
-                await registry.store.publish(registry.node, json.dumps(
-                    {"http": {}, "ask": "small-1", "from": "nobody"}))
+                await node.tell(node.name, HttpCall(
+                    ask="small-1", sender="nobody", method="GET", path="/", query="",
+                    headers=[], body="", route_key=False))
                 message = await asyncio.to_thread(listener.get_message, timeout=WAIT)
                 assert message is not None
                 opened = Seal(CLUSTER_SECRET).open(PREFIX + "node:nobody", message["data"])
-                assert json.loads(opened) == {"reply": "small-1", "body": "y" * 400}
+                assert parse(opened) == HttpReply(ask="small-1", status=200, body="y" * 400)
                 await until(lambda: list(kept) == ["small-2"], "the reply no longer kept")
-                assert registry._unheard_chars == len(kept["small-2"])
+                assert node._unheard_chars == len(kept["small-2"])
             finally:
                 listener.close()
 
@@ -348,10 +351,10 @@ def test_a_starting_node_lets_go_of_a_stored_session_deleted_before_it_looked(
                 for key in client.scan_iter(PREFIX + "*" + sid):
                     client.delete(key)
                 client.zrem(PREFIX + "sessions", sid)
-            await asyncio.sleep(sessions.VACANT_SECONDS + 1.0)
+            await asyncio.sleep(leases.VACANT_SECONDS + 1.0)
             assert sid not in b.registry.sessions
             assert await b.registry.store.holder(sid) is None
-            assert not b.registry._taking
+            assert not b.node.leases._taking
 
     run(main(), timeout=60)
 
@@ -366,17 +369,17 @@ def test_a_starting_node_looks_again_when_redis_was_away_at_its_look(
         sid, _, request = await stored_and_stopped(redis_server)
         async with running_core(config(store=redis_server.url)) as b:
             started = time.monotonic()
-            await asyncio.sleep(sessions.VACANT_SECONDS - 0.7)
+            await asyncio.sleep(leases.VACANT_SECONDS - 0.7)
             await asyncio.to_thread(redis_server.stop)
-            await asyncio.sleep(max(0.0, started + sessions.VACANT_SECONDS + 0.5
+            await asyncio.sleep(max(0.0, started + leases.VACANT_SECONDS + 0.5
                                     - time.monotonic()))
             assert sid not in b.registry.sessions
             await asyncio.to_thread(redis_server.start)
             await until(lambda: sid in b.registry.sessions, "the session taken",
-                        seconds=sessions.VACANT_SECONDS + WAIT)
+                        seconds=leases.VACANT_SECONDS + WAIT)
             assert list(b.registry.sessions[sid].pending) == [request["toolRequestId"]]
             assert await b.registry.store.holder(sid) == b.registry.node
-            assert not b.registry._taking
+            assert not b.node.leases._taking
 
     run(main(), timeout=60)
 
@@ -385,14 +388,14 @@ def test_a_starting_node_looks_again_when_redis_was_away_at_its_look(
 def test_a_page_resuming_as_the_starting_node_looks_is_resumed_once(
         redis_server: RedisServer, early: float) -> None:
     """What held: the page of a stored session resumes at B about when B looks (a
-    take-over and _take_vacant on one session at once): it resumes, its pending request
+    take-over and take_vacant on one session at once): it resumes, its pending request
     is sent to it once, B holds the lease, and a retry with the key answers from it."""
 
     async def main() -> None:
         sid, token, request = await stored_and_stopped(redis_server)
         async with running_core(config(store=redis_server.url)) as b:
             started = time.monotonic()
-            await asyncio.sleep(started + sessions.VACANT_SECONDS - early - time.monotonic())
+            await asyncio.sleep(started + leases.VACANT_SECONDS - early - time.monotonic())
             page = await RawClient.open(b.ws_url)
             try:
                 assert (await page.hello([tool_meta("a")], sessionId=sid,
@@ -408,7 +411,7 @@ def test_a_page_resuming_as_the_starting_node_looks_is_resumed_once(
                 await result(page, again["toolRequestId"], {"ok": True})
                 response = await asyncio.wait_for(retry, WAIT)
                 assert response.json()["toolRequestId"] == request["toolRequestId"]
-                assert not b.registry._taking
+                assert not b.node.leases._taking
             finally:
                 await page.close()
 

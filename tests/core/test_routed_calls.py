@@ -1,20 +1,26 @@
 """A control-API call forwarded to the node holding the page (two nodes on a real
 redis-server): given an ``Idempotency-Key`` by the forwarding node, it is answered as soon
 as the page has answered, its result's write still under way; with the caller's own key
-(even one that looks like the router's) only once the result is stored, as on one node."""
+(even one that looks like the router's) only once the result is stored, as on one node.
+Whether the node that ran it had let the session go is read from its answer's JSON."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import pytest
 from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta, until
 from storekit import RedisServer
 from test_cluster import answer_requests
 from test_progress import next_of
 
+from pedelec_pyodide.core.cluster.routing import _moved
+from pedelec_pyodide.core.control import SESSION_NOT_FOUND, TOOL_REQUEST_NOT_FOUND
+from pedelec_pyodide.core.sessions import SESSION_MOVED
 from pedelec_pyodide.core.store.ops import REQUEST_COLUMNS, Op
 
 _FINISHED = REQUEST_COLUMNS.index("finished_at")
@@ -141,3 +147,42 @@ def test_a_caller_hanging_up_on_a_node_that_took_the_session_cancels_the_request
             await until(lambda: not b.registry.sessions[sid].pending, "it is cancelled")
 
     run(main())
+
+
+def test_a_404_quoting_session_not_found_from_the_holder_is_the_callers_answer(
+        redis_server: RedisServer) -> None:
+    """The holder's 404 for an unknown tool request whose id is ``SESSION_NOT_FOUND``
+    (quoted in its message) is answered: the router reads the code from the answer's
+    JSON, where it matched the text and routed the call again until its limit."""
+
+    async def main() -> None:
+        async with two_nodes(redis_server.url) as (_, b, sid, _held):
+            response = await asyncio.wait_for(b.http.get(
+                f"/pedelec/v1/sessions/{sid}/tool-calls/SESSION_NOT_FOUND"), WAIT)
+            assert response.status_code == 404, response.text
+            error = response.json()["error"]
+            assert error["code"] == TOOL_REQUEST_NOT_FOUND
+            assert "SESSION_NOT_FOUND" in error["message"]
+
+    run(main())
+
+
+def _error(code: str, message: str = "") -> str:
+    return json.dumps({"error": {"code": code, "message": message}})
+
+
+@pytest.mark.parametrize(("status", "answer", "here", "moved"), [
+    (200, json.dumps({"result": {"error": {"code": SESSION_MOVED}}}), True, True),
+    (503, _error(SESSION_MOVED), False, True),
+    (404, _error(SESSION_NOT_FOUND), False, True),
+    (404, _error(SESSION_NOT_FOUND), True, False),  # this node's own answer: final
+    (404, _error(TOOL_REQUEST_NOT_FOUND, "no tool request 'SESSION_NOT_FOUND'"), False,
+     False),
+    (200, json.dumps({"result": {"ok": True, "data": SESSION_MOVED}}), False, False),
+    (200, json.dumps({"result": [SESSION_MOVED], "error": SESSION_NOT_FOUND}), False,
+     False),
+    (404, f"not JSON {SESSION_NOT_FOUND}", False, False),
+])
+def test_whether_a_call_moved_is_read_from_the_answers_json(
+        status: int, answer: str, here: bool, moved: bool) -> None:
+    assert _moved(status, answer, here=here) is moved

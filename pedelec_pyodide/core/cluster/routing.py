@@ -3,15 +3,16 @@ Core nodes on one Redis): forwarded, through Redis, to the node that does.
 
 An ASGI middleware in front of Core's routes, as Socket.IO's Redis adapter and Channels'
 Redis layer do it: the request (method, path, the headers that matter, the body) goes to
-the holder's pub/sub inbox, the holder runs it through its own routes (authorization
-checked there again) and publishes the response to the caller's node. A call without an
+the holder's pub/sub inbox (:class:`~.messages.HttpCall`), the holder runs it through its
+own routes (authorization checked there again) and publishes the response to the
+caller's node. A call without an
 ``Idempotency-Key`` is given one (``pedelec-route-...``), so when its holder dies and the
 page resumes on another node, the call is forwarded again there and waits for the same
 request (stored with its key) instead of sending a new one: nothing runs twice. The
 holder answers a call with such a key of the router's own without waiting for its
 result to be stored (:data:`~.control.ROUTE_KEY`): only this router retries with it.
 Nor does such a key keep the call running for a caller who hangs up: the router tells
-the holder (``hungUp``), whose route sees its own caller hang up, as on one node.
+the holder (:class:`~.messages.HungUp`), whose route sees its own caller hang up, as on one node.
 
 Each node remembers which node answered for a session (a bounded cache), so a call
 crossing nodes costs no lease lookup in Redis. A remembered holder that let go answers
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 import secrets
 import time
@@ -35,18 +35,22 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import strictjson
-from .control import (
+from ... import strictjson
+from ..control import (
     PAYLOAD_TOO_LARGE,
     RETRY_AFTER_SECONDS,
     ROUTE_KEY,
+    SESSION_NOT_FOUND,
     ApiError,
     authorize,
     hung_up,
 )
-from .log import log_event
-from .sessions import LEASE_SECONDS, SESSION_MOVED, BadMessage, Registry, new_ask_id
-from .store import StoreError
+from ..log import log_event
+from ..sessions import SESSION_MOVED
+from ..store import StoreError
+from .leases import LEASE_SECONDS
+from .messages import BadMessage, HttpCall, HttpReply, HungUp
+from .node import Node, new_ask_id
 
 # the control-API paths that name a session (MCP keeps per-client state on its node)
 _SESSION_PATH = re.compile(r"^/pedelec/v1/sessions/([^/]+)(?:/tool-calls(?:/[^/]+)?|/turns)?$")
@@ -67,9 +71,9 @@ HOLDER_CACHE_LIMIT = 10_000
 class ClusterRouter:
     """Forwards the control-API calls of sessions another node holds (a shared store)."""
 
-    def __init__(self, app: ASGIApp, registry: Registry) -> None:
+    def __init__(self, app: ASGIApp, node: Node) -> None:
         self.app = app
-        self.registry = registry
+        self.node = node
         # session id -> the other node that last answered for it
         self._holders: OrderedDict[str, str] = OrderedDict()
 
@@ -80,7 +84,7 @@ class ClusterRouter:
             self._holders.popitem(last=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        registry = self.registry
+        registry = self.node.registry
         match = _SESSION_PATH.match(scope.get("path", "")) if scope["type"] == "http" else None
         if match is None or not registry.store.shared or match.group(1) in registry.sessions:
             await self.app(scope, receive, send)
@@ -100,10 +104,12 @@ class ClusterRouter:
         own_key = scope["method"] == "POST" and not any(n == _KEY_HEADER for n, _ in headers)
         if own_key:
             headers.append((_KEY_HEADER, (_ROUTE_KEY_PREFIX + secrets.token_hex(16)).encode()))
-        request = {"method": scope["method"], "path": scope["path"],
-                   "query": scope.get("query_string", b"").decode("latin-1"),
-                   "headers": [[n.decode("latin-1"), v.decode("latin-1")] for n, v in headers],
-                   "body": body.decode("utf-8", "surrogateescape"), "routeKey": own_key}
+        # the ask's id is the same wherever and however often the call is forwarded
+        request = HttpCall(
+            ask=new_ask_id(), sender=self.node.name, method=scope["method"],
+            path=scope["path"], query=scope.get("query_string", b"").decode("latin-1"),
+            headers=[[n.decode("latin-1"), v.decode("latin-1")] for n, v in headers],
+            body=body.decode("utf-8", "surrogateescape"), route_key=own_key)
         # the router's own key is the router's alone: a caller who hangs up cancels the
         # call, as on one node (a caller's own key keeps it running for its retry)
         never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -122,21 +128,20 @@ class ClusterRouter:
         await send({"type": "http.response.body", "body": answer.encode("utf-8",
                                                                         "surrogateescape")})
 
-    async def _route(self, core: Starlette, session_id: str, request: dict[str, Any],
+    async def _route(self, core: Starlette, session_id: str, request: HttpCall,
                      gone: asyncio.Future[None]) -> tuple[int, str] | None:
         """To whichever node holds the session, again after a holder died or let go,
         until an answer or :data:`ROUTE_LIMIT_SECONDS`; nobody holding it: this node.
         None once ``gone`` is done (the caller hung up), the node running it told."""
-        registry = self.registry
+        node = self.node
         deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
-        ask_id = new_ask_id()  # the same wherever and however often it is forwarded
         while time.monotonic() < deadline and not gone.done():
             try:
                 holder = self._holders.get(session_id)
                 if holder is None:
-                    holder = await registry.store.holder(session_id)
-                if holder is None or holder == registry.node:
-                    if not await registry.adopt(session_id):
+                    holder = await node.store.holder(session_id)
+                if holder is None or holder == node.name:
+                    if not await node.leases.adopt(session_id):
                         await asyncio.sleep(ADOPT_RETRY_SECONDS)
                         continue
                     status, answer = await run_here(core, request, gone)
@@ -145,13 +150,12 @@ class ClusterRouter:
                     if not _moved(status, answer, here=True):
                         return status, answer
                     continue
-                reply = await self._forwarded(session_id, holder, request, ask_id, deadline,
-                                              gone)
+                reply = await self._forwarded(session_id, holder, request, deadline, gone)
             except StoreError as exc:  # Redis out of reach or refusing: as the control API
                 # says it
                 return 503, strictjson.encode({"error": {"code": exc.code, "message": str(exc)}})
             if reply is not None:
-                status, answer = reply["status"], reply["body"]  # checked (_check_reply)
+                status, answer = reply.status, reply.body
                 if not _moved(status, answer, here=False):
                     self._remember(session_id, holder)
                     return status, answer
@@ -163,14 +167,13 @@ class ClusterRouter:
         return 504, strictjson.encode({"error": {"code": ROUTE_TIMEOUT, "message": (
             f"no node answered for this session within {ROUTE_LIMIT_SECONDS:g} s")}})
 
-    async def _forwarded(self, session_id: str, holder: str, request: dict[str, Any],
-                         ask_id: str, deadline: float, gone: asyncio.Future[None]
-                         ) -> dict[str, Any] | None:
+    async def _forwarded(self, session_id: str, holder: str, request: HttpCall,
+                         deadline: float, gone: asyncio.Future[None]) -> HttpReply | None:
         """``holder``'s reply; None once another node (or none) holds the session, or
         once ``gone`` is done (then ``holder`` is told the caller hung up)."""
-        registry = self.registry
-        with registry.asking(holder, {"http": request}, ask_id, _check_reply) as reply:
-            await registry.send(reply)
+        node = self.node
+        with node.asking(holder, request, HttpReply) as reply:
+            await node.send(reply)
             # logged once it is on its way: the holder works on it meanwhile
             log_event("route.forward", session=session_id, node=holder)
             while time.monotonic() < deadline:
@@ -181,59 +184,52 @@ class ClusterRouter:
                     return reply.future.result()
                 if gone.done():  # best effort, as pub/sub is: a lost one cancels nothing
                     with contextlib.suppress(StoreError):
-                        await registry.store.publish(holder, json.dumps(
-                            {"hungUp": reply.ask_id}))
+                        await node.tell(holder, HungUp(ask=reply.ask_id))
                     return None
-                if not await registry.still_held(session_id, holder):
+                if not await node.leases.still_held(session_id, holder):
                     return None  # it died or let go: the caller routes the call again
         return None
 
-def _check_reply(reply: dict[str, Any]) -> None:
-    """A forwarded call's reply is an HTTP status and a body, or :class:`BadMessage`
-    (anyone publishing on Redis can forge one with the ask's id)."""
-    status = reply.get("status")
-    if type(status) is not int or not 100 <= status <= 599:
-        raise BadMessage("a forwarded call's reply has no HTTP status ('status')")
-    if not isinstance(reply.get("body"), str):
-        raise BadMessage("a forwarded call's reply has no text body ('body')")
-
-
-def _check_request(request: Any) -> dict[str, Any]:
-    """A forwarded call as :class:`ClusterRouter` sends it, or :class:`BadMessage`
-    naming the field: nothing of a forged one reaches Core's routes."""
-    if not isinstance(request, dict):
-        raise BadMessage("'http' is not an object")
-    for field in ("method", "path", "query", "body"):
-        if not isinstance(request.get(field), str):
-            raise BadMessage(f"'http.{field}' is not text")
-    headers = request.get("headers")
-    if not isinstance(headers, list) or not all(
-            isinstance(header, list) and len(header) == 2
-            and all(isinstance(part, str) for part in header) for header in headers):
-        raise BadMessage("'http.headers' is not a list of [name, value] texts")
-    if not isinstance(request.get("routeKey", False), bool):
-        raise BadMessage("'http.routeKey' is not true or false")
-    try:  # as run_here encodes them
-        request["path"].encode()
-        request["body"].encode("utf-8", "surrogateescape")
-        for text in (request["query"], *(part for header in headers for part in header)):
+def _check_request(call: HttpCall) -> HttpCall:
+    """A forwarded call whose texts HTTP can carry (as :func:`run_here` encodes them), or
+    :class:`BadMessage`: nothing of a forged one reaches Core's routes."""
+    try:
+        call.path.encode()
+        call.body.encode("utf-8", "surrogateescape")
+        for text in (call.query, *(part for header in call.headers for part in header)):
             text.encode("latin-1")
     except UnicodeEncodeError:
-        raise BadMessage("'http' holds text HTTP cannot carry") from None
-    return request
+        raise BadMessage("an http.call holds text HTTP cannot carry") from None
+    return call
+
+
+def _error_code(answer: str) -> str | None:
+    """The code of the error a control-API answer is (``{"error": {"code"}}``), or of
+    the error result a tool call's answer carries (``{"result": {"error": {"code"}}}``);
+    None for any other answer."""
+    try:
+        data = strictjson.decode(answer)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    result = data.get("result")
+    error = result.get("error") if isinstance(result, dict) else None
+    if not isinstance(error, dict):
+        error = data.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def _moved(status: int, answer: str, *, here: bool) -> bool:
     """The node that ran it let the session go meanwhile: route the call again (a 404
-    from another node: it let go before the call arrived)."""
-    if SESSION_MOVED not in answer:
-        return not here and status == 404 and "SESSION_NOT_FOUND" in answer
-    try:
-        data = json.loads(answer)
-    except ValueError:
-        return False
-    error = (data.get("result") or {}).get("error") or data.get("error") or {}
-    return isinstance(error, dict) and error.get("code") == SESSION_MOVED
+    ``SESSION_NOT_FOUND`` from another node: it let go before the call arrived). The
+    code is read from the answer's JSON, never matched in its text (a tool request's id,
+    a result, may hold any text); only an answer naming the code is decoded."""
+    if SESSION_MOVED not in answer and SESSION_NOT_FOUND not in answer:
+        return False  # (most answers: not decoded again)
+    code = _error_code(answer)
+    return code == SESSION_MOVED or (not here and status == 404 and code == SESSION_NOT_FOUND)
 
 
 async def _body(receive: Receive, limit: int) -> bytes | None:
@@ -250,27 +246,27 @@ async def _body(receive: Receive, limit: int) -> bytes | None:
             return b"".join(chunks)
 
 
-async def serve_forwarded(core: Starlette, request: Any, hung_up: asyncio.Future[None]
-                          ) -> dict[str, Any]:
-    """Another node's call, run here: its status and body; :class:`BadMessage` if it
-    is not one. ``hung_up`` is done once its caller hung up at that node."""
-    status, body = await run_here(core, _check_request(request), hung_up)
-    return {"status": status, "body": body}
+async def serve_forwarded(core: Starlette, call: HttpCall, hung_up: asyncio.Future[None]
+                          ) -> HttpReply:
+    """Another node's call, run here: its status and body; :class:`BadMessage` if HTTP
+    cannot carry it. ``hung_up`` is done once its caller hung up at that node."""
+    status, body = await run_here(core, _check_request(call), hung_up)
+    return HttpReply(ask=call.ask, status=status, body=body)
 
 
-async def run_here(core: Starlette, request: dict[str, Any], hung_up: asyncio.Future[None]
+async def run_here(core: Starlette, request: HttpCall, hung_up: asyncio.Future[None]
                    ) -> tuple[int, str]:
     """``request`` through Core's routes on this node (not forwarded again), its caller
     hanging up once ``hung_up`` is done."""
     scope: Scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "app": core,
-        "method": request["method"], "path": request["path"],
-        "raw_path": request["path"].encode(), "query_string": request["query"].encode(
+        "method": request.method, "path": request.path,
+        "raw_path": request.path.encode(), "query_string": request.query.encode(
             "latin-1"), "root_path": "", "scheme": "http", "server": None, "client": None,
-        "headers": [(n.encode("latin-1"), v.encode("latin-1")) for n, v in request["headers"]],
-        ROUTE_KEY: request.get("routeKey") is True,
+        "headers": [(n.encode("latin-1"), v.encode("latin-1")) for n, v in request.headers],
+        ROUTE_KEY: request.route_key,
     }
-    body = request["body"].encode("utf-8", "surrogateescape")
+    body = request.body.encode("utf-8", "surrogateescape")
     sent = False
     response: dict[str, Any] = {"status": 500, "body": []}
 

@@ -21,52 +21,65 @@ keeps at most :data:`MAX_CANCELS` cancels on their way, each for at most
 that gets a cancel before its call remembers the key as long, as many, and never runs
 that call.
 
-Messages (JSON, to a node's inbox): ``{"mcpCall": {...}, "ask", "from"}`` to the holder;
-``{"mcpProgress": key, "progress": {...}}`` back, for each new progress; the holder's
-``{"reply": ask, "result": ...}`` (``"moved": true`` if it does not hold the page);
-``{"mcpCancel": key, "session", "ask", "from"}`` to the holder when the client cancels,
-answered ``{"reply": ask}`` once applied (``"moved": true`` as above). A call and a
-cancel are sent again until their reply comes, as every ask is (pub/sub loses what is
-sent while a node's inbox reconnects: :meth:`Registry.send`); a copy of a call running
-on the holder is not run again, one that comes after it ended is answered from its key.
-A page's tool change is published, as its id, to one channel all nodes with MCP clients
-hear (``list_changed``). A malformed message is logged and dropped (sessions.py).
+Messages (:mod:`.messages`, to a node's inbox): an :class:`~.messages.McpCall` to the
+holder; an :class:`~.messages.McpProgress` back for each new progress; the holder's
+:class:`~.messages.McpReply` (``moved`` if it does not hold the page); an
+:class:`~.messages.McpCancel` to the holder when the client cancels, answered
+:class:`~.messages.McpCancelled` once applied (``moved`` as above). A call and a cancel
+are sent again until their reply comes, as every ask is (pub/sub loses what is sent
+while a node's inbox reconnects: :meth:`Node.send`); a copy of a call running on the
+holder is not run again, one that comes after it ended is answered from its key. A
+page's tool change is published (:class:`~.messages.ToolsChanged`) to one channel all
+nodes with MCP clients hear (``list_changed``). A malformed message is logged and
+dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import Any, TypeVar
 
-from .. import protocol
-from ..errors import PedelecError
-from ..results import tool_error
-from .idempotency import fingerprint, key_hash
-from .log import log_event
-from .routing import ADOPT_RETRY_SECONDS, ROUTE_LIMIT_SECONDS, ROUTE_TIMEOUT
-from .sessions import (
-    LEASE_SECONDS,
+from ... import protocol
+from ...errors import PedelecError
+from ...results import tool_error
+from ..idempotency import IDEMPOTENCY_KEY_REUSED, KeyReused, claim, key_hash
+from ..log import log_event
+from ..sessions import (
     MAX_PROGRESS_MESSAGE_CHARS,
     SESSION_MOVED,
     CheckedRequest,
     CoreSession,
     Progress,
-    Registry,
     checked_call,
-    new_ask_id,
     refused_request,
 )
-from .store import CORE_CALL, IdempotencyRecord, StoreError
+from ..store import CORE_CALL, StoreError
+from .leases import LEASE_SECONDS
+from .messages import (
+    AnyAsk,
+    BadMessage,
+    McpCall,
+    McpCancel,
+    McpCancelled,
+    McpProgress,
+    McpReply,
+    Reply,
+    ToolsChanged,
+    bad_message,
+    parse,
+)
+from .node import Node, new_ask_id
+from .routing import ADOPT_RETRY_SECONDS, ROUTE_LIMIT_SECONDS, ROUTE_TIMEOUT
 
 OnProgress = Callable[[Progress], Awaitable[None]]
+R = TypeVar("R", bound=Reply)
 _KEY_PREFIX = "pedelec-mcp-"
 # the channel every node with MCP clients hears pages' tool changes on (a node's own
 # channel is named by 16 hex digits: no node has this name)
@@ -84,44 +97,9 @@ class NoSession(PedelecError):
     """No node holds, and the store has no, session of that id."""
 
 
-class _RelayedCall(NamedTuple):
-    """An ``mcpCall`` message, its fields checked before anything runs."""
-
-    session: str
-    tool: str
-    args: Any
-    key: str
-    ask: str
-    caller: str
-
-
 def _moved(result: Any) -> bool:
     error = result.get("error") if isinstance(result, dict) else None
     return isinstance(error, dict) and error.get("code") == SESSION_MOVED
-
-
-def _progress(data: Any) -> Progress:
-    """A progress another node sent, checked as the page's ``tool.progress`` is (a finite
-    number, a total or none, a message or none, cut as Core keeps it)."""
-    value, total, message = data["progress"], data.get("total"), data.get("message")
-    progress = _finite(value)
-    if progress is None or (total is not None and _finite(total) is None) or not (
-            message is None or isinstance(message, str)):
-        raise ValueError("mcpProgress: progress, total or message is not what it must be")
-    return Progress(progress, None if total is None else _finite(total),
-                    None if message is None else message[:MAX_PROGRESS_MESSAGE_CHARS])
-
-
-def _finite(value: Any) -> float | None:
-    """``value`` as a finite float; None if it is not a number or not finite (an int of
-    400 digits is a JSON number, but no float)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _rising(on_progress: OnProgress) -> OnProgress:
@@ -146,7 +124,13 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
     Cancelled, the request is cancelled and the page told (``tool.cancel``)."""
     hashed = key_hash(session.id, key)
     try:
-        known = session.callers.key(hashed)
+        try:  # the control API's rule: a key seen for another request starts nothing
+            known, new = claim(session.callers, session.id, key, CORE_CALL,
+                               {"tool": tool, "args": args, "timeoutMs": None})
+        except KeyReused:
+            log_event("mcp.key_reused", level=logging.WARNING, session=session.id)
+            return tool_error(IDEMPOTENCY_KEY_REUSED, "this call's key was used in this "
+                              "session for another call", retryable=False)
         if known is not None:
             request_id = known.target_id
         else:
@@ -155,9 +139,7 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
                     checked = checked_call(tool, args, session.registry.config.max_frame_bytes)
                 except protocol.ProtocolError as exc:
                     return refused_request(exc)
-            claim = IdempotencyRecord(hashed, session.id, CORE_CALL, fingerprint(
-                CORE_CALL, {"tool": tool, "args": args, "timeoutMs": None}), "", time.time())
-            request_id = (await session.start_call(tool, args, checked=checked, key=claim)).id
+            request_id = (await session.start_call(tool, args, checked=checked, key=new)).id
         pending = session.pending.get(request_id)
         if pending is None:
             done = session.callers.result(request_id)
@@ -197,8 +179,9 @@ class ToolRelay:
     """Both ends: :meth:`call` on the node the client reached, the holder's side run
     from its inbox (registered with the registry)."""
 
-    def __init__(self, registry: Registry) -> None:
-        self.registry = registry
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.registry = node.registry
         # calls relayed from here, by key (one entry per MCP call in flight here)
         self._watching: dict[str, _Watch] = {}
         # calls relayed to here and running, by key (a copy sent again is not run again)
@@ -208,10 +191,10 @@ class ToolRelay:
         # keys cancelled here before their call came: key -> when (monotonic), oldest
         # first (at most MAX_CANCELS, each ROUTE_LIMIT_SECONDS)
         self._cancelled: OrderedDict[str, float] = OrderedDict()
-        registry.handlers["mcpCall"] = self._serve
-        registry.handlers["mcpProgress"] = self._on_progress
-        registry.handlers["mcpCancel"] = self._on_cancel
-        registry.on_tools_changed = self._tools_changed
+        node.on(McpCall, self._serve)
+        node.on(McpProgress, self._on_progress)
+        node.on(McpCancel, self._on_cancel)
+        node.registry.on_tools_changed = self._tools_changed
 
     # --- the node the MCP client reached --------------------------------------------------
 
@@ -226,7 +209,7 @@ class ToolRelay:
         (mcp.py asks before the SDK sees it): tried first, without asking Redis again.
         Cancelled, or failed as Redis is out of reach, the call is cancelled wherever
         it reached (:meth:`_pass_cancel`, once Redis is back)."""
-        registry = self.registry
+        registry, node = self.registry, self.node
         key = _KEY_PREFIX + secrets.token_hex(16)
         ask_id = new_ask_id()  # the same wherever and however often it is relayed
         deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
@@ -238,13 +221,13 @@ class ToolRelay:
             while time.monotonic() < deadline:
                 # held here: no need to ask Redis (a session this node lost is handed over)
                 if session_id in registry.sessions:
-                    holder = registry.node
+                    holder = node.name
                 elif found is not None:
                     holder, found = found, None
                 else:
-                    holder = await registry.store.holder(session_id)
-                if holder is None or holder == registry.node:
-                    if not await registry.adopt(session_id):
+                    holder = await node.store.holder(session_id)
+                if holder is None or holder == node.name:
+                    if not await node.leases.adopt(session_id):
                         await asyncio.sleep(ADOPT_RETRY_SECONDS)
                         continue
                     session = registry.get(session_id)
@@ -258,16 +241,16 @@ class ToolRelay:
                 else:
                     log_event("mcp.relay", session=session_id, node=holder)
                     sent = True
-                    message = {"mcpCall": {"session": session_id, "tool": tool,
-                                           "args": args, "key": key}}
-                    reply = await self._asked(session_id, holder, message, ask_id, deadline,
-                                              watch, forward)
+                    message = McpCall(ask=ask_id, sender=node.name, session=session_id,
+                                      tool=tool, args=args, key=key)
+                    reply = await self._asked(session_id, holder, message, McpReply,
+                                              deadline, watch, forward)
                     if reply is None:
                         continue
-                    if reply.get("moved"):  # the holder is still taking it over, or let go
+                    if reply.moved:  # the holder is still taking it over, or let go
                         await asyncio.sleep(ADOPT_RETRY_SECONDS)
                         continue
-                    result = reply.get("result")
+                    result = reply.result
                 if not _moved(result):
                     return result
         except (asyncio.CancelledError, StoreError):
@@ -281,15 +264,16 @@ class ToolRelay:
         return tool_error(ROUTE_TIMEOUT, f"no node answered this call within "
                           f"{ROUTE_LIMIT_SECONDS:g} s", retryable=True)
 
-    async def _asked(self, session_id: str, holder: str, message: dict[str, Any],
-                     ask_id: str, deadline: float, watch: _Watch | None = None,
-                     on_progress: OnProgress | None = None) -> dict[str, Any] | None:
-        """``holder``'s reply to ``message``, ``watch``'s progress passed on meanwhile;
-        None once another node (or none) holds the session, or at ``deadline``. Sent
-        again until its reply comes (:meth:`Registry.send`): a copy is not run twice."""
-        registry = self.registry
-        with registry.asking(holder, message, ask_id) as reply:
-            await registry.send(reply)
+    async def _asked(self, session_id: str, holder: str, message: AnyAsk, kind: type[R],
+                     deadline: float, watch: _Watch | None = None,
+                     on_progress: OnProgress | None = None) -> R | None:
+        """``holder``'s reply to ``message`` (of type ``kind``), ``watch``'s progress
+        passed on meanwhile; None once another node (or none) holds the session, or at
+        ``deadline``. Sent again until its reply comes (:meth:`Node.send`): a copy is
+        not run twice."""
+        node = self.node
+        with node.asking(holder, message, kind) as reply:
+            await node.send(reply)
             checked = time.monotonic()
             while (left := deadline - time.monotonic()) > 0:
                 either: list[asyncio.Future[Any]] = [reply.future]
@@ -311,14 +295,16 @@ class ToolRelay:
                     return reply.future.result()
                 if time.monotonic() - checked >= LEASE_SECONDS / 3:
                     checked = time.monotonic()
-                    if not await registry.still_held(session_id, holder):
+                    if not await node.leases.still_held(session_id, holder):
                         return None  # it died or let go: routed again
         return None
 
-    def _on_progress(self, message: dict[str, Any]) -> None:
-        watch = self._watching.get(str(message["mcpProgress"]))
-        if watch is not None:
-            watch.latest = _progress(message["progress"])
+    def _on_progress(self, message: McpProgress) -> None:
+        watch = self._watching.get(message.key)
+        if watch is not None:  # (its message cut as Core keeps a page's)
+            text = message.message
+            watch.latest = Progress(message.progress, message.total,
+                                    None if text is None else text[:MAX_PROGRESS_MESSAGE_CHARS])
             watch.woken.set()
 
     def _keep_cancel(self, session_id: str, key: str) -> None:
@@ -329,7 +315,7 @@ class ToolRelay:
             task.cancel()
             log_event("mcp.cancel_dropped", level=logging.WARNING,
                       why=f"over {MAX_CANCELS} cancels on their way")
-        task = cancelling[key] = self.registry.spawn(self._pass_cancel(session_id, key))
+        task = cancelling[key] = self.node.spawn(self._pass_cancel(session_id, key))
         task.add_done_callback(
             lambda done: cancelling.pop(key) if cancelling.get(key) is done else None)
 
@@ -337,25 +323,25 @@ class ToolRelay:
         """Cancel call ``key`` wherever the session is held, again after its holder died
         or let go, until applied or :data:`ROUTE_LIMIT_SECONDS`; nobody holding it: this
         node takes the session and cancels it here."""
-        registry = self.registry
+        node = self.node
         deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
-        message = {"mcpCancel": key, "session": session_id}
-        ask_id = new_ask_id()
+        message = McpCancel(ask=new_ask_id(), sender=node.name, key=key, session=session_id)
         while time.monotonic() < deadline:
             pause = ADOPT_RETRY_SECONDS
             try:
-                holder = registry.node if session_id in registry.sessions else (
-                    await registry.store.holder(session_id))
-                if holder is None or holder == registry.node:
-                    if await registry.adopt(session_id):
+                holder = node.name if session_id in self.registry.sessions else (
+                    await node.store.holder(session_id))
+                if holder is None or holder == node.name:
+                    if await node.leases.adopt(session_id):
                         # False: no such session any more (nothing to cancel)
                         self._cancel_here(session_id, key)
                         return
                 else:
-                    reply = await self._asked(session_id, holder, message, ask_id, deadline)
+                    reply = await self._asked(session_id, holder, message, McpCancelled,
+                                              deadline)
                     if reply is None:
                         continue  # another node (or none) holds it: at once
-                    if not reply.get("moved"):
+                    if not reply.moved:
                         return
             except StoreError as exc:  # Redis out of reach: the cancel waits for it
                 log_event("cluster.failed", level=logging.WARNING, error=str(exc))
@@ -375,56 +361,60 @@ class ToolRelay:
 
     async def tool_changes(self) -> AsyncIterator[str]:
         """The ids of pages whose tools changed, on any node, for Core's life."""
-        async for text in self.registry.store.inbox(_TOOL_CHANGES):
-            yield text
+        async for text in self.node.store.inbox(_TOOL_CHANGES):
+            try:
+                message = parse(text)
+                if not isinstance(message, ToolsChanged):
+                    raise BadMessage(f"a {message.type} on the tool changes' channel")
+            except BadMessage as exc:
+                bad_message(exc)
+                continue
+            yield message.session
 
     # --- the node holding the page ------------------------------------------------------
 
     def _tools_changed(self, session_id: str) -> None:
-        if self.registry.store.shared:  # nodes with MCP clients of the page hear it
-            self.registry.spawn(self._announce(session_id))
+        if self.node.store.shared:  # nodes with MCP clients of the page hear it
+            self.node.spawn(self._announce(session_id))
 
     async def _announce(self, session_id: str) -> None:
-        store = self.registry.store
+        store = self.node.store
         await store.flush()  # stored first: what another node's tools/list reads
-        await store.publish(_TOOL_CHANGES, session_id)
+        await store.publish(_TOOL_CHANGES, ToolsChanged(session=session_id).encode())
 
-    def _serve(self, message: dict[str, Any]) -> None:
-        call = message["mcpCall"]
-        relayed = _RelayedCall(str(call["session"]), str(call["tool"]), call["args"],
-                               str(call["key"]), str(message["ask"]), str(message["from"]))
-        key, registry = relayed.key, self.registry
+    def _serve(self, call: McpCall) -> None:
+        key = call.key
         if key in self._serving:  # a copy sent again: the run under way answers it
             return
-        task = self._serving[key] = registry.spawn(self._run(relayed))
+        task = self._serving[key] = self.node.spawn(self._run(call))
         # only its own entry: a copy that came once this one ended has its own
         task.add_done_callback(
             lambda done: self._serving.pop(key) if self._serving.get(key) is done else None)
 
-    async def _run(self, call: _RelayedCall) -> None:
-        registry = self.registry
+    async def _run(self, call: McpCall) -> None:
+        node = self.node
         if self._was_cancelled(call.key):  # its cancel overtook it: nobody waits for it
             log_event("mcp.cancelled_before_call", session=call.session)
             return
-        session = registry.get(call.session)
+        session = self.registry.get(call.session)
         if session is None or session.closed:
-            answer: dict[str, Any] = {"moved": True}
+            answer = McpReply(ask=call.ask, moved=True)
         else:
             async def relay_progress(update: Progress) -> None:
                 # best effort, as pub/sub is: Redis out of reach cancels nothing
                 with contextlib.suppress(StoreError):
-                    await registry.store.publish(call.caller, json.dumps(
-                        {"mcpProgress": call.key, "progress": update.as_json()}))
+                    await node.tell(call.sender, McpProgress(
+                        key=call.key, progress=update.progress, total=update.total,
+                        message=update.message))
 
-            answer = {"result": await keyed_call(session, call.key, call.tool, call.args,
-                                                 relay_progress)}
-        await registry.reply(call.caller, call.ask, answer)
+            answer = McpReply(ask=call.ask, result=await keyed_call(
+                session, call.key, call.tool, call.args, relay_progress))
+        await node.reply(call.sender, answer)
 
-    def _on_cancel(self, message: dict[str, Any]) -> None:
-        key, session_id = str(message["mcpCancel"]), str(message["session"])
-        ask, caller = str(message["ask"]), str(message["from"])
-        answer = {} if self._cancel_here(session_id, key) else {"moved": True}
-        self.registry.spawn(self.registry.reply(caller, ask, answer))
+    def _on_cancel(self, message: McpCancel) -> None:
+        applied = self._cancel_here(message.session, message.key)
+        self.node.spawn(self.node.reply(
+            message.sender, McpCancelled(ask=message.ask, moved=not applied)))
 
     def _cancel_here(self, session_id: str, key: str) -> bool:
         """Cancel call ``key`` of a session this node holds (its request, if pending; a
