@@ -25,6 +25,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from ..errors import PedelecError
 from .store import (
     TOOL_CALL,
     TURN,
@@ -58,7 +59,7 @@ def fingerprint(kind: KeyKind, asked: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class KeyReused(Exception):
+class KeyReused(PedelecError):
     """A key this session has seen for another request (:func:`claim`)."""
 
     def __init__(self, known: IdempotencyRecord) -> None:

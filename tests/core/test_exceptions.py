@@ -41,7 +41,7 @@ def test_exceptions_keep_the_standard_bases_callers_catch_them_by() -> None:
     from pedelec_pyodide.build.report import LiteError, ProvisionError
     from pedelec_pyodide.build.snapshot import SnapshotError
     from pedelec_pyodide.core.agents.model import AgentUnavailable
-    from pedelec_pyodide.core.sessions import BadMessage
+    from pedelec_pyodide.core.cluster.messages import BadMessage
     from pedelec_pyodide.core.store.errors import StoreError, StoreUnavailable
     from pedelec_pyodide.core.store.seal import Refused
 
