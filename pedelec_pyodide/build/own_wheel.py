@@ -121,17 +121,7 @@ def _wheel_from_installed(cache: Path, log: Log) -> Path:
     members.append((f"{dist_info}/METADATA", metadata.encode()))
     wheel_meta = "Wheel-Version: 1.0\nGenerator: pedelec-provision\nRoot-Is-Purelib: true\n"
     members.append((f"{dist_info}/WHEEL", (wheel_meta + "Tag: py3-none-any\n").encode()))
-    record = [f"{name},sha256={_urlsafe_digest(data)},{len(data)}" for name, data in members] + [
-        f"{dist_info}/RECORD,,"
-    ]
-    members.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode()))
-    target.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f"{final.name}.{os.getpid()}.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in members:
-            zf.writestr(name, data)
-    tmp.replace(final)
-    return final
+    return _write_wheel(final, list(members), f"{dist_info}/RECORD")
 
 
 def _urlsafe_digest(data: bytes) -> str:
@@ -200,14 +190,24 @@ def _page_wheel(wheel: Path, runtime: Path, log: Log) -> Path:
     metadata = [(i, d) for i, d in members if i.filename.startswith(dist_info)]
     pycs = [(_zip_info(name, date), data) for name, data in sorted(compiled.items())]
     members = package + pycs + metadata
-    record = [f"{i.filename},sha256={_urlsafe_digest(data)},{len(data)}" for i, data in members]
-    record.append(f"{record_name},,")
-    members.append((_zip_info(record_name, date), ("\n".join(record) + "\n").encode()))
+    return _write_wheel(target, list(members), _zip_info(record_name, date))
+
+
+def _write_wheel(target: Path, members: list[tuple[zipfile.ZipInfo | str, bytes]],
+                 record: zipfile.ZipInfo | str) -> Path:
+    """``members`` and their RECORD (named ``record``) as the wheel ``target``, written
+    whole under another name first: a reader never sees half a wheel."""
+    def name(member: zipfile.ZipInfo | str) -> str:
+        return member if isinstance(member, str) else member.filename
+
+    lines = [f"{name(m)},sha256={_urlsafe_digest(data)},{len(data)}" for m, data in members]
+    lines.append(f"{name(record)},,")
+    members.append((record, ("\n".join(lines) + "\n").encode()))
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for info, data in members:
-            zf.writestr(info, data)
+        for member, data in members:
+            zf.writestr(member, data)
     tmp.replace(target)
     return target
 
