@@ -35,6 +35,7 @@ from .results import (
     ResultError,
     ToolError,
     encode_result,
+    is_error_result,
     tool_error,
 )
 from .signatures import Invoker, leading_arity
@@ -102,7 +103,7 @@ class ToolCall:
 
     @property
     def is_error(self) -> bool:
-        return isinstance(self.result, dict) and set(self.result) == {"error"}
+        return is_error_result(self.result)
 
 
 @dataclass(frozen=True, slots=True)

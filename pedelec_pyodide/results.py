@@ -53,6 +53,13 @@ def tool_error(
     return {"error": error}
 
 
+def is_error_result(result: Any) -> bool:
+    """Whether ``result`` is an error result, ``{"error": {...}}``: the one key ``error``,
+    its value an object. ``{"error": null}`` or ``{"error": "text"}`` is a plain value a
+    handler returned, like any other."""
+    return isinstance(result, dict) and len(result) == 1 and isinstance(result.get("error"), dict)
+
+
 def invalid_args(message: str, details: Any = None) -> dict[str, Any]:
     """The ``INVALID_ARGS`` error result: the agent may retry with better arguments."""
     return tool_error(INVALID_ARGS, message, details=details, retryable=True)
