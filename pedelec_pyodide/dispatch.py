@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from . import strictjson
-from .context import ApprovalRequest, PendingStatus, Source, ToolContext
+from .context import ApprovalRequest, Source, ToolContext
 from .errors import ApprovalUnavailable, SessionClosedError
 from .ledger import Ledger
-from .protocol import HandledBy
+from .protocol import HandledBy, PendingStatus
 from .results import (
     INVALID_ARGS,
     TOOL_CANCELLED,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias, get_args
 
 from . import strictjson
 from .errors import PedelecError
@@ -31,10 +31,22 @@ CLOSE_TRY_AGAIN = 1013
 MAX_DEPTH = 100
 MAX_ID_LENGTH = 128
 
+# The closed sets page and Core share, each spelled once: the tuples are derived, and the
+# JS loader and its .d.ts are checked against them (tests/unit/test_protocol.py).
+#: which handler tier answered a request (``tool.result``'s ``handledBy``)
 HandledBy: TypeAlias = Literal["named", "inline", "fallback", "none"]
-HANDLED_BY: tuple[str, ...] = ("named", "inline", "fallback", "none")
-TURN_STATUSES: tuple[str, ...] = ("completed", "failed", "cancelled")
-SESSION_STATES: tuple[str, ...] = ("connecting", "idle", "running", "waiting_tool_result", "closed")
+HANDLED_BY: tuple[HandledBy, ...] = get_args(HandledBy)
+#: how a turn ended (``turn.end``'s ``status``)
+TurnStatus: TypeAlias = Literal["completed", "failed", "cancelled"]
+TURN_STATUSES: tuple[TurnStatus, ...] = get_args(TurnStatus)
+#: a session's state: the page's ``SessionState``, Core's session, ``welcome``'s ``state``
+SessionStateName: TypeAlias = Literal[
+    "connecting", "idle", "running", "waiting_tool_result", "closed"]
+SESSION_STATES: tuple[SessionStateName, ...] = get_args(SessionStateName)
+#: what a request in flight is doing: the page's ``session.pending``, Core's
+#: ``pendingToolRequests``
+PendingStatus: TypeAlias = Literal["awaiting_approval", "running", "waiting_for_user"]
+PENDING_STATUSES: tuple[PendingStatus, ...] = get_args(PendingStatus)
 
 
 class ProtocolError(PedelecError):

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pedelec_pyodide import protocol
+from pedelec_pyodide import SessionState, protocol
 from pedelec_pyodide.protocol import (
     Hello,
     ProtocolError,
@@ -222,3 +222,8 @@ def test_tool_waiting_round_trips() -> None:
         '{"type":"tool.waiting","toolRequestId":"r1","waiting":true,"reason":"approval"}')
     assert message == protocol.ToolWaiting("r1", True, "approval")
     assert parse_client_frame(message.encode()) == message
+
+
+def test_the_pages_session_states_are_the_protocols() -> None:
+    """``SessionState`` (a public enum) spells the protocol's states, in its order."""
+    assert tuple(state.value for state in SessionState) == protocol.SESSION_STATES

@@ -6,7 +6,9 @@ The ``error`` frames' codes for a page (parse errors use those of
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TypeAlias
+
+from ... import protocol
 
 # Codes of the `error` frames Core sends for session-level problems (parse errors use
 # the codes in pedelec_pyodide.protocol).
@@ -30,8 +32,9 @@ TOO_MANY_PENDING = "TOO_MANY_PENDING"
 #: a caller was waiting on a node that handed the page's session over to another node
 SESSION_MOVED = "SESSION_MOVED"
 
-#: where a pending request is, as ``GET .../sessions/{id}`` shows it
-RequestStatus = Literal["running", "waiting_for_user", "awaiting_approval"]
+#: where a pending request is, as ``GET .../sessions/{id}`` shows it: what the page's
+#: ``session.pending`` says
+RequestStatus: TypeAlias = protocol.PendingStatus
 #: characters of a progress message Core keeps (a frame may hold a MiB of it)
 MAX_PROGRESS_MESSAGE_CHARS = 500
 # Core's stop: at most this long for running turns to end, then for the store
