@@ -589,13 +589,27 @@ def _json_type(value: Any) -> str:
 # --- encoding -----------------------------------------------------------------------------
 
 
+def frame_head(cls: type[Message]) -> str:
+    """How this module writes every frame of ``cls``, up to the value of its first field
+    (a required one): ``{"type":"tool.result","toolRequestId":``. Core traces a frame it
+    refuses unparsed (too large) back to its request or turn by this head
+    (core/connection.py), so both read it from here."""
+    first = cls.fields[0]
+    assert first.required, f"{cls.type}'s first field is not always written"
+    return ('{"type":' + strictjson.encode(cls.type) + ","
+            + strictjson.encode(first.wire) + ":")
+
+
+_TOOL_RESULT_HEAD = frame_head(ToolResult)
+
+
 def encode_tool_result(tool_request_id: str, result_json: str, handled_by: str) -> str:
     """A ``tool.result`` frame around a result that is already JSON text.
 
     The runtime encodes every result once, to check it; the frame reuses that text.
     """
     return (
-        '{"type":"tool.result","toolRequestId":'
+        _TOOL_RESULT_HEAD
         + strictjson.encode(tool_request_id)
         + ',"result":'
         + result_json
