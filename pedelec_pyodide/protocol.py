@@ -21,6 +21,10 @@ from .metadata import check_metadata
 from .text import lone_surrogate_in_json, not_unicode, quote
 
 PROTOCOL_VERSION = 1
+#: where Core serves the bridge (the page connects there; Core routes it)
+BRIDGE_PATH = "/pedelec/v1/bridge"
+#: Core's public answer to "may pages from my origin open a session?" (``{"allowed"}``)
+ORIGIN_CHECK_PATH = "/pedelec/v1/origin-check"
 MAX_FRAME_BYTES = 1024 * 1024
 #: WebSocket close code: another connection resumed this session (a duplicated tab, a
 #: second connect() in the page); the closed side must not take it back

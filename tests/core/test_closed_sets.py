@@ -1,7 +1,7 @@
 """The closed sets page and Core share (session states, request statuses, handler tiers,
-turn statuses, request sources) are spelled once in Python, in ``protocol`` (and
-``context.Source``); the hand-written JS loader and its TypeScript declarations spell
-them again, and are read here so that they cannot drift."""
+turn statuses, request sources) and the paths they both name are spelled once in Python,
+in ``protocol`` (and ``context.Source``); the hand-written JS loader and its TypeScript
+declarations spell them again, and are read here so that they cannot drift."""
 
 from __future__ import annotations
 
@@ -61,3 +61,9 @@ def test_the_loaders_pending_statuses_are_the_protocols() -> None:
     assert documented, "the loader's pending getter documents the statuses"
     assert ({part.strip("`") for part in documented.group(1).split(" | ")}
             == set(protocol.PENDING_STATUSES))
+
+
+def test_the_loader_asks_core_where_core_answers() -> None:
+    """The loader's admission and Python's check_origin ask the one rule, Core's, at the
+    path Core serves it (protocol.ORIGIN_CHECK_PATH)."""
+    assert f'new URL("{protocol.ORIGIN_CHECK_PATH}", config.core)' in LOADER
