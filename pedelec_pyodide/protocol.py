@@ -74,6 +74,10 @@ MISSING_FIELD = "MISSING_FIELD"
 INVALID_FIELD = "INVALID_FIELD"
 INVALID_TOOL = "INVALID_TOOL"
 UNSUPPORTED_PROTOCOL = "UNSUPPORTED_PROTOCOL"
+# Session-level codes (core/sessions/codes.py has the rest) the page reads too: Core's
+# refusal of a frame about a request it has given up on
+UNKNOWN_TOOL_REQUEST = "UNKNOWN_TOOL_REQUEST"
+LATE_RESULT = "LATE_RESULT"
 
 
 # --- field declarations -------------------------------------------------------------------

@@ -22,6 +22,11 @@ TOOL_CANCELLED = "TOOL_CANCELLED"
 TOOL_DENIED = "TOOL_DENIED"
 TOOL_TIMEOUT = "TOOL_TIMEOUT"
 TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
+#: a request refused because too many are in flight: Core's per session, the page's
+#: WebMCP calls
+TOO_MANY_PENDING = "TOO_MANY_PENDING"
+#: that bound's default, the same on both sides (Core's ``--max-pending``)
+DEFAULT_MAX_PENDING = 64
 
 #: ``retryable`` of the codes whose meaning fixes it, when the caller does not say: a
 #: handler's ``ToolError(TOOL_CANCELLED, ...)`` reads as the runtime's own cancel does

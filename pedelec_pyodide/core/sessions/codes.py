@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
-from ... import protocol
+from ... import protocol, results
 
 # Codes of the `error` frames Core sends for session-level problems (parse errors use
 # the codes in pedelec_pyodide.protocol).
@@ -18,9 +18,9 @@ RESUME_REFUSED = "RESUME_REFUSED"
 TURN_BUSY = "TURN_BUSY"
 UNKNOWN_TURN = "UNKNOWN_TURN"
 TURN_ID_TAKEN = "TURN_ID_TAKEN"
-UNKNOWN_TOOL_REQUEST = "UNKNOWN_TOOL_REQUEST"
+UNKNOWN_TOOL_REQUEST = protocol.UNKNOWN_TOOL_REQUEST
 DUPLICATE_RESULT = "DUPLICATE_RESULT"
-LATE_RESULT = "LATE_RESULT"
+LATE_RESULT = protocol.LATE_RESULT
 RATE_LIMITED = "RATE_LIMITED"
 SESSION_CLOSED = "SESSION_CLOSED"
 TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"  # then the connection is closed (CLOSE_TRY_AGAIN)
@@ -28,7 +28,7 @@ METADATA_TOO_LARGE = "METADATA_TOO_LARGE"
 
 # Error results Core itself gives a caller (besides TOOL_TIMEOUT and TOOL_CANCELLED).
 SESSION_EXPIRED = "SESSION_EXPIRED"
-TOO_MANY_PENDING = "TOO_MANY_PENDING"
+TOO_MANY_PENDING = results.TOO_MANY_PENDING
 #: a caller was waiting on a node that handed the page's session over to another node
 SESSION_MOVED = "SESSION_MOVED"
 
