@@ -34,15 +34,13 @@ from .errors import (
     TurnError,
 )
 from .ledger import Storage, StorageLedger
+from .protocol import BRIDGE_PATH, ORIGIN_CHECK_PATH
 from .session import Session, SessionState
 from .tools import Tool
 from .webmcp import MAX_INPUT_BYTES, WebMCP
 
 logger = logging.getLogger("pedelec_pyodide")
 
-BRIDGE_PATH = "/pedelec/v1/bridge"
-#: Core's public answer to "may pages from my origin open a session?" (``{"allowed"}``)
-ORIGIN_CHECK_PATH = "/pedelec/v1/origin-check"
 #: WebSocket ``readyState`` of an open socket.
 _OPEN = 1
 
@@ -83,6 +81,10 @@ async def check_origin(url: str) -> None:
     location = getattr(scope, "location", None)
     page = str(location.origin) if location is not None else "null"
     core = scope.URL.new(url.replace("ws", "http", 1)).origin  # ws(s):// -> http(s)://
+    # Not asked: Core's rule (core/bridge.py origin_allowed, the only one) lets in an
+    # Origin whose host is the Host it was reached at, so a page of Core's own origin
+    # always; an opaque origin cannot be named in --allow-origin. The JS loader's
+    # admission() is this, for a page that starts from a script tag.
     if page == "null" or page == core:
         return
     try:

@@ -12,8 +12,6 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-#: What a request in flight is doing (``session.pending``).
-PendingStatus = Literal["awaiting_approval", "running", "waiting_for_user"]
 #: Who asked for a request: Core (its agent, MCP clients, the control API), the browser's
 #: own agent through WebMCP, or the page's own code (``session.dispatch``).
 Source = Literal["core", "webmcp", "local"]

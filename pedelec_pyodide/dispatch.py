@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from . import strictjson
-from .context import ApprovalRequest, PendingStatus, Source, ToolContext
+from .context import ApprovalRequest, Source, ToolContext
 from .errors import ApprovalUnavailable, SessionClosedError
 from .ledger import Ledger
-from .protocol import HandledBy
+from .protocol import HandledBy, PendingStatus
 from .results import (
     INVALID_ARGS,
     TOOL_CANCELLED,
@@ -35,6 +35,7 @@ from .results import (
     ResultError,
     ToolError,
     encode_result,
+    is_error_result,
     tool_error,
 )
 from .signatures import Invoker, leading_arity
@@ -102,7 +103,7 @@ class ToolCall:
 
     @property
     def is_error(self) -> bool:
-        return isinstance(self.result, dict) and set(self.result) == {"error"}
+        return is_error_result(self.result)
 
 
 @dataclass(frozen=True, slots=True)

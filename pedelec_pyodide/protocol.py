@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias, get_args
 
 from . import strictjson
 from .errors import PedelecError
@@ -21,6 +21,10 @@ from .metadata import check_metadata
 from .text import lone_surrogate_in_json, not_unicode, quote
 
 PROTOCOL_VERSION = 1
+#: where Core serves the bridge (the page connects there; Core routes it)
+BRIDGE_PATH = "/pedelec/v1/bridge"
+#: Core's public answer to "may pages from my origin open a session?" (``{"allowed"}``)
+ORIGIN_CHECK_PATH = "/pedelec/v1/origin-check"
 MAX_FRAME_BYTES = 1024 * 1024
 #: WebSocket close code: another connection resumed this session (a duplicated tab, a
 #: second connect() in the page); the closed side must not take it back
@@ -31,10 +35,22 @@ CLOSE_TRY_AGAIN = 1013
 MAX_DEPTH = 100
 MAX_ID_LENGTH = 128
 
+# The closed sets page and Core share, each spelled once: the tuples are derived, and the
+# JS loader and its .d.ts are checked against them (tests/unit/test_protocol.py).
+#: which handler tier answered a request (``tool.result``'s ``handledBy``)
 HandledBy: TypeAlias = Literal["named", "inline", "fallback", "none"]
-HANDLED_BY: tuple[str, ...] = ("named", "inline", "fallback", "none")
-TURN_STATUSES: tuple[str, ...] = ("completed", "failed", "cancelled")
-SESSION_STATES: tuple[str, ...] = ("connecting", "idle", "running", "waiting_tool_result", "closed")
+HANDLED_BY: tuple[HandledBy, ...] = get_args(HandledBy)
+#: how a turn ended (``turn.end``'s ``status``)
+TurnStatus: TypeAlias = Literal["completed", "failed", "cancelled"]
+TURN_STATUSES: tuple[TurnStatus, ...] = get_args(TurnStatus)
+#: a session's state: the page's ``SessionState``, Core's session, ``welcome``'s ``state``
+SessionStateName: TypeAlias = Literal[
+    "connecting", "idle", "running", "waiting_tool_result", "closed"]
+SESSION_STATES: tuple[SessionStateName, ...] = get_args(SessionStateName)
+#: what a request in flight is doing: the page's ``session.pending``, Core's
+#: ``pendingToolRequests``
+PendingStatus: TypeAlias = Literal["awaiting_approval", "running", "waiting_for_user"]
+PENDING_STATUSES: tuple[PendingStatus, ...] = get_args(PendingStatus)
 
 
 class ProtocolError(PedelecError):
@@ -58,6 +74,10 @@ MISSING_FIELD = "MISSING_FIELD"
 INVALID_FIELD = "INVALID_FIELD"
 INVALID_TOOL = "INVALID_TOOL"
 UNSUPPORTED_PROTOCOL = "UNSUPPORTED_PROTOCOL"
+# Session-level codes (core/sessions/codes.py has the rest) the page reads too: Core's
+# refusal of a frame about a request it has given up on
+UNKNOWN_TOOL_REQUEST = "UNKNOWN_TOOL_REQUEST"
+LATE_RESULT = "LATE_RESULT"
 
 
 # --- field declarations -------------------------------------------------------------------
@@ -577,13 +597,27 @@ def _json_type(value: Any) -> str:
 # --- encoding -----------------------------------------------------------------------------
 
 
+def frame_head(cls: type[Message]) -> str:
+    """How this module writes every frame of ``cls``, up to the value of its first field
+    (a required one): ``{"type":"tool.result","toolRequestId":``. Core traces a frame it
+    refuses unparsed (too large) back to its request or turn by this head
+    (core/connection.py), so both read it from here."""
+    first = cls.fields[0]
+    assert first.required, f"{cls.type}'s first field is not always written"
+    return ('{"type":' + strictjson.encode(cls.type) + ","
+            + strictjson.encode(first.wire) + ":")
+
+
+_TOOL_RESULT_HEAD = frame_head(ToolResult)
+
+
 def encode_tool_result(tool_request_id: str, result_json: str, handled_by: str) -> str:
     """A ``tool.result`` frame around a result that is already JSON text.
 
     The runtime encodes every result once, to check it; the frame reuses that text.
     """
     return (
-        '{"type":"tool.result","toolRequestId":'
+        _TOOL_RESULT_HEAD
         + strictjson.encode(tool_request_id)
         + ',"result":'
         + result_json

@@ -22,6 +22,11 @@ TOOL_CANCELLED = "TOOL_CANCELLED"
 TOOL_DENIED = "TOOL_DENIED"
 TOOL_TIMEOUT = "TOOL_TIMEOUT"
 TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
+#: a request refused because too many are in flight: Core's per session, the page's
+#: WebMCP calls
+TOO_MANY_PENDING = "TOO_MANY_PENDING"
+#: that bound's default, the same on both sides (Core's ``--max-pending``)
+DEFAULT_MAX_PENDING = 64
 
 #: ``retryable`` of the codes whose meaning fixes it, when the caller does not say: a
 #: handler's ``ToolError(TOOL_CANCELLED, ...)`` reads as the runtime's own cancel does
@@ -51,6 +56,13 @@ def tool_error(
     if retryable is not None:
         error["retryable"] = bool(retryable)
     return {"error": error}
+
+
+def is_error_result(result: Any) -> bool:
+    """Whether ``result`` is an error result, ``{"error": {...}}``: the one key ``error``,
+    its value an object. ``{"error": null}`` or ``{"error": "text"}`` is a plain value a
+    handler returned, like any other."""
+    return isinstance(result, dict) and len(result) == 1 and isinstance(result.get("error"), dict)
 
 
 def invalid_args(message: str, details: Any = None) -> dict[str, Any]:

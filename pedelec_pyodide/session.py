@@ -52,7 +52,7 @@ SESSION_CLOSED_REASON = "the session was closed"
 CALLER_GONE_REASON = "its caller stopped waiting"
 #: Core's refusals (core/sessions/session.py) of a frame about a request it has given up on: after
 #: its ``tool.cancel`` they are what a frame already on its way gets, not a bug
-_AFTER_CORE_CANCEL = frozenset({"UNKNOWN_TOOL_REQUEST", "LATE_RESULT"})
+_AFTER_CORE_CANCEL = frozenset({protocol.UNKNOWN_TOOL_REQUEST, protocol.LATE_RESULT})
 #: how many of the requests Core cancelled the session remembers for that
 _CORE_CANCELS_KEPT = 256
 

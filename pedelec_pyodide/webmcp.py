@@ -23,19 +23,24 @@ from typing import Any, Protocol
 from . import strictjson
 from .dispatch import InFlight
 from .protocol import MAX_FRAME_BYTES, ProtocolError, decode_json
-from .results import TOOL_CANCELLED, TOOL_HANDLER_NOT_FOUND, invalid_args, tool_error
+from .results import (
+    DEFAULT_MAX_PENDING,
+    TOO_MANY_PENDING,
+    TOOL_CANCELLED,
+    TOOL_HANDLER_NOT_FOUND,
+    invalid_args,
+    tool_error,
+)
 from .session import Session, SessionState, ToolsChanged
 from .tools import Tool
 
 #: WebMCP calls in flight at once; more are answered ``TOO_MANY_PENDING`` (the same bound
 #: as Core's ``--max-pending`` default for Core's requests)
-MAX_CALLS = 64
+MAX_CALLS = DEFAULT_MAX_PENDING
 #: the largest input, as UTF-8 JSON text, a call may have (as a ``tool.request`` frame)
 MAX_INPUT_BYTES = MAX_FRAME_BYTES
 #: the reason a call aborted by the browser's agent is cancelled with (``details.reason``)
 ABORT_REASON = "the browser's agent aborted the call"
-#: the error code of a call past ``MAX_CALLS`` (Core's for its own bound)
-TOO_MANY_PENDING = "TOO_MANY_PENDING"
 
 __all__ = ["ABORT_REASON", "MAX_CALLS", "MAX_INPUT_BYTES", "Registrar", "WebMCP", "descriptor"]
 

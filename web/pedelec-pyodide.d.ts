@@ -1,4 +1,6 @@
 // Types for web/pedelec-pyodide.js (the page loader and JS bridge).
+// The string unions spell pedelec_pyodide/protocol.py's closed sets (and context.Source):
+// tests/core/test_closed_sets.py fails when they differ.
 import type { PyodideAPI } from "pyodide";
 
 export type SessionState = "connecting" | "idle" | "running" | "waiting_tool_result" | "closed";

@@ -668,6 +668,9 @@ function warmUp(pyodide) {
  */
 async function admission(config) {
   const page = globalThis.location?.origin;
+  // Not asked: Core's rule (core/bridge.py origin_allowed, the only one) lets in an Origin
+  // whose host is the Host it was reached at, so a page of Core's own origin always; an
+  // opaque origin cannot be named in --allow-origin. Python's browser.check_origin is this.
   if (!page || page === "null" || page === new URL(config.core).origin) return;
   let answer;
   try {

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import PedelecError
+from ..results import is_error_result
 from .store import JsonText
 
 
@@ -43,7 +44,7 @@ class ToolCallOutcome:
 
     @property
     def is_error(self) -> bool:
-        return isinstance(self.result, dict) and set(self.result) == {"error"}
+        return is_error_result(self.result)
 
 
 class StepLimitExceeded(PedelecError):

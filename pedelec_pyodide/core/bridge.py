@@ -43,12 +43,21 @@ _PARSER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pedelec-parse")
 _PATTERNS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pedelec-parse-patterns")
 
 
+def normal_origin(origin: str) -> str:
+    """An origin as the allow-list holds it and a request's ``Origin`` is compared."""
+    return origin.rstrip("/").lower()
+
+
 def origin_allowed(headers: Mapping[str, str], allowed: frozenset[str]) -> bool:
-    """Same origin as the Host the request came to, or listed, or no Origin at all."""
+    """Same origin as the Host the request came to, or listed, or no Origin at all.
+
+    The one Origin rule: the bridge, MCP and ``GET /pedelec/v1/origin-check`` (which the
+    page asks before it connects) all apply it. ``allowed``: :func:`normal_origin`'s.
+    """
     origin = headers.get("origin")
     if origin is None:
         return True
-    origin = origin.rstrip("/").lower()
+    origin = normal_origin(origin)
     if origin in allowed or "*" in allowed:
         return True
     host = headers.get("host", "").lower()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..build.web import default_web_dir
 from ..protocol import MAX_FRAME_BYTES
+from ..results import DEFAULT_MAX_PENDING
 from .agent import Agent
 from .clock import Clock, SystemClock
 from .store import DEFAULT_STORE_TIMEOUT
@@ -119,7 +120,7 @@ class CoreConfig:
     #: or tools.update is refused RATE_LIMITED
     pattern_rate: float = 16384.0
     #: tool requests pending at once per session
-    max_pending: int = 64
+    max_pending: int = DEFAULT_MAX_PENDING
     #: an agent's history per session, as JSON bytes (oldest turns dropped first)
     max_history_bytes: int = 512 * 1024
     #: results of delivered requests remembered per session, to tell duplicates apart

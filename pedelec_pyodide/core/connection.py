@@ -50,10 +50,19 @@ CLOSE_POLICY = 1008
 # The limit is on a result, as the page checks it: its tool.result frame may exceed the
 # frame limit by the envelope around it (type, id, handledBy).
 RESULT_ENVELOPE_BYTES = 1024
-# how the page's runtime starts the frames a refusal must be traced back to, so that
-# the request or turn it was for ends now rather than waiting for ever
-_RESULT_FRAME = re.compile(r'\{"type":"tool\.result","toolRequestId":"([0-9A-Za-z_-]{1,128})"')
-_TURN_START_FRAME = re.compile(r'\{"type":"turn\.start","turnId":"([0-9A-Za-z_-]{1,128})"')
+
+
+def _frame_of(cls: type[protocol.Message]) -> re.Pattern[str]:
+    """A frame of ``cls`` as the page's runtime writes it (the protocol's own head, not a
+    copy of its key order), and the id it begins with: a frame Core refuses unparsed is
+    traced back to its request or turn by it, so that that ends now rather than waiting
+    for ever. Ids as Core and the runtime make them (URL-safe base64, hex)."""
+    return re.compile(re.escape(protocol.frame_head(cls))
+                      + rf'"([0-9A-Za-z_-]{{1,{protocol.MAX_ID_LENGTH}}})"')
+
+
+_RESULT_FRAME = _frame_of(protocol.ToolResult)
+_TURN_START_FRAME = _frame_of(protocol.TurnStart)
 #: before hello, the most of a frame Core looks at (characters, or bytes of a binary frame)
 PEEK_CHARS = 256
 # a frame's leading "type" member, JSON whitespace allowed: all Core reads before hello

@@ -51,7 +51,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from .. import __version__, protocol, strictjson
-from ..results import TOOL_HANDLER_NOT_FOUND, tool_error
+from ..results import TOOL_HANDLER_NOT_FOUND, is_error_result, tool_error
 from ..text import quote
 from ..tools import NAME_PATTERN
 from .background import read_forever
@@ -106,8 +106,8 @@ def call_result(result: Any) -> types.CallToolResult:
     ``"CODE: message"``, its ``structuredContent`` the whole error result (``details``,
     ``retryable`` included).
     """
-    error = result.get("error") if isinstance(result, dict) and len(result) == 1 else None
-    if isinstance(error, dict):
+    if is_error_result(result):
+        error = result["error"]
         text = f"{error.get('code')}: {error.get('message')}"
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)],

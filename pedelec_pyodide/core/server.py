@@ -34,10 +34,11 @@ from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+from .. import protocol
 from ..build.snapshot import MANIFEST_NAME, SNAPSHOT_NAME, SnapshotError, stored_file
 from . import accept, control
 from .agent import Agent
-from .bridge import BridgeConnection
+from .bridge import BridgeConnection, normal_origin
 from .cluster import ClusterRouter, Node, ToolRelay, serve_forwarded
 from .config import CoreConfig
 from .http_limits import bounded_http
@@ -285,7 +286,7 @@ def create_app(config: CoreConfig) -> Starlette:
     node = Node(registry)
     private = store_files(config.store)  # never served, wherever --store points
     pyodide = PyodideFiles(config.pyodide_dir, private)
-    allowed = frozenset(origin.rstrip("/").lower() for origin in config.allow_origins)
+    allowed = frozenset(normal_origin(origin) for origin in config.allow_origins)
     mcp_endpoint = LazyMcp(node, allowed)
 
     async def bridge(websocket: WebSocket) -> None:
@@ -317,7 +318,7 @@ def create_app(config: CoreConfig) -> Starlette:
 
     routes: list[BaseRoute] = [
         Route("/pedelec/v1/health", control.health),
-        Route("/pedelec/v1/origin-check", origin_check(allowed)),
+        Route(protocol.ORIGIN_CHECK_PATH, origin_check(allowed)),
         Route("/pedelec/v1/sessions", control.list_sessions),
         Route("/pedelec/v1/sessions/{session_id}", control.get_session),
         Route("/pedelec/v1/sessions/{session_id}/tool-calls", control.tool_call,
@@ -327,7 +328,7 @@ def create_app(config: CoreConfig) -> Starlette:
         Route("/pedelec/v1/sessions/{session_id}/turns", control.turn, methods=["POST"]),
         Route("/pedelec/v1/sessions/{session_id}/mcp", mcp_endpoint,
               methods=["GET", "POST", "DELETE"]),
-        WebSocketRoute("/pedelec/v1/bridge", bridge),
+        WebSocketRoute(protocol.BRIDGE_PATH, bridge),
         Mount("/pedelec/pyodide", app=pyodide),
     ]
     if config.web_dir is not None:

@@ -82,7 +82,9 @@ def test_the_runtime_being_provisioned_is_a_readable_503() -> None:
 
 def test_origin_check_says_whether_the_bridge_takes_the_origin() -> None:
     async def main() -> None:
-        for allowed, expected in [((), False), ((PAGE_ORIGIN,), True), (("*",), True)]:
+        # an allowed origin is compared as bridge.normal_origin writes both
+        for allowed, expected in [((), False), ((PAGE_ORIGIN,), True), (("*",), True),
+                                  ((PAGE_ORIGIN.upper() + "/",), True)]:
             async with running_core(config(allow_origins=allowed)) as core:
                 response = await core.http.get("/pedelec/v1/origin-check",
                                                headers={"Origin": PAGE_ORIGIN,

@@ -313,7 +313,9 @@ def test_error_results_render_code_and_message() -> None:
         ({"error": {"code": "BAD", "message": "line one\nline two"}},
          r'error BAD: "line one\nline two"'),
         ({"error": {"code": "QUIET"}}, "error QUIET"),
-        ({"error": "just text"}, 'error "just text"'),
+        # not error results: an error result's "error" is an object (results.is_error_result)
+        ({"error": "just text"}, '{"error": "just text"}'),
+        ({"error": None}, '{"error": null}'),
         ({"error": "x", "other": 1}, '{"error": "x", "other": 1}'),  # not an error result
     ],
 )

@@ -15,6 +15,7 @@ from typing import Any
 
 from corekit import WAIT, config, run, tool_meta
 
+from pedelec_pyodide import protocol, strictjson
 from pedelec_pyodide.core.agents import OfflineAgent
 from pedelec_pyodide.core.connection import CLOSE_POLICY, PageConnection
 from pedelec_pyodide.core.sessions import Registry
@@ -264,3 +265,30 @@ def test_a_turn_calls_the_page_and_the_awaited_result_is_not_charged() -> None:
             end = await next_frame(page)
         assert end["status"] == "completed" and end["turnId"] == "t1"
     in_core(test, rate_limit=0.001, rate_burst=2)
+
+
+def test_frames_refused_unparsed_are_traced_by_the_head_the_runtime_writes() -> None:
+    """A too-large ``tool.result`` or ``turn.start`` is traced back to its request or turn
+    by the protocol's own frame head (``frame_head``), not by a copy of its key order."""
+    async def test(core: Registry) -> None:
+        page, _ = connect(core)
+        hello(page)
+        assert feed(page, {"type": "turn.start", "turnId": "t1", "text": '/call t {"n": 1}'})
+        request = await next_frame(page)
+        while request["type"] != "tool.request":
+            request = await next_frame(page)
+        rid = request["toolRequestId"]
+        big = strictjson.encode("x" * 3000)
+        assert feed(page, protocol.encode_tool_result(rid, big, "named"))
+        refused = await next_frame(page)
+        assert (refused["type"], refused["code"], refused["toolRequestId"]) == (
+            "error", protocol.FRAME_TOO_LARGE, rid)
+        end = await next_frame(page)
+        while end["type"] != "turn.end":
+            end = await next_frame(page)
+        assert end["turnId"] == "t1" and "TOOL_RESULT_TOO_LARGE" in end["text"]
+        assert feed(page, protocol.TurnStart(turn_id="t2", text="y" * 3000).encode())
+        refused = await next_frame(page)
+        assert (refused["type"], refused["code"], refused["turnId"]) == (
+            "error", protocol.FRAME_TOO_LARGE, "t2")
+    in_core(test, max_frame_bytes=2000)

@@ -381,6 +381,18 @@ async def test_tool_call_events_carry_tier_and_timing(monkeypatch: pytest.Monkey
     assert len([e for e in events if isinstance(e, ToolCall)]) == 1
 
 
+async def test_a_tool_call_is_an_error_only_for_an_error_result() -> None:
+    """``{"error": null}`` is a value a handler returned, not an error result."""
+    session = Session()
+    events: list[Any] = []
+    session.subscribe(events.append)
+    session.on_tool("t", lambda args: args["give"])
+    for give in ({"error": None}, {"error": "text"}, {"error": {"code": "C", "message": "m"}}):
+        await session.dispatch("t", {"give": give})
+    calls = [e for e in events if isinstance(e, ToolCall)]
+    assert [call.is_error for call in calls] == [False, False, True]
+
+
 async def test_an_async_handlers_duration_spans_its_awaits(
         monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [50.0]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pedelec_pyodide import protocol
+from pedelec_pyodide import SessionState, protocol, strictjson
 from pedelec_pyodide.protocol import (
     Hello,
     ProtocolError,
@@ -222,3 +222,29 @@ def test_tool_waiting_round_trips() -> None:
         '{"type":"tool.waiting","toolRequestId":"r1","waiting":true,"reason":"approval"}')
     assert message == protocol.ToolWaiting("r1", True, "approval")
     assert parse_client_frame(message.encode()) == message
+
+
+def test_the_pages_session_states_are_the_protocols() -> None:
+    """``SessionState`` (a public enum) spells the protocol's states, in its order."""
+    assert tuple(state.value for state in SessionState) == protocol.SESSION_STATES
+
+
+@pytest.mark.parametrize("frame", [
+    protocol.TurnStart(turn_id="t-1_A", text="hi"),
+    protocol.ToolResult(tool_request_id="r-1_A", result={"a": 1}, handled_by="named"),
+    protocol.ToolRequest(tool_request_id="r-1_A", turn_id=None, tool="t", args={}),
+    protocol.TurnCancel(turn_id="t-1_A"),
+])
+def test_a_frame_begins_with_its_head_and_first_id(frame: protocol.Message) -> None:
+    """``frame_head`` is what the encoders write (Core traces refused frames by it)."""
+    first = getattr(frame, frame.fields[0].attr)
+    assert frame.encode().startswith(
+        protocol.frame_head(type(frame)) + strictjson.encode(first))
+
+
+def test_an_encoded_tool_result_begins_with_its_head() -> None:
+    text = protocol.encode_tool_result("r-1", "[1]", "inline")
+    assert text.startswith(protocol.frame_head(protocol.ToolResult) + '"r-1",')
+    assert protocol.frame_head(protocol.ToolResult) == '{"type":"tool.result","toolRequestId":'
+    assert json.loads(text) == protocol.ToolResult(
+        tool_request_id="r-1", result=[1], handled_by="inline").to_wire()

@@ -19,6 +19,7 @@ from pedelec_pyodide.results import (
     ToolError,
     encode_result,
     invalid_args,
+    is_error_result,
     tool_error,
 )
 
@@ -292,3 +293,20 @@ def test_a_code_whose_meaning_fixes_retryable_gets_it_unless_told(
     assert tool_error(code, "m")["error"]["retryable"] is retryable
     assert tool_error(code, "m", retryable=not retryable)["error"]["retryable"] is not retryable
     assert "retryable" not in tool_error("TOOL_HANDLER_ERROR", "m")["error"]
+
+
+@pytest.mark.parametrize(("result", "is_error"), [
+    (tool_error("C", "m"), True),
+    (invalid_args("m", {"errors": []}), True),
+    ({"error": {}}, True),
+    ({"error": {"code": "C"}}, True),
+    # a handler's plain values (these were error results to the page's ToolCall, the
+    # offline agent and Anthropic's is_error, and not to MCP's isError: MCP was right)
+    ({"error": None}, False),
+    ({"error": "text"}, False),
+    ({"error": ["C"]}, False),
+    ({"error": {"code": "C"}, "value": 1}, False),
+    ({}, False), (None, False), ("error", False), ([{"error": {}}], False),
+])
+def test_an_error_result_is_one_key_error_holding_an_object(result: Any, is_error: bool) -> None:
+    assert is_error_result(result) is is_error

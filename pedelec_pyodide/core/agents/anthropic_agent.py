@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import anthropic
 
+from ...results import is_error_result
 from .model import (
     AgentUnavailable,
     Failure,
@@ -22,7 +23,6 @@ from .model import (
     ModelSettings,
     Say,
     Usage,
-    is_error_result,
     result_text,
     sdk_failure,
     tool_description,

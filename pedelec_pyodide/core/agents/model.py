@@ -507,10 +507,6 @@ def result_text(result: Any) -> str:
     return json.dumps(result, ensure_ascii=False)
 
 
-def is_error_result(result: Any) -> bool:
-    return isinstance(result, dict) and set(result) == {"error"}
-
-
 def sdk_failure(agent: ModelAgent, exc: Exception, *, status_error: type[Exception],
                 timeout_error: type[Exception], connection_error: type[Exception],
                 api_error: type[Exception]) -> Failure | None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import strictjson
+from ...results import is_error_result
 from ...text import lone_surrogate_in_json, not_unicode
 from ...tools import NAME_PATTERN
 from ..agent import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
@@ -51,9 +52,9 @@ def _one_line(text: str) -> str:
 
 def render_result(result: Any) -> str:
     """A tool result on one line: the value's JSON, or ``error CODE: message``."""
-    if isinstance(result, dict) and set(result) == {"error"}:
+    if is_error_result(result):
         error = result["error"]
-        code = error.get("code") if isinstance(error, dict) else None
+        code = error.get("code")
         if not isinstance(code, str):
             return "error " + compact_json(error)
         message = error.get("message")

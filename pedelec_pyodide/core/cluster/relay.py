@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 
 from ... import protocol
 from ...errors import PedelecError
-from ...results import tool_error
+from ...results import is_error_result, tool_error
 from ..idempotency import IDEMPOTENCY_KEY_REUSED, KeyReused, claim, key_hash
 from ..log import log_event
 from ..sessions import (
@@ -98,8 +98,7 @@ class NoSession(PedelecError):
 
 
 def _moved(result: Any) -> bool:
-    error = result.get("error") if isinstance(result, dict) else None
-    return isinstance(error, dict) and error.get("code") == SESSION_MOVED
+    return is_error_result(result) and result["error"].get("code") == SESSION_MOVED
 
 
 def _rising(on_progress: OnProgress) -> OnProgress:

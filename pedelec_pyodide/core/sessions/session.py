@@ -146,7 +146,7 @@ class CoreSession:
         return tools
 
     @property
-    def state(self) -> str:
+    def state(self) -> protocol.SessionStateName:
         if self.closed:
             return "closed"
         if self.connection is None:
