@@ -24,8 +24,8 @@ from typing import Any
 from ... import strictjson
 from ...text import lone_surrogate_in_json, not_unicode
 from ...tools import NAME_PATTERN
-from ..agent import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
 from ..offload import LARGE_CHARS, is_large, off_loop
+from .contract import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
 
 ARROW = "→"
 CALL_SYNTAX = "/call TOOL {json args}"

@@ -49,7 +49,6 @@ from typing import Any, TypeVar
 from ... import protocol
 from ...errors import PedelecError
 from ...results import tool_error
-from ..idempotency import IDEMPOTENCY_KEY_REUSED, KeyReused, claim, key_hash
 from ..log import log_event
 from ..sessions import (
     MAX_PROGRESS_MESSAGE_CHARS,
@@ -60,6 +59,7 @@ from ..sessions import (
     checked_call,
     refused_request,
 )
+from ..sessions.idempotency import IDEMPOTENCY_KEY_REUSED, KeyReused, claim, key_hash
 from ..store import CORE_CALL, StoreError
 from .leases import LEASE_SECONDS
 from .messages import (
@@ -206,7 +206,7 @@ class ToolRelay:
         takes the session (and waits for its page). :class:`NoSession` if none has it.
         ``checked``: the args checked on this node already (:func:`checked_call`).
         ``holder``: the node this call's request found holding the page a moment ago
-        (mcp.py asks before the SDK sees it): tried first, without asking Redis again.
+        (http/mcp.py asks before the SDK sees it): tried first, without asking Redis again.
         Cancelled, or failed as Redis is out of reach, the call is cancelled wherever
         it reached (:meth:`_pass_cancel`, once Redis is back)."""
         registry, node = self.registry, self.node

@@ -18,9 +18,8 @@ from typing import Any, Protocol
 
 from ... import protocol
 from ...results import TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
-from ..agent import Agent
+from ..agents.contract import Agent
 from ..config import CoreConfig
-from ..idempotency import CallerMemory
 from ..log import log_event
 from ..store import (
     RECENT_TURNS,
@@ -52,6 +51,7 @@ from .frames import (
     new_request_id,
     refused_request,
 )
+from .idempotency import CallerMemory
 from .metadata import PageMetadata
 from .pending import PendingRequest, Progress
 

@@ -20,24 +20,13 @@ import json
 import time
 from typing import Any, NamedTuple
 
-from .. import protocol
-from ..results import INVALID_ARGS, tool_error
-from ..text import excerpt, lone_surrogate_at, not_unicode
-from .agent import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
-from .log import log_event
-from .offload import LARGE_CHARS, is_large, off_loop
-from .sessions import (
-    SESSION_MOVED,
-    CheckedRequest,
-    CoreSession,
-    PendingRequest,
-    Registry,
-    checked_call,
-    delta_frames,
-    end_frame,
-    new_request_id,
-)
-from .store import (
+from ... import protocol
+from ...results import INVALID_ARGS, tool_error
+from ...text import excerpt, lone_surrogate_at, not_unicode
+from ..agents.contract import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
+from ..log import log_event
+from ..offload import LARGE_CHARS, is_large, off_loop
+from ..store import (
     IdempotencyRecord,
     JsonText,
     RequestRecord,
@@ -48,6 +37,17 @@ from .store import (
     dump_json,
     kept_json,
     turn_key,
+)
+from . import (
+    SESSION_MOVED,
+    CheckedRequest,
+    CoreSession,
+    PendingRequest,
+    Registry,
+    checked_call,
+    delta_frames,
+    end_frame,
+    new_request_id,
 )
 
 STEP_LIMIT_EXCEEDED = "STEP_LIMIT_EXCEEDED"

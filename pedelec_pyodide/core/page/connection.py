@@ -22,13 +22,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Literal, NamedTuple, Protocol
 
-from .. import protocol
-from ..protocol import ProtocolError
-from ..results import TOOL_RESULT_TOO_LARGE, tool_error
-from ..schemas import PatternsOverBudget, charging_patterns
-from .log import log_event
-from .ratelimit import TokenBucket
-from .sessions import (
+from ... import protocol
+from ...protocol import ProtocolError
+from ...results import TOOL_RESULT_TOO_LARGE, tool_error
+from ...schemas import PatternsOverBudget, charging_patterns
+from ..log import log_event
+from ..sessions import (
     DUPLICATE_HELLO,
     HELLO_REQUIRED,
     RATE_LIMITED,
@@ -43,8 +42,9 @@ from .sessions import (
     SessionRefused,
     page_metadata,
 )
-from .store import JsonText, kept_json
-from .turns import start_turn
+from ..sessions.turns import start_turn
+from ..store import JsonText, kept_json
+from .ratelimit import TokenBucket
 
 CLOSE_POLICY = 1008
 # The limit is on a result, as the page checks it: its tool.result frame may exceed the

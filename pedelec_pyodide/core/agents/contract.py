@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import PedelecError
-from .store import JsonText
+from ...errors import PedelecError
+from ..store import JsonText
 
 
 @dataclass(frozen=True)

@@ -18,20 +18,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .. import __version__, protocol, strictjson
-from ..errors import PedelecError
-from ..text import lone_surrogate_in_json, not_unicode, quote
-from ..tools import NAME_PATTERN
-from .config import MAX_TIMEOUT_MS, is_timeout_ms
-from .idempotency import (
-    HEADER,
-    IDEMPOTENCY_KEY_REUSED,
-    MAX_KEY_CHARS,
-    KeyReused,
-    claim,
-)
-from .log import log_event
-from .sessions import (
+from ... import __version__, protocol, strictjson
+from ...errors import PedelecError
+from ...text import lone_surrogate_in_json, not_unicode, quote
+from ...tools import NAME_PATTERN
+from ..config import MAX_TIMEOUT_MS, is_timeout_ms
+from ..log import log_event
+from ..sessions import (
     TURN_BUSY,
     CoreSession,
     PendingRequest,
@@ -39,7 +32,15 @@ from .sessions import (
     Registry,
     checked_call,
 )
-from .store import (
+from ..sessions.idempotency import (
+    HEADER,
+    IDEMPOTENCY_KEY_REUSED,
+    MAX_KEY_CHARS,
+    KeyReused,
+    claim,
+)
+from ..sessions.turns import start_turn
+from ..store import (
     CORE_CALL,
     STORE_UNAVAILABLE,
     TOOL_CALL,
@@ -50,7 +51,6 @@ from .store import (
     TurnRecord,
     dump_json,
 )
-from .turns import start_turn
 
 UNAUTHORIZED = "UNAUTHORIZED"
 BAD_REQUEST = "BAD_REQUEST"
@@ -180,7 +180,7 @@ def _idempotency_key(request: Request) -> str | None:
 
 def _claim(session: CoreSession, key: str | None, kind: KeyKind,
            asked: dict[str, Any]) -> tuple[IdempotencyRecord | None, IdempotencyRecord | None]:
-    """:func:`~.idempotency.claim` for a caller's key: a key seen for another request is
+    """:func:`~..sessions.idempotency.claim` for a caller's key: a key seen for another request is
     a 422 :class:`ApiError`. Both None without a key."""
     if key is None:
         return None, None
