@@ -55,7 +55,7 @@ from ..sessions import (
     SESSION_MOVED,
     CheckedRequest,
     CoreSession,
-    Progress,
+    RequestProgress,
     checked_call,
     refused_request,
 )
@@ -78,7 +78,7 @@ from .messages import (
 from .node import Node, new_ask_id
 from .routing import ADOPT_RETRY_SECONDS, ROUTE_LIMIT_SECONDS, ROUTE_TIMEOUT
 
-OnProgress = Callable[[Progress], Awaitable[None]]
+OnProgress = Callable[[RequestProgress], Awaitable[None]]
 R = TypeVar("R", bound=Reply)
 _KEY_PREFIX = "pedelec-mcp-"
 # the channel every node with MCP clients hears pages' tool changes on (a node's own
@@ -107,7 +107,7 @@ def _rising(on_progress: OnProgress) -> OnProgress:
     taken over, hears the page's last progress once more (MCP: it must increase)."""
     last = -math.inf
 
-    async def forward(update: Progress) -> None:
+    async def forward(update: RequestProgress) -> None:
         nonlocal last
         if update.progress > last:
             last = update.progress
@@ -171,7 +171,7 @@ class _Watch:
     """A relayed call's latest progress, and a wake-up for its waiter."""
 
     def __init__(self) -> None:
-        self.latest: Progress | None = None
+        self.latest: RequestProgress | None = None
         self.woken = asyncio.Event()
 
 
@@ -303,8 +303,9 @@ class ToolRelay:
         watch = self._watching.get(message.key)
         if watch is not None:  # (its message cut as Core keeps a page's)
             text = message.message
-            watch.latest = Progress(message.progress, message.total,
-                                    None if text is None else text[:MAX_PROGRESS_MESSAGE_CHARS])
+            watch.latest = RequestProgress(
+                message.progress, message.total,
+                None if text is None else text[:MAX_PROGRESS_MESSAGE_CHARS])
             watch.woken.set()
 
     def _keep_cancel(self, session_id: str, key: str) -> None:
@@ -400,7 +401,7 @@ class ToolRelay:
         if session is None or session.closed:
             answer = McpReply(ask=call.ask, moved=True)
         else:
-            async def relay_progress(update: Progress) -> None:
+            async def relay_progress(update: RequestProgress) -> None:
                 # best effort, as pub/sub is: Redis out of reach cancels nothing
                 with contextlib.suppress(StoreError):
                     await node.tell(call.sender, McpProgress(

@@ -28,8 +28,8 @@ from ..sessions import (
     TURN_BUSY,
     CoreSession,
     PendingRequest,
-    Progress,
     Registry,
+    RequestProgress,
     checked_call,
 )
 from ..sessions.idempotency import (
@@ -246,7 +246,7 @@ async def _events(pending: PendingRequest) -> AsyncIterator[bytes]:
     """A request's events until it is resolved: ``progress`` for each new progress (the
     latest only), ``waiting`` each time it begins or ends waiting for the user (an
     approval, a dialog): nothing queues up for a slow caller."""
-    progress: Progress | None = None
+    progress: RequestProgress | None = None
     status = "running"
     while True:
         latest = pending.progress

@@ -60,8 +60,8 @@ from ..log import log_event
 from ..page.bridge import origin_allowed
 from ..sessions import (
     CoreSession,
-    Progress,
     Registry,
+    RequestProgress,
     checked_call,
     refused_request,
 )
@@ -287,7 +287,7 @@ class McpEndpoint:
         token = progress_token_from_params(ctx.params)
         on_progress = None
         if token is not None:
-            async def on_progress(update: Progress) -> None:
+            async def on_progress(update: RequestProgress) -> None:
                 # a stream gone without a cancel: the call still waits for its result
                 with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                     await ctx.session.send_notification(types.ProgressNotification(

@@ -53,7 +53,7 @@ from .frames import (
 )
 from .idempotency import CallerMemory
 from .metadata import PageMetadata
-from .pending import PendingRequest, Progress
+from .pending import PendingRequest, RequestProgress
 
 
 class Connection(Protocol):
@@ -345,7 +345,7 @@ class CoreSession:
     async def call_tool(
         self, tool: str, args: Any, *, timeout_ms: int | None = None,
         checked: CheckedRequest | None = None,
-        on_progress: Callable[[Progress], Awaitable[None]] | None = None,
+        on_progress: Callable[[RequestProgress], Awaitable[None]] | None = None,
     ) -> tuple[str, Any, str]:
         """:meth:`start_call`, then its result → ``(toolRequestId, result, handledBy)``;
         a timeout is the result ``TOOL_TIMEOUT``. If the caller goes away (its task is
@@ -445,7 +445,7 @@ class CoreSession:
         if last is not None and message.progress <= last.progress:
             return
         text = message.message
-        pending.progressed(Progress(
+        pending.progressed(RequestProgress(
             message.progress, message.total,
             None if text is None else text[:MAX_PROGRESS_MESSAGE_CHARS]),
             self.registry.config.clock.time())
