@@ -27,9 +27,9 @@ from ..log import log_event
 from ..sessions import (
     TURN_BUSY,
     CoreSession,
-    PendingRequest,
     Registry,
     RequestProgress,
+    TrackedRequest,
     checked_call,
 )
 from ..sessions.idempotency import (
@@ -242,7 +242,7 @@ def _event(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {text}\n\n".encode()
 
 
-async def _events(pending: PendingRequest) -> AsyncIterator[bytes]:
+async def _events(pending: TrackedRequest) -> AsyncIterator[bytes]:
     """A request's events until it is resolved: ``progress`` for each new progress (the
     latest only), ``waiting`` each time it begins or ends waiting for the user (an
     approval, a dialog): nothing queues up for a slow caller."""
@@ -298,7 +298,7 @@ class _EventStream(Response):
             "result", {"toolRequestId": self.request_id, "result": result,
                        "handledBy": handled_by})})
 
-    async def _pump(self, pending: PendingRequest, send: Send) -> bool:
+    async def _pump(self, pending: TrackedRequest, send: Send) -> bool:
         """Send the progress events until the request is resolved; False if the caller
         hung up (or Core stopped) first."""
         async def events() -> None:
@@ -320,7 +320,7 @@ class _EventStream(Response):
         self._gone(pending, "the caller hung up")
         return False
 
-    def _gone(self, pending: PendingRequest, reason: str) -> None:
+    def _gone(self, pending: TrackedRequest, reason: str) -> None:
         if not self.keyed:
             self.session.cancel_request(pending, reason)
 

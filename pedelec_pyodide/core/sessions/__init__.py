@@ -39,7 +39,7 @@ from .frames import (
     refused_request,
 )
 from .metadata import PageMetadata, SessionRefused, page_metadata
-from .pending import PendingRequest, RequestProgress
+from .pending import RequestProgress, TrackedRequest
 from .registry import Registry
 from .session import Connection, CoreSession, RunningTurn, SessionOwner
 
@@ -49,8 +49,8 @@ __all__ = [
     "RESUME_REFUSED", "SESSION_CLOSED", "SESSION_EXPIRED", "SESSION_MOVED",
     "SHUTDOWN_SECONDS", "TOO_MANY_PENDING", "TOO_MANY_SESSIONS", "TURN_BUSY",
     "TURN_ID_TAKEN", "UNKNOWN_TOOL_REQUEST", "UNKNOWN_TURN", "CheckedRequest",
-    "Connection", "CoreSession", "EndedTurn", "PageMetadata", "PendingRequest", "Registry",
-    "RequestProgress", "RequestStatus", "RunningTurn", "SessionOwner", "SessionRefused",
+    "Connection", "CoreSession", "EndedTurn", "PageMetadata", "Registry", "RequestProgress",
+    "RequestStatus", "RunningTurn", "SessionOwner", "SessionRefused", "TrackedRequest",
     "checked_call", "checked_request_frame", "delta_frames", "end_frame",
     "fitted_end_frame", "new_request_id", "page_metadata", "refused_request",
 ]

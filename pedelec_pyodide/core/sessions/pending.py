@@ -31,7 +31,7 @@ class RequestProgress(NamedTuple):
         return data
 
 
-class PendingRequest:
+class TrackedRequest:
     """A tool request whose result has not reached its caller yet.
 
     Its deadline (``record.deadline``) is an idle deadline: each new progress moves it to

@@ -42,8 +42,8 @@ from . import (
     SESSION_MOVED,
     CheckedRequest,
     CoreSession,
-    PendingRequest,
     Registry,
+    TrackedRequest,
     checked_call,
     delta_frames,
     end_frame,
@@ -83,7 +83,7 @@ class TurnRunner:
         self._journal: list[list[RequestRecord]] = _steps(journal or [])
         record.tool_calls = []  # rebuilt by the replay when the turn is resumed
         # the requests it made that are still pending, and the ids of all (its journal)
-        self._requests: dict[str, PendingRequest] = {}
+        self._requests: dict[str, TrackedRequest] = {}
         self._made: list[str] = []
         self._cancel_reason = "the turn was cancelled"
         self._ending = False  # its end is decided and being stored: too late to cancel
@@ -281,7 +281,7 @@ class TurnRunner:
 
     # --- results ------------------------------------------------------------------------
 
-    async def _outcome(self, pending: PendingRequest, call_id: str | None) -> ToolCallOutcome:
+    async def _outcome(self, pending: TrackedRequest, call_id: str | None) -> ToolCallOutcome:
         result, handled_by = await pending.future
         self._requests.pop(pending.id, None)
         args = pending.record.args
