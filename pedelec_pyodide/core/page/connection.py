@@ -404,13 +404,13 @@ class PageConnection:
                 self.send(protocol.error_frame(
                     UNKNOWN_TURN, f"turn {message.turn_id!r} is not running",
                     turn_id=message.turn_id))
-        elif isinstance(message, (protocol.ToolProgress, protocol.ToolWaiting)):
+        elif isinstance(message, (protocol.ToolProgressMessage, protocol.ToolWaiting)):
             if message.tool_request_id not in session.pending:
                 self.send(protocol.error_frame(
                     UNKNOWN_TOOL_REQUEST,
                     f"no tool request {message.tool_request_id!r} is pending in this session",
                     tool_request_id=message.tool_request_id))
-            elif isinstance(message, protocol.ToolProgress):
+            elif isinstance(message, protocol.ToolProgressMessage):
                 session.accept_progress(message)
             else:
                 session.accept_waiting(message)

@@ -436,7 +436,7 @@ class CoreSession:
         self._resolve(pending, message.result, message.handled_by, "delivered", kept)
         return None
 
-    def accept_progress(self, message: protocol.ToolProgress) -> None:
+    def accept_progress(self, message: protocol.ToolProgressMessage) -> None:
         """Keep the latest progress of a pending request (the caller checked it is) and
         move its idle deadline. A value that does not increase is dropped: a handler run
         again after a reload starts over, and no caller may see progress go back."""
