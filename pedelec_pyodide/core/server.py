@@ -36,6 +36,7 @@ from starlette.websockets import WebSocket
 
 from ..build.snapshot import MANIFEST_NAME, SNAPSHOT_NAME, SnapshotError, stored_file
 from . import accept
+from .agents import make_agent
 from .agents.contract import Agent
 from .cluster import ClusterRouter, Node, ToolRelay, serve_forwarded
 from .config import CoreConfig
@@ -75,8 +76,6 @@ def agent_factory_for(spec: str) -> Callable[[], Agent]:
     """The factory of the agent named by ``--agent``; raises ``ValueError`` (with
     :class:`~.agents.AgentUnavailable` for a known agent this build cannot run) at once,
     so a bad spec stops Core at start rather than failing every turn."""
-    from .agents import make_agent
-
     make_agent(spec)
     return lambda: make_agent(spec)
 

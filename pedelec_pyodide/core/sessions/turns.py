@@ -38,17 +38,11 @@ from ..store import (
     kept_json,
     turn_key,
 )
-from . import (
-    SESSION_MOVED,
-    CheckedRequest,
-    CoreSession,
-    Registry,
-    TrackedRequest,
-    checked_call,
-    delta_frames,
-    end_frame,
-    new_request_id,
-)
+from .codes import SESSION_MOVED
+from .frames import CheckedRequest, checked_call, delta_frames, end_frame, new_request_id
+from .pending import TrackedRequest
+from .registry import Registry
+from .session import CoreSession
 
 STEP_LIMIT_EXCEEDED = "STEP_LIMIT_EXCEEDED"
 AGENT_ERROR = "AGENT_ERROR"
