@@ -1,5 +1,7 @@
 """Sessions local to one Core process: each page's session, its pending tool requests
-and their deadlines, the frames fitted to the page, and the registry holding them.
+and their deadlines, the frames fitted to the page, and the registry holding them; the
+turns run in a session (:mod:`.turns`) and the results kept for callers' retries
+(:mod:`.idempotency`).
 
 Nothing here knows of other nodes: the cluster (:mod:`..cluster`) builds on this package,
 never the reverse.
