@@ -1,7 +1,7 @@
 """What bounding request heads costs: uvicorn's httptools protocol against Core's wrapper.
 
 The same apps under the same uvicorn settings, once with uvicorn's ``HttpToolsProtocol``
-and once with Core's ``BoundedHttpProtocol`` (``pedelec_pyodide/core/http_limits.py``),
+and once with Core's ``BoundedHttpProtocol`` (``pedelec_pyodide/core/http/http_limits.py``),
 all in one process and loop on 127.0.0.1, variants interleaved round by round; prints the
 medians of the round trip and of the CPU per call, and the ratios bounded / plain:
 

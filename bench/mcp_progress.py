@@ -37,7 +37,7 @@ from mcp.server.session import ServerSession
 
 from pedelec_pyodide.core import sessions
 from pedelec_pyodide.core.config import CoreConfig
-from pedelec_pyodide.core.mcp import McpEndpoint
+from pedelec_pyodide.core.http.mcp import McpEndpoint
 from pedelec_pyodide.core.server import LazyMcp, create_app, uvicorn_config
 
 TOKEN = "bench"

@@ -231,7 +231,7 @@ _BRIDGE_CONFIG: dict[int, tuple[str, Storage | None, str]] = {}
 _SESSIONS_MADE: dict[str, int] = {}
 
 
-class Bridge:
+class CoreLink:
     """One Session's link to Core: a JS WebSocket, reopened with backoff when it drops."""
 
     def __init__(
@@ -430,11 +430,11 @@ def rejected_resume(code: int) -> bool:
     return 4000 <= code < 5000
 
 
-_BRIDGES: dict[int, Bridge] = {}
+_BRIDGES: dict[int, CoreLink] = {}
 
 
-def bridge_of(session: Session) -> Bridge | None:
-    """The Bridge that links ``session`` to Core, if it is connected through one."""
+def bridge_of(session: Session) -> CoreLink | None:
+    """The :class:`CoreLink` of ``session``, if it is connected to Core through one."""
     return _BRIDGES.get(id(session))
 
 
@@ -476,7 +476,7 @@ async def connect(
     if check_origin_first:  # before the session's storage config is taken: a retry has it
         await check_origin(url)
     _BRIDGE_CONFIG.pop(id(session), None)
-    bridge = Bridge(session, url, store, prefix, reconnect=reconnect)
+    bridge = CoreLink(session, url, store, prefix, reconnect=reconnect)
     _BRIDGES[id(session)] = bridge
     try:
         await bridge.start()

@@ -196,8 +196,9 @@ class ToolResult(Message):
     )
 
 
+# not ToolProgress: that is the session event users subscribe to (dispatch.py)
 @dataclass(frozen=True, slots=True)
-class ToolProgress(Message):
+class ToolProgressMessage(Message):
     tool_request_id: str
     progress: float
     total: float | None = None
@@ -382,14 +383,14 @@ class Error(Message):
 
 
 ClientMessage: TypeAlias = (
-    Hello | ToolsUpdate | TurnStart | ToolResult | ToolProgress | ToolWaiting | TurnCancel
+    Hello | ToolsUpdate | TurnStart | ToolResult | ToolProgressMessage | ToolWaiting | TurnCancel
 )
 ServerMessage: TypeAlias = Welcome | ToolRequest | ToolCancel | TurnDelta | TurnEnd | Error
 
 MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.type: cls
     for cls in (
-        Hello, ToolsUpdate, TurnStart, ToolResult, ToolProgress, ToolWaiting, TurnCancel,
+        Hello, ToolsUpdate, TurnStart, ToolResult, ToolProgressMessage, ToolWaiting, TurnCancel,
         Welcome, ToolRequest, ToolCancel, TurnDelta, TurnEnd, Error,
     )
 }

@@ -484,9 +484,9 @@ class Session:
         assert rec.latest is not None
         progress, total, message = rec.latest
         if rec.reply:
-            self._send(protocol.ToolProgress(tool_request_id=rec.tool_request_id,
-                                             progress=progress, total=total,
-                                             message=message).encode())
+            self._send(protocol.ToolProgressMessage(tool_request_id=rec.tool_request_id,
+                                                    progress=progress, total=total,
+                                                    message=message).encode())
 
     def _send_result(self, rec: InFlight) -> None:
         self._send(protocol.encode_tool_result(rec.tool_request_id, rec.result_json, rec.tier))

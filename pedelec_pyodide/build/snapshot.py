@@ -1,6 +1,6 @@
 """Making memory snapshots: the page's, made by provisioning and served by Core; the notebook
 kernel's, made by ``pedelec lite`` (:data:`PAGE`, and the :class:`Recipe` in kernel.py).
-This module also names the files a snapshot is, which Core serves (core/snapshot.py).
+This module also names the files a snapshot is, which Core serves (core/http/snapshot.py).
 
 A Pyodide memory snapshot (made under Node by ``make_snapshot.mjs`` through
 ``web/pyodide-snapshot.js``) is the interpreter's whole wasm heap after our wheels were

@@ -27,8 +27,8 @@ from .config import (
     cluster_secret_from_env,
     is_timeout_ms,
 )
+from .http.public import check_allow_host
 from .log import configure
-from .public import check_allow_host
 from .server import agent_factory_for, run
 from .store import DEFAULT_STORE_TIMEOUT, StoreError, parse_store
 from .store.seal import MIN_SECRET_CHARS, check_secret

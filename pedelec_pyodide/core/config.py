@@ -11,7 +11,7 @@ from pathlib import Path
 from ..build.web import default_web_dir
 from ..protocol import MAX_FRAME_BYTES
 from ..results import DEFAULT_MAX_PENDING
-from .agent import Agent
+from .agents.contract import Agent
 from .clock import Clock, SystemClock
 from .store import DEFAULT_STORE_TIMEOUT
 

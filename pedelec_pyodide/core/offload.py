@@ -4,7 +4,7 @@ Encoding, decoding and checking JSON is linear, but on a 1 MiB value of tiny obj
 each pass takes 15 to 60 ms; several in one step of the event loop kept ``/health`` and
 every other client waiting for a tenth of a second or more. Core's work on a large value
 it holds (a turn's request frames, a long reply, the agent's history) runs in two worker
-threads of its own: the frames clients send are parsed in other threads (bridge.py), so a
+threads of its own: the frames clients send are parsed in other threads (page/bridge.py), so a
 flood of them does not hold up this work. A worker still holds the GIL while json's C
 code runs, but hands it back to the loop between passes and every few ms of Python, so
 the loop waits for one pass at most. Small values are worked on in place (:func:`is_large`):

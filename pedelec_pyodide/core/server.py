@@ -3,7 +3,7 @@
 Routes: ``/pedelec/v1/health``, ``/pedelec/v1/origin-check``, the control API, MCP, the
 WebSocket bridge, then static files: the Pyodide runtime at ``/pedelec/pyodide/``, the JS
 bridge (``web/``) at ``/pedelec/`` (both public), and the app (``--app DIR``, or the demo) at
-``/``. Every request first passes the Host check (:mod:`.public`).
+``/``. Every request first passes the Host check (:mod:`.http.public`).
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from starlette.websockets import WebSocket
 
 from .. import protocol
 from ..build.snapshot import MANIFEST_NAME, SNAPSHOT_NAME, SnapshotError, stored_file
-from . import accept, control
-from .agent import Agent
-from .bridge import BridgeConnection, normal_origin
+from . import accept
+from .agents import make_agent
+from .agents.contract import Agent
 from .cluster import ClusterRouter, Node, ToolRelay, serve_forwarded
 from .config import CoreConfig
-from .http_limits import bounded_http
-from .log import log_event
-from .public import (
+from .http import control
+from .http.http_limits import bounded_http
+from .http.public import (
     HostCheck,
     PublicFiles,
     origin_check,
@@ -51,11 +51,13 @@ from .public import (
     serve_public,
     store_files,
 )
+from .http.snapshot import choose_encoding, identity_file, make_identity
+from .log import log_event
+from .page.bridge import BridgeConnection, normal_origin
+from .page.ws_limits import bounded_websocket
 from .sessions import SHUTDOWN_SECONDS, Registry
-from .snapshot import choose_encoding, identity_file, make_identity
+from .sessions.turns import restore
 from .store import PRUNE_SECONDS, RECENT_TURNS, Store, check_reachable, open_store
-from .turns import restore
-from .ws_limits import bounded_websocket
 
 for _suffix, _type in ((".mjs", "text/javascript"), (".js", "text/javascript"),
                        (".wasm", "application/wasm"), (".whl", "application/zip"),
@@ -75,8 +77,6 @@ def agent_factory_for(spec: str) -> Callable[[], Agent]:
     """The factory of the agent named by ``--agent``; raises ``ValueError`` (with
     :class:`~.agents.AgentUnavailable` for a known agent this build cannot run) at once,
     so a bad spec stops Core at start rather than failing every turn."""
-    from .agents import make_agent
-
     make_agent(spec)
     return lambda: make_agent(spec)
 
@@ -245,7 +245,7 @@ class LazyMcp:
         await endpoint(scope, receive, send)
 
     async def _load(self) -> ASGIApp:
-        from .mcp import McpEndpoint
+        from .http.mcp import McpEndpoint
 
         endpoint = McpEndpoint(self.registry, self.allowed_origins, self.relay)
         running = asyncio.get_running_loop().create_future()
@@ -383,13 +383,13 @@ async def _provision(pyodide: PyodideFiles) -> None:
 
 def uvicorn_config(app: Starlette, config: CoreConfig) -> uvicorn.Config:
     """uvicorn settings for Core. Requests' heads are bounded in size and time
-    (:mod:`.http_limits`); the loop does not spin when file descriptors run out
+    (:mod:`.http.http_limits`); the loop does not spin when file descriptors run out
     (:mod:`.accept`). The WebSocket library refuses frames over four times
     the limit outright (close 1009) without buffering them; up to that, Core reads the
     frame and answers ``FRAME_TOO_LARGE``, keeping the connection. No permessage-deflate:
     its zlib state costs ~50 KiB per connection, most of an idle session's memory. The
     WebSocket protocol counts every frame and keeps no pongs for a client that does not
-    read (:mod:`.ws_limits`)."""
+    read (:mod:`.page.ws_limits`)."""
     return uvicorn.Config(
         app, host=config.host, port=config.port, log_level="warning", access_log=False,
         ws=bounded_websocket(config),

@@ -21,7 +21,7 @@ import websockets
 from manual_clock import ManualClock
 
 from pedelec_pyodide import Session
-from pedelec_pyodide.core.agent import ToolCallRequest, Turn
+from pedelec_pyodide.core.agents.contract import ToolCallRequest, Turn
 from pedelec_pyodide.core.config import CoreConfig
 from pedelec_pyodide.core.server import create_app, uvicorn_config
 

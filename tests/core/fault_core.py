@@ -14,7 +14,7 @@ import logging
 import sys
 from typing import Any
 
-from pedelec_pyodide.core.agent import ToolCallRequest, Turn
+from pedelec_pyodide.core.agents.contract import ToolCallRequest, Turn
 from pedelec_pyodide.core.config import CoreConfig
 from pedelec_pyodide.core.server import run
 

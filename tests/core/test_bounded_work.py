@@ -24,8 +24,8 @@ from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta,
 
 from pedelec_pyodide import protocol
 from pedelec_pyodide.core.agents import OfflineAgent
-from pedelec_pyodide.core.bridge import PARSE_IN_THREAD_CHARS
 from pedelec_pyodide.core.offload import LARGE_CHARS, is_large
+from pedelec_pyodide.core.page.bridge import PARSE_IN_THREAD_CHARS
 
 HEALTH_BOUND = 2.0  # seconds: the slowest health answer allowed while the payload works
 

@@ -31,11 +31,11 @@ from websockets.protocol import State
 from websockets.uri import parse_uri
 
 from pedelec_pyodide.core.agents import OfflineAgent
-from pedelec_pyodide.core.bridge import BridgeConnection
 from pedelec_pyodide.core.cluster import Node
+from pedelec_pyodide.core.page.bridge import BridgeConnection
 from pedelec_pyodide.core.sessions import Registry
+from pedelec_pyodide.core.sessions.turns import restore
 from pedelec_pyodide.core.store import open_store
-from pedelec_pyodide.core.turns import restore
 
 CALLS = 3
 

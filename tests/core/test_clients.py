@@ -17,7 +17,7 @@ import pytest
 import websockets
 from corekit import WAIT, RawClient, config, run, running_core, tool_meta, until
 
-from pedelec_pyodide.core.clients import UNKNOWN, client_key
+from pedelec_pyodide.core.page.clients import UNKNOWN, client_key
 from pedelec_pyodide.core.sessions import TOO_MANY_SESSIONS
 from pedelec_pyodide.protocol import CLOSE_TRY_AGAIN
 

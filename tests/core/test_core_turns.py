@@ -12,7 +12,7 @@ from corekit import Page as PageAdapter
 from corekit import PlanAgent, RawClient, config, run, running_core, tool_meta, until
 
 from pedelec_pyodide import Session, TurnError, define_tool
-from pedelec_pyodide.core.agent import ToolCallRequest, Turn
+from pedelec_pyodide.core.agents.contract import ToolCallRequest, Turn
 
 
 class GatedTools:

@@ -41,7 +41,7 @@ from test_core_turns import GatedTools
 
 from pedelec_pyodide import Session
 from pedelec_pyodide.core.cluster.relay import keyed_call
-from pedelec_pyodide.core.idempotency import IDEMPOTENCY_KEY_REUSED, key_hash
+from pedelec_pyodide.core.sessions.idempotency import IDEMPOTENCY_KEY_REUSED, key_hash
 from pedelec_pyodide.core.store import (
     RECENT_TURNS,
     IdempotencyRecord,

@@ -36,7 +36,6 @@ from test_mcp import mcp_client, modern_client, page_session
 from test_progress import next_of, page_with, progress, result
 
 from pedelec_pyodide import define_tool
-from pedelec_pyodide.core import mcp
 from pedelec_pyodide.core.cluster import relay
 from pedelec_pyodide.core.cluster.leases import VACANT_SECONDS
 from pedelec_pyodide.core.cluster.messages import (
@@ -45,6 +44,7 @@ from pedelec_pyodide.core.cluster.messages import (
     McpProgress,
     NodeMessage,
 )
+from pedelec_pyodide.core.http import mcp
 from pedelec_pyodide.core.store import STORE_UNAVAILABLE
 
 

@@ -45,7 +45,7 @@ from pedelec_pyodide.core.sessions import (
     TOO_MANY_PENDING,
     TOO_MANY_SESSIONS,
 )
-from pedelec_pyodide.core.turns import trimmed_history
+from pedelec_pyodide.core.sessions.turns import trimmed_history
 
 MIB = 1024 * 1024
 TOKEN = "memory-test-token"

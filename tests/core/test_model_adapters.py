@@ -36,9 +36,9 @@ from test_offline_agent import DEMO_TOOLS, FakeTurn
 from test_progress import next_of, status_of
 
 from pedelec_pyodide import Session, define_tool
-from pedelec_pyodide.core.agent import StepLimitExceeded, ToolCallRequest
 from pedelec_pyodide.core.agents import AgentUnavailable, make_agent, model
 from pedelec_pyodide.core.agents.anthropic_agent import AnthropicAgent
+from pedelec_pyodide.core.agents.contract import StepLimitExceeded, ToolCallRequest
 from pedelec_pyodide.core.agents.model import ModelAgent, ModelError, ModelSettings, capped
 from pedelec_pyodide.core.agents.openai_agent import OpenAIAgent
 

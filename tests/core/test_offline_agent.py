@@ -20,17 +20,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pedelec_pyodide.core.agent import (
-    Agent,
-    StepLimitExceeded,
-    ToolCallOutcome,
-    ToolCallRequest,
-)
 from pedelec_pyodide.core.agents import (
     AgentUnavailable,
     OfflineAgent,
     ScriptedAgent,
     make_agent,
+)
+from pedelec_pyodide.core.agents.contract import (
+    Agent,
+    StepLimitExceeded,
+    ToolCallOutcome,
+    ToolCallRequest,
 )
 from pedelec_pyodide.core.agents.offline import (
     _NO_VALUE,

@@ -17,10 +17,10 @@ from corekit import WAIT, config, run, tool_meta
 
 from pedelec_pyodide import protocol, strictjson
 from pedelec_pyodide.core.agents import OfflineAgent
-from pedelec_pyodide.core.connection import CLOSE_POLICY, PageConnection
+from pedelec_pyodide.core.page.connection import CLOSE_POLICY, PageConnection
 from pedelec_pyodide.core.sessions import Registry
+from pedelec_pyodide.core.sessions.turns import restore
 from pedelec_pyodide.core.store import open_store
-from pedelec_pyodide.core.turns import restore
 from pedelec_pyodide.protocol import CLOSE_TRY_AGAIN
 
 POLL = 0.005  # seconds between looks for Core's next frame (a turn stores, then sends)

@@ -19,7 +19,7 @@ from test_cluster import answer_requests
 from test_progress import next_of
 
 from pedelec_pyodide.core.cluster.routing import _moved
-from pedelec_pyodide.core.control import SESSION_NOT_FOUND, TOOL_REQUEST_NOT_FOUND
+from pedelec_pyodide.core.http.control import SESSION_NOT_FOUND, TOOL_REQUEST_NOT_FOUND
 from pedelec_pyodide.core.sessions import SESSION_MOVED
 from pedelec_pyodide.core.store.ops import REQUEST_COLUMNS, Op
 

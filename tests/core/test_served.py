@@ -23,7 +23,7 @@ from corekit import TOKEN, WAIT, Page, config, run, running_core
 from test_security import echo_session
 
 from pedelec_pyodide.core.cli import build_parser, config_from_args
-from pedelec_pyodide.core.public import host_name, own_hosts
+from pedelec_pyodide.core.http.public import host_name, own_hosts
 
 SECRET = "SECRET-CONTENT-must-not-be-served"
 

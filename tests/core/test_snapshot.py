@@ -28,7 +28,7 @@ from corekit import config, run, running_core
 from pedelec_pyodide.build import provision as prov
 from pedelec_pyodide.build import runtime, wheels
 from pedelec_pyodide.build import snapshot as snap
-from pedelec_pyodide.core import snapshot as serving
+from pedelec_pyodide.core.http import snapshot as serving
 
 REPO = Path(__file__).resolve().parents[2]
 URL = f"/pedelec/pyodide/{snap.SNAPSHOT_NAME}"

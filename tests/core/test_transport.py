@@ -59,7 +59,7 @@ from starlette.routing import Route
 from storekit import free_port
 
 from pedelec_pyodide.core.config import CoreConfig
-from pedelec_pyodide.core.http_limits import MAX_HEAD_BYTES
+from pedelec_pyodide.core.http.http_limits import MAX_HEAD_BYTES
 from pedelec_pyodide.core.server import uvicorn_config
 
 LONG = os.environ.get("PEDELEC_LONG") == "1"

@@ -26,7 +26,7 @@ from test_model_adapters import KEY, TRANSCRIPTS, StandIn, agent_for, results_se
 from test_model_adapters import run as run_agent
 
 from pedelec_pyodide import Session, define_tool, protocol
-from pedelec_pyodide.core.agent import ToolCallRequest
+from pedelec_pyodide.core.agents.contract import ToolCallRequest
 from pedelec_pyodide.core.agents.model import ModelError
 from pedelec_pyodide.core.agents.offline import parse_call_message
 from pedelec_pyodide.core.agents.scripted import ScriptedAgent

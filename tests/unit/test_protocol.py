@@ -201,9 +201,9 @@ def test_schemas_accept_what_the_parser_accepts() -> None:
 def test_tool_progress_parses_with_optional_total_and_message() -> None:
     message = parse_client_frame(
         '{"type":"tool.progress","toolRequestId":"r1","progress":2.5,"total":10,"message":"x"}')
-    assert message == protocol.ToolProgress("r1", 2.5, 10, "x")
+    assert message == protocol.ToolProgressMessage("r1", 2.5, 10, "x")
     bare = parse_client_frame('{"type":"tool.progress","toolRequestId":"r1","progress":3}')
-    assert bare == protocol.ToolProgress("r1", 3)
+    assert bare == protocol.ToolProgressMessage("r1", 3)
     assert json.loads(bare.encode()) == {"type": "tool.progress", "toolRequestId": "r1",
                                          "progress": 3}
 

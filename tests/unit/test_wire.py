@@ -608,11 +608,11 @@ async def test_a_first_connection_closed_1013_before_its_welcome_backs_off_and_r
     import sys
     from types import SimpleNamespace
 
-    from pedelec_pyodide.browser import Bridge
+    from pedelec_pyodide.browser import CoreLink
 
     sockets: list[Any] = []
 
-    class Socket:  # the JS WebSocket, as far as the Bridge uses it
+    class Socket:  # the JS WebSocket, as far as the CoreLink uses it
         readyState = 1
 
         def __init__(self, url: str) -> None:
@@ -645,7 +645,7 @@ async def test_a_first_connection_closed_1013_before_its_welcome_backs_off_and_r
     monkeypatch.setitem(sys.modules, "pyodide.ffi", SimpleNamespace(create_proxy=Proxy))
     session = Session()
     session.session_id, session.resume_token = "s1", "tok"
-    bridge = Bridge(session, "ws://core/pedelec/v1/bridge", None, "", min_delay=0.01)
+    bridge = CoreLink(session, "ws://core/pedelec/v1/bridge", None, "", min_delay=0.01)
     started = asyncio.ensure_future(bridge.start())
     for _ in range(2):
         await asyncio.sleep(0)

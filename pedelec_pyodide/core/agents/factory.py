@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..agent import Agent
+from .contract import Agent
 from .offline import OfflineAgent
 
 ACCEPTED_SPECS = "offline, openai:MODEL, anthropic:MODEL"

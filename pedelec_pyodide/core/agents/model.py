@@ -32,8 +32,8 @@ from ... import strictjson
 from ...errors import PedelecError
 from ...results import INVALID_ARGS, TOOL_HANDLER_NOT_FOUND, tool_error
 from ...text import excerpt, lone_surrogate_at, not_unicode, quote
-from ..agent import AgentInfo, StepLimitExceeded, ToolCallRequest, Turn
 from ..log import log_event
+from .contract import AgentInfo, StepLimitExceeded, ToolCallRequest, Turn
 
 # --- settings ----------------------------------------------------------------------------
 

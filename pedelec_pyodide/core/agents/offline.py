@@ -25,8 +25,8 @@ from ... import strictjson
 from ...results import is_error_result
 from ...text import lone_surrogate_in_json, not_unicode
 from ...tools import NAME_PATTERN
-from ..agent import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
 from ..offload import LARGE_CHARS, is_large, off_loop
+from .contract import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
 
 ARROW = "→"
 CALL_SYNTAX = "/call TOOL {json args}"

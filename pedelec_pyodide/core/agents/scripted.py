@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeAlias
 
-from ..agent import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
+from .contract import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
 
 Step: TypeAlias = (
     "list[ToolCallRequest] | str | BaseException"

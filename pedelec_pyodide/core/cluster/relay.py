@@ -49,17 +49,17 @@ from typing import Any, TypeVar
 from ... import protocol
 from ...errors import PedelecError
 from ...results import is_error_result, tool_error
-from ..idempotency import IDEMPOTENCY_KEY_REUSED, KeyReused, claim, key_hash
 from ..log import log_event
 from ..sessions import (
     MAX_PROGRESS_MESSAGE_CHARS,
     SESSION_MOVED,
     CheckedRequest,
     CoreSession,
-    Progress,
+    RequestProgress,
     checked_call,
     refused_request,
 )
+from ..sessions.idempotency import IDEMPOTENCY_KEY_REUSED, KeyReused, claim, key_hash
 from ..store import CORE_CALL, StoreError
 from .leases import LEASE_SECONDS
 from .messages import (
@@ -78,7 +78,7 @@ from .messages import (
 from .node import Node, new_ask_id
 from .routing import ADOPT_RETRY_SECONDS, ROUTE_LIMIT_SECONDS, ROUTE_TIMEOUT
 
-OnProgress = Callable[[Progress], Awaitable[None]]
+OnProgress = Callable[[RequestProgress], Awaitable[None]]
 R = TypeVar("R", bound=Reply)
 _KEY_PREFIX = "pedelec-mcp-"
 # the channel every node with MCP clients hears pages' tool changes on (a node's own
@@ -106,7 +106,7 @@ def _rising(on_progress: OnProgress) -> OnProgress:
     taken over, hears the page's last progress once more (MCP: it must increase)."""
     last = -math.inf
 
-    async def forward(update: Progress) -> None:
+    async def forward(update: RequestProgress) -> None:
         nonlocal last
         if update.progress > last:
             last = update.progress
@@ -170,7 +170,7 @@ class _Watch:
     """A relayed call's latest progress, and a wake-up for its waiter."""
 
     def __init__(self) -> None:
-        self.latest: Progress | None = None
+        self.latest: RequestProgress | None = None
         self.woken = asyncio.Event()
 
 
@@ -205,7 +205,7 @@ class ToolRelay:
         takes the session (and waits for its page). :class:`NoSession` if none has it.
         ``checked``: the args checked on this node already (:func:`checked_call`).
         ``holder``: the node this call's request found holding the page a moment ago
-        (mcp.py asks before the SDK sees it): tried first, without asking Redis again.
+        (http/mcp.py asks before the SDK sees it): tried first, without asking Redis again.
         Cancelled, or failed as Redis is out of reach, the call is cancelled wherever
         it reached (:meth:`_pass_cancel`, once Redis is back)."""
         registry, node = self.registry, self.node
@@ -302,8 +302,9 @@ class ToolRelay:
         watch = self._watching.get(message.key)
         if watch is not None:  # (its message cut as Core keeps a page's)
             text = message.message
-            watch.latest = Progress(message.progress, message.total,
-                                    None if text is None else text[:MAX_PROGRESS_MESSAGE_CHARS])
+            watch.latest = RequestProgress(
+                message.progress, message.total,
+                None if text is None else text[:MAX_PROGRESS_MESSAGE_CHARS])
             watch.woken.set()
 
     def _keep_cancel(self, session_id: str, key: str) -> None:
@@ -399,7 +400,7 @@ class ToolRelay:
         if session is None or session.closed:
             answer = McpReply(ask=call.ask, moved=True)
         else:
-            async def relay_progress(update: Progress) -> None:
+            async def relay_progress(update: RequestProgress) -> None:
                 # best effort, as pub/sub is: Redis out of reach cancels nothing
                 with contextlib.suppress(StoreError):
                     await node.tell(call.sender, McpProgress(

@@ -10,7 +10,7 @@ caller's node. A call without an
 page resumes on another node, the call is forwarded again there and waits for the same
 request (stored with its key) instead of sending a new one: nothing runs twice. The
 holder answers a call with such a key of the router's own without waiting for its
-result to be stored (:data:`~.control.ROUTE_KEY`): only this router retries with it.
+result to be stored (:data:`~..http.control.ROUTE_KEY`): only this router retries with it.
 Nor does such a key keep the call running for a caller who hangs up: the router tells
 the holder (:class:`~.messages.HungUp`), whose route sees its own caller hang up, as on one node.
 
@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ... import strictjson
-from ..control import (
+from ..http.control import (
     PAYLOAD_TOO_LARGE,
     RETRY_AFTER_SECONDS,
     ROUTE_KEY,

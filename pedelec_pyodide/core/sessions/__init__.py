@@ -1,5 +1,7 @@
 """Sessions local to one Core process: each page's session, its pending tool requests
-and their deadlines, the frames fitted to the page, and the registry holding them.
+and their deadlines, the frames fitted to the page, and the registry holding them; the
+turns run in a session (:mod:`.turns`) and the results kept for callers' retries
+(:mod:`.idempotency`).
 
 Nothing here knows of other nodes: the cluster (:mod:`..cluster`) builds on this package,
 never the reverse.
@@ -39,7 +41,7 @@ from .frames import (
     refused_request,
 )
 from .metadata import PageMetadata, SessionRefused, page_metadata
-from .pending import PendingRequest, Progress
+from .pending import RequestProgress, TrackedRequest
 from .registry import Registry
 from .session import Connection, CoreSession, RunningTurn, SessionOwner
 
@@ -49,8 +51,8 @@ __all__ = [
     "RESUME_REFUSED", "SESSION_CLOSED", "SESSION_EXPIRED", "SESSION_MOVED",
     "SHUTDOWN_SECONDS", "TOO_MANY_PENDING", "TOO_MANY_SESSIONS", "TURN_BUSY",
     "TURN_ID_TAKEN", "UNKNOWN_TOOL_REQUEST", "UNKNOWN_TURN", "CheckedRequest",
-    "Connection", "CoreSession", "EndedTurn", "PageMetadata", "PendingRequest", "Progress",
-    "Registry", "RequestStatus", "RunningTurn", "SessionOwner", "SessionRefused",
+    "Connection", "CoreSession", "EndedTurn", "PageMetadata", "Registry", "RequestProgress",
+    "RequestStatus", "RunningTurn", "SessionOwner", "SessionRefused", "TrackedRequest",
     "checked_call", "checked_request_frame", "delta_frames", "end_frame",
     "fitted_end_frame", "new_request_id", "page_metadata", "refused_request",
 ]

@@ -14,7 +14,7 @@ from ..store import RequestRecord
 from .codes import RequestStatus
 
 
-class Progress(NamedTuple):
+class RequestProgress(NamedTuple):
     """The latest ``tool.progress`` of a request, as Core keeps it."""
 
     progress: float
@@ -31,7 +31,7 @@ class Progress(NamedTuple):
         return data
 
 
-class PendingRequest:
+class TrackedRequest:
     """A tool request whose result has not reached its caller yet.
 
     Its deadline (``record.deadline``) is an idle deadline: each new progress moves it to
@@ -60,7 +60,7 @@ class PendingRequest:
         self.paused_at: float | None = None  # wall-clock, while waiting for the user
         self.waited = 0.0  # seconds of the waits for the user that have ended
         self.status: RequestStatus = "running"
-        self.progress: Progress | None = None
+        self.progress: RequestProgress | None = None
         # futures of callers waiting for the next progress (or the result)
         self.watchers: list[asyncio.Future[None]] = []
 
@@ -77,7 +77,7 @@ class PendingRequest:
             return self.record.deadline
         return self.paused_at + user_wait_limit - self.waited
 
-    def progressed(self, progress: Progress, now: float) -> None:
+    def progressed(self, progress: RequestProgress, now: float) -> None:
         """A new progress at ``now``: kept, and the deadline moved to ``idle`` from now
         (never past ``limit``, nor while the page waits for the user)."""
         self.progress = progress
@@ -118,10 +118,10 @@ class PendingRequest:
             if not watcher.done():
                 watcher.set_result(None)
 
-    async def updates(self) -> AsyncIterator[Progress]:
+    async def updates(self) -> AsyncIterator[RequestProgress]:
         """Each new progress until the request is resolved; a caller slower than the
         page gets only the latest (nothing queues up for it)."""
-        seen: Progress | None = None
+        seen: RequestProgress | None = None
         while True:
             latest = self.progress
             if latest is not None and latest is not seen:

@@ -17,12 +17,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from ..agent import Agent
+from ..agents.contract import Agent
 from ..background import spawn
-from ..clients import PatternBudgets
 from ..config import CoreConfig
 from ..log import log_event
-from ..outboxes import Outboxes
+from ..page.clients import PatternBudgets
+from ..page.outboxes import Outboxes
 from ..store import SessionRecord, Snapshot, Store, StoreError, hash_token
 from .codes import SHUTDOWN_SECONDS, TOO_MANY_SESSIONS
 from .metadata import PageMetadata, SessionRefused

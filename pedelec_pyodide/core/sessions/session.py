@@ -18,9 +18,8 @@ from typing import Any, Protocol
 
 from ... import protocol
 from ...results import TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
-from ..agent import Agent
+from ..agents.contract import Agent
 from ..config import CoreConfig
-from ..idempotency import CallerMemory
 from ..log import log_event
 from ..store import (
     RECENT_TURNS,
@@ -52,8 +51,9 @@ from .frames import (
     new_request_id,
     refused_request,
 )
+from .idempotency import CallerMemory
 from .metadata import PageMetadata
-from .pending import PendingRequest, Progress
+from .pending import RequestProgress, TrackedRequest
 
 
 class Connection(Protocol):
@@ -112,7 +112,7 @@ class CoreSession:
         self.client_json = client_json
         self.tool_names: tuple[str, ...] = tool_names if tool_names is not None else tuple(
             str(tool["name"]) for tool in json.loads(record.tools))
-        self.pending: dict[str, PendingRequest] = {}
+        self.pending: dict[str, TrackedRequest] = {}
         # requests resolved lately: id -> how ("delivered", "timeout", "cancelled", ...)
         self.finished: OrderedDict[str, str] = OrderedDict()
         self.turn: RunningTurn | None = None
@@ -289,7 +289,7 @@ class CoreSession:
         self, tool: str, args: Any, *, turn_id: str | None = None, step: int = 0,
         index: int = 0, timeout_ms: int | None = None, max_total_ms: int | None = None,
         checked: CheckedRequest | None = None,
-    ) -> PendingRequest:
+    ) -> TrackedRequest:
         """Register a request (not sent yet: flush the store, then :meth:`send_request`).
         ``checked``: its id and frame, from :func:`checked_request_frame` already.
         ``max_total_ms``: how far progress may push its deadline (default
@@ -310,7 +310,7 @@ class CoreSession:
         self, tool: str, args: Any, *, timeout_ms: int | None = None,
         max_total_ms: int | None = None, checked: CheckedRequest | None = None,
         key: IdempotencyRecord | None = None,
-    ) -> PendingRequest:
+    ) -> TrackedRequest:
         """Open, store and send one tool request outside any turn (control API, MCP).
         Stored before it is sent, so deadlines, resume and exactly-once apply as to an
         agent's request; its result is kept (``self.callers``) once it is in. ``key``:
@@ -325,7 +325,7 @@ class CoreSession:
         self.send_request(pending)
         return pending
 
-    async def store_requests(self, opened: list[PendingRequest], *keys: str) -> None:
+    async def store_requests(self, opened: list[TrackedRequest], *keys: str) -> None:
         """Flush the store before ``opened`` go out (with the writes of ``keys``, e.g.
         their turn's). If it cannot take them, each is answered ``STORE_FAILED`` and never
         sent: a page must not run what a restart of Core would not know of."""
@@ -345,7 +345,7 @@ class CoreSession:
     async def call_tool(
         self, tool: str, args: Any, *, timeout_ms: int | None = None,
         checked: CheckedRequest | None = None,
-        on_progress: Callable[[Progress], Awaitable[None]] | None = None,
+        on_progress: Callable[[RequestProgress], Awaitable[None]] | None = None,
     ) -> tuple[str, Any, str]:
         """:meth:`start_call`, then its result → ``(toolRequestId, result, handledBy)``;
         a timeout is the result ``TOOL_TIMEOUT``. If the caller goes away (its task is
@@ -365,7 +365,7 @@ class CoreSession:
         return pending.id, result, handled_by
 
     def track(self, record: RequestRecord, frame: str | None = None,
-               idle: float | None = None, limit: float | None = None) -> PendingRequest:
+               idle: float | None = None, limit: float | None = None) -> TrackedRequest:
         """Hold ``record`` pending. Restored after a restart, it has no ``idle`` or
         ``limit`` of its own: its tool's timeout, and the default limit past its
         stored deadline."""
@@ -374,7 +374,7 @@ class CoreSession:
             idle = config.timeout_for(record.tool)
         if limit is None:
             limit = record.deadline + config.max_total_for(idle) - idle
-        pending = PendingRequest(record, frame, idle, limit)
+        pending = TrackedRequest(record, frame, idle, limit)
         self.pending[record.id] = pending
         self._schedule(pending)
         limit = self.registry.config.max_pending
@@ -385,7 +385,7 @@ class CoreSession:
                 retryable=True), "none", "refused")
         return pending
 
-    def send_request(self, pending: PendingRequest) -> None:
+    def send_request(self, pending: TrackedRequest) -> None:
         if self.pending.get(pending.id) is not pending:
             return  # resolved already (cancelled, or the store could not take it)
         if self.closed:
@@ -407,7 +407,7 @@ class CoreSession:
                   connected=self.connection is not None)
         self.send(frame)
 
-    def refuse_request(self, pending: PendingRequest, exc: protocol.ProtocolError) -> None:
+    def refuse_request(self, pending: TrackedRequest, exc: protocol.ProtocolError) -> None:
         """The page would refuse this request's frame (:func:`checked_request_frame`):
         answered now, never sent."""
         if self.pending.get(pending.id) is pending:
@@ -436,7 +436,7 @@ class CoreSession:
         self._resolve(pending, message.result, message.handled_by, "delivered", kept)
         return None
 
-    def accept_progress(self, message: protocol.ToolProgress) -> None:
+    def accept_progress(self, message: protocol.ToolProgressMessage) -> None:
         """Keep the latest progress of a pending request (the caller checked it is) and
         move its idle deadline. A value that does not increase is dropped: a handler run
         again after a reload starts over, and no caller may see progress go back."""
@@ -445,7 +445,7 @@ class CoreSession:
         if last is not None and message.progress <= last.progress:
             return
         text = message.message
-        pending.progressed(Progress(
+        pending.progressed(RequestProgress(
             message.progress, message.total,
             None if text is None else text[:MAX_PROGRESS_MESSAGE_CHARS]),
             self.registry.config.clock.time())
@@ -463,13 +463,13 @@ class CoreSession:
             self._schedule(pending)
         pending.wake()  # a caller's event stream says it waits
 
-    def _stop_waiting(self, pending: PendingRequest) -> None:
+    def _stop_waiting(self, pending: TrackedRequest) -> None:
         pending.status = "running"
         pending.wake()
         if pending.unpause(self.registry.config.clock.time()):
             self._schedule(pending)
 
-    def _schedule(self, pending: PendingRequest) -> None:
+    def _schedule(self, pending: TrackedRequest) -> None:
         """Have the timer fire at the request's next deadline (the user-wait limit while
         paused); a timer due no later is kept, :meth:`_timeout` looks again then."""
         due = pending.due(self.registry.config.user_wait_limit)
@@ -482,7 +482,7 @@ class CoreSession:
         pending.timer = clock.call_later(max(0.0, due - clock.time()), self._timeout, pending)
         pending.timer_due = due
 
-    def _timeout(self, pending: PendingRequest) -> None:
+    def _timeout(self, pending: TrackedRequest) -> None:
         if self.pending.get(pending.id) is not pending:
             return
         pending.timer = None
@@ -508,7 +508,7 @@ class CoreSession:
         ), "none", "timeout")
         self.send(protocol.ToolCancel(tool_request_id=pending.id, reason="timeout").encode())
 
-    def cancel_request(self, pending: PendingRequest, reason: str) -> None:
+    def cancel_request(self, pending: TrackedRequest, reason: str) -> None:
         """Nobody wants this result any more (cancelled turn, shutdown): tell the page."""
         if self.pending.get(pending.id) is not pending:
             return
@@ -517,7 +517,7 @@ class CoreSession:
         ), "none", "cancelled")
         self.send(protocol.ToolCancel(tool_request_id=pending.id, reason=reason).encode())
 
-    def _resolve(self, pending: PendingRequest, result: Any, handled_by: str, how: str,
+    def _resolve(self, pending: TrackedRequest, result: Any, handled_by: str, how: str,
                  kept: JsonText | None = None) -> None:
         """The request's result is in: its caller gets ``result``; its record (kept, or
         its turn's journal) keeps it as JSON text (``kept``, if made already)."""

@@ -148,7 +148,7 @@ class RequestRecord:
 
 #: what an ``Idempotency-Key`` started: a control-API tool call with the caller's own
 #: key, a tool call with a key Core gave it (a forwarding node's, an MCP relay's: its
-#: result is kept apart, see core/idempotency.py), or a turn
+#: result is kept apart, see core/sessions/idempotency.py), or a turn
 KeyKind = Literal["tool-call", "core-call", "turn"]
 TOOL_CALL: KeyKind = "tool-call"
 CORE_CALL: KeyKind = "core-call"
@@ -164,7 +164,7 @@ class IdempotencyRecord:
     key_hash: str
     session_id: str
     kind: KeyKind
-    fingerprint: str  # sha256 of what the request asked for (see core/idempotency.py)
+    fingerprint: str  # sha256 of what the request asked for (see core/sessions/idempotency.py)
     target_id: str  # the toolRequestId or turnId it started
     created_at: float
 

@@ -20,12 +20,12 @@ from urllib.parse import urlsplit
 
 from starlette.websockets import WebSocket
 
-from .. import protocol
+from ... import protocol
+from ..cluster import Node
+from ..log import log_event
+from ..offload import LARGE_CHARS
 from .clients import client_key
-from .cluster import Node
 from .connection import CLOSE_POLICY, PageConnection
-from .log import log_event
-from .offload import LARGE_CHARS
 from .ws_limits import frame_guard
 
 # how long Core offers a close frame to a page before it stops waiting for the page to read

@@ -25,8 +25,8 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from ..errors import PedelecError
-from .store import (
+from ...errors import PedelecError
+from ..store import (
     TOOL_CALL,
     TURN,
     IdempotencyRecord,

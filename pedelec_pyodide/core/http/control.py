@@ -18,28 +18,29 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .. import __version__, protocol, strictjson
-from ..errors import PedelecError
-from ..text import lone_surrogate_in_json, not_unicode, quote
-from ..tools import NAME_PATTERN
-from .config import MAX_TIMEOUT_MS, is_timeout_ms
-from .idempotency import (
+from ... import __version__, protocol, strictjson
+from ...errors import PedelecError
+from ...text import lone_surrogate_in_json, not_unicode, quote
+from ...tools import NAME_PATTERN
+from ..config import MAX_TIMEOUT_MS, is_timeout_ms
+from ..log import log_event
+from ..sessions import (
+    TURN_BUSY,
+    CoreSession,
+    Registry,
+    RequestProgress,
+    TrackedRequest,
+    checked_call,
+)
+from ..sessions.idempotency import (
     HEADER,
     IDEMPOTENCY_KEY_REUSED,
     MAX_KEY_CHARS,
     KeyReused,
     claim,
 )
-from .log import log_event
-from .sessions import (
-    TURN_BUSY,
-    CoreSession,
-    PendingRequest,
-    Progress,
-    Registry,
-    checked_call,
-)
-from .store import (
+from ..sessions.turns import start_turn
+from ..store import (
     CORE_CALL,
     STORE_UNAVAILABLE,
     TOOL_CALL,
@@ -50,7 +51,6 @@ from .store import (
     TurnRecord,
     dump_json,
 )
-from .turns import start_turn
 
 UNAUTHORIZED = "UNAUTHORIZED"
 BAD_REQUEST = "BAD_REQUEST"
@@ -180,7 +180,7 @@ def _idempotency_key(request: Request) -> str | None:
 
 def _claim(session: CoreSession, key: str | None, kind: KeyKind,
            asked: dict[str, Any]) -> tuple[IdempotencyRecord | None, IdempotencyRecord | None]:
-    """:func:`~.idempotency.claim` for a caller's key: a key seen for another request is
+    """:func:`~..sessions.idempotency.claim` for a caller's key: a key seen for another request is
     a 422 :class:`ApiError`. Both None without a key."""
     if key is None:
         return None, None
@@ -242,11 +242,11 @@ def _event(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {text}\n\n".encode()
 
 
-async def _events(pending: PendingRequest) -> AsyncIterator[bytes]:
+async def _events(pending: TrackedRequest) -> AsyncIterator[bytes]:
     """A request's events until it is resolved: ``progress`` for each new progress (the
     latest only), ``waiting`` each time it begins or ends waiting for the user (an
     approval, a dialog): nothing queues up for a slow caller."""
-    progress: Progress | None = None
+    progress: RequestProgress | None = None
     status = "running"
     while True:
         latest = pending.progress
@@ -298,7 +298,7 @@ class _EventStream(Response):
             "result", {"toolRequestId": self.request_id, "result": result,
                        "handledBy": handled_by})})
 
-    async def _pump(self, pending: PendingRequest, send: Send) -> bool:
+    async def _pump(self, pending: TrackedRequest, send: Send) -> bool:
         """Send the progress events until the request is resolved; False if the caller
         hung up (or Core stopped) first."""
         async def events() -> None:
@@ -320,7 +320,7 @@ class _EventStream(Response):
         self._gone(pending, "the caller hung up")
         return False
 
-    def _gone(self, pending: PendingRequest, reason: str) -> None:
+    def _gone(self, pending: TrackedRequest, reason: str) -> None:
         if not self.keyed:
             self.session.cancel_request(pending, reason)
 

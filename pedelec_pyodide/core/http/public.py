@@ -26,9 +26,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .bridge import origin_allowed
-from .log import log_event
-from .store import parse_store
+from ..log import log_event
+from ..page.bridge import origin_allowed
+from ..store import parse_store
 
 #: names Core always answers to, besides its bind address and ``--allow-host``
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")

@@ -22,13 +22,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Literal, NamedTuple, Protocol
 
-from .. import protocol
-from ..protocol import ProtocolError
-from ..results import TOOL_RESULT_TOO_LARGE, tool_error
-from ..schemas import PatternsOverBudget, charging_patterns
-from .log import log_event
-from .ratelimit import TokenBucket
-from .sessions import (
+from ... import protocol
+from ...protocol import ProtocolError
+from ...results import TOOL_RESULT_TOO_LARGE, tool_error
+from ...schemas import PatternsOverBudget, charging_patterns
+from ..log import log_event
+from ..sessions import (
     DUPLICATE_HELLO,
     HELLO_REQUIRED,
     RATE_LIMITED,
@@ -43,8 +42,9 @@ from .sessions import (
     SessionRefused,
     page_metadata,
 )
-from .store import JsonText, kept_json
-from .turns import start_turn
+from ..sessions.turns import start_turn
+from ..store import JsonText, kept_json
+from .ratelimit import TokenBucket
 
 CLOSE_POLICY = 1008
 # The limit is on a result, as the page checks it: its tool.result frame may exceed the
@@ -413,13 +413,13 @@ class PageConnection:
                 self.send(protocol.error_frame(
                     UNKNOWN_TURN, f"turn {message.turn_id!r} is not running",
                     turn_id=message.turn_id))
-        elif isinstance(message, (protocol.ToolProgress, protocol.ToolWaiting)):
+        elif isinstance(message, (protocol.ToolProgressMessage, protocol.ToolWaiting)):
             if message.tool_request_id not in session.pending:
                 self.send(protocol.error_frame(
                     UNKNOWN_TOOL_REQUEST,
                     f"no tool request {message.tool_request_id!r} is pending in this session",
                     tool_request_id=message.tool_request_id))
-            elif isinstance(message, protocol.ToolProgress):
+            elif isinstance(message, protocol.ToolProgressMessage):
                 session.accept_progress(message)
             else:
                 session.accept_waiting(message)

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .log import log_event
+from ..log import log_event
 
 #: the largest request head (request line and headers, with their line ends) Core takes
 MAX_HEAD_BYTES = 64 * 1024

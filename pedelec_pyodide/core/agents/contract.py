@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import PedelecError
-from ..results import is_error_result
-from .store import JsonText
+from ...errors import PedelecError
+from ...results import is_error_result
+from ..store import JsonText
 
 
 @dataclass(frozen=True)

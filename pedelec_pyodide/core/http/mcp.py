@@ -50,23 +50,23 @@ from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from .. import __version__, protocol, strictjson
-from ..results import TOOL_HANDLER_NOT_FOUND, is_error_result, tool_error
-from ..text import quote
-from ..tools import NAME_PATTERN
-from .background import read_forever
-from .bridge import origin_allowed
-from .cluster.relay import NoSession, ToolRelay
-from .control import ApiError, authorize, path_session
-from .log import log_event
-from .sessions import (
+from ... import __version__, protocol, strictjson
+from ...results import TOOL_HANDLER_NOT_FOUND, is_error_result, tool_error
+from ...text import quote
+from ...tools import NAME_PATTERN
+from ..background import read_forever
+from ..cluster.relay import NoSession, ToolRelay
+from ..log import log_event
+from ..page.bridge import origin_allowed
+from ..sessions import (
     CoreSession,
-    Progress,
     Registry,
+    RequestProgress,
     checked_call,
     refused_request,
 )
-from .store import StoreError
+from ..store import StoreError
+from .control import ApiError, authorize, path_session
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
 #: pages other nodes hold whose tool changes one node passes on to its MCP clients
@@ -287,7 +287,7 @@ class McpEndpoint:
         token = progress_token_from_params(ctx.params)
         on_progress = None
         if token is not None:
-            async def on_progress(update: Progress) -> None:
+            async def on_progress(update: RequestProgress) -> None:
                 # a stream gone without a cancel: the call still waits for its result
                 with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                     await ctx.session.send_notification(types.ProgressNotification(

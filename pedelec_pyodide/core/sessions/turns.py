@@ -20,24 +20,13 @@ import json
 import time
 from typing import Any, NamedTuple
 
-from .. import protocol
-from ..results import INVALID_ARGS, tool_error
-from ..text import excerpt, lone_surrogate_at, not_unicode
-from .agent import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
-from .log import log_event
-from .offload import LARGE_CHARS, is_large, off_loop
-from .sessions import (
-    SESSION_MOVED,
-    CheckedRequest,
-    CoreSession,
-    PendingRequest,
-    Registry,
-    checked_call,
-    delta_frames,
-    end_frame,
-    new_request_id,
-)
-from .store import (
+from ... import protocol
+from ...results import INVALID_ARGS, tool_error
+from ...text import excerpt, lone_surrogate_at, not_unicode
+from ..agents.contract import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
+from ..log import log_event
+from ..offload import LARGE_CHARS, is_large, off_loop
+from ..store import (
     IdempotencyRecord,
     JsonText,
     RequestRecord,
@@ -49,6 +38,11 @@ from .store import (
     kept_json,
     turn_key,
 )
+from .codes import SESSION_MOVED
+from .frames import CheckedRequest, checked_call, delta_frames, end_frame, new_request_id
+from .pending import TrackedRequest
+from .registry import Registry
+from .session import CoreSession
 
 STEP_LIMIT_EXCEEDED = "STEP_LIMIT_EXCEEDED"
 AGENT_ERROR = "AGENT_ERROR"
@@ -83,7 +77,7 @@ class TurnRunner:
         self._journal: list[list[RequestRecord]] = _steps(journal or [])
         record.tool_calls = []  # rebuilt by the replay when the turn is resumed
         # the requests it made that are still pending, and the ids of all (its journal)
-        self._requests: dict[str, PendingRequest] = {}
+        self._requests: dict[str, TrackedRequest] = {}
         self._made: list[str] = []
         self._cancel_reason = "the turn was cancelled"
         self._ending = False  # its end is decided and being stored: too late to cancel
@@ -281,7 +275,7 @@ class TurnRunner:
 
     # --- results ------------------------------------------------------------------------
 
-    async def _outcome(self, pending: PendingRequest, call_id: str | None) -> ToolCallOutcome:
+    async def _outcome(self, pending: TrackedRequest, call_id: str | None) -> ToolCallOutcome:
         result, handled_by = await pending.future
         self._requests.pop(pending.id, None)
         args = pending.record.args

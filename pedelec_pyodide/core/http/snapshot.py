@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from ..build.snapshot import (
+from ...build.snapshot import (
     ENCODINGS,
     SNAPSHOT_NAME,
     Encoding,

@@ -44,9 +44,9 @@ from uvicorn.server import ServerState
 from websockets.frames import Frame
 from websockets.http11 import Request
 
-from .config import CoreConfig
+from ..config import CoreConfig
+from ..log import log_event
 from .connection import CLOSE_POLICY
-from .log import log_event
 from .ratelimit import TokenBucket
 
 #: the most of a read parsed in one step (4 KiB: ~700 of the smallest frames, ~2 ms)
