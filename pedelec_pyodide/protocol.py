@@ -2,8 +2,9 @@
 
 Pure Python, shared by the page runtime and Core. Every message is a JSON object with a
 ``type``; field names are camelCase on the wire and snake_case here. Each message type is
-declared once, as a list of fields, and everything else is derived from that declaration:
-the parser, the encoder and the JSON Schema published in docs/reference/protocol.md.
+declared once, as a list of fields, and everything else is derived from that declaration
+(by :mod:`pedelec_pyodide.declare`, which this protocol's kinds and errors plug into): the
+parser, the encoder and the JSON Schema published in docs/reference/protocol.md.
 
 Parsing never raises anything but :class:`ProtocolError`, whose ``code`` says what was
 wrong with the frame; the receiver answers it with an ``error`` frame and carries on.
@@ -15,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias, get_args
 
-from . import strictjson
+from . import declare, strictjson
 from .errors import PedelecError
 from .metadata import check_metadata
 from .text import lone_surrogate_in_json, not_unicode, quote
@@ -86,11 +87,8 @@ _Kind = Literal["id", "str", "bool", "int", "number", "object", "array", "any", 
 
 
 @dataclass(frozen=True)
-class _Field:
-    wire: str
-    attr: str
+class _Field(declare.Field):
     kind: _Kind
-    required: bool = True
     choices: tuple[Any, ...] | None = None
     nullable: bool = False
 
@@ -102,22 +100,11 @@ def _f(wire: str, attr: str, kind: _Kind, **options: Any) -> _Field:
 # --- messages -----------------------------------------------------------------------------
 
 
-class Message:
+class Message(declare.Declared):
     """Base of every wire message. Subclasses declare ``type``, ``direction`` and ``fields``."""
 
-    type: ClassVar[str]
     direction: ClassVar[Literal["client", "server"]]
     fields: ClassVar[tuple[_Field, ...]]
-    description: ClassVar[str]
-
-    def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"type": self.type}
-        for spec in self.fields:
-            value = getattr(self, spec.attr)
-            if value is None and not spec.required:
-                continue
-            wire[spec.wire] = value
-        return wire
 
     def encode(self) -> str:
         """The frame's JSON text; :class:`ProtocolError` ``FRAME_NOT_JSON`` if a value in
@@ -462,23 +449,17 @@ def _parse(text: str | bytes, direction: str, max_bytes: int) -> Message:
     if cls.direction != direction:
         sender = "Core" if cls.direction == "server" else "the page"
         raise ProtocolError(WRONG_DIRECTION, f"{kind!r} is sent by {sender}, not received by it")
-    return _build(cls, data)
+    return declare.build(cls, data, _check_field, _missing_field)
 
 
-def _build(cls: type[Message], data: dict[str, Any]) -> Message:
-    values: dict[str, Any] = {}
-    for spec in cls.fields:
-        if spec.wire not in data:
-            if spec.required:
-                raise ProtocolError(MISSING_FIELD, f"{cls.type}: missing field {spec.wire!r}")
-            continue
-        values[spec.attr] = _check_field(cls.type, spec, data[spec.wire])
-    return cls(**values)
+def _missing_field(message: str) -> ProtocolError:
+    return ProtocolError(MISSING_FIELD, message)
 
 
 def _check_field(kind_name: str, spec: _Field, value: Any) -> Any:
     where = f"{kind_name}.{spec.wire}"
-    if value is None and (spec.nullable or not spec.required) and spec.kind != "any":
+    # declare.build leaves out an optional field's null: a null here is a required field's
+    if value is None and spec.nullable:
         return None
     ok: bool
     if spec.kind == "id":
@@ -639,37 +620,21 @@ def error_frame(code: str, message: str, *, tool_request_id: str | None = None,
 
 def message_schema(cls: type[Message]) -> dict[str, Any]:
     """The JSON Schema of one message type, derived from its field declaration."""
-    properties: dict[str, Any] = {"type": {"const": cls.type}}
-    required = ["type"]
-    for spec in cls.fields:
-        schema = _field_schema(spec)
-        if spec.nullable:
-            schema = {"anyOf": [schema, {"type": "null"}]}
-        properties[spec.wire] = schema
-        if spec.required:
-            required.append(spec.wire)
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": cls.type,
-        "description": cls.description,
-        "type": "object",
-        "properties": properties,
-        "required": required,
-    }
+    return declare.message_schema(cls, _field_schema)
 
 
 def _field_schema(spec: _Field) -> dict[str, Any]:
+    schema: dict[str, Any]
     if spec.kind == "id":
-        return {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH}
-    if spec.kind == "tools":
-        return {"type": "array", "items": {"$ref": "#/$defs/toolMetadata"}}
-    if spec.kind == "any":
-        return {}
-    schema: dict[str, Any] = {
-        "type": {"str": "string", "bool": "boolean", "int": "integer"}.get(spec.kind, spec.kind)
-    }
-    if spec.choices is not None:
-        schema["enum"] = list(spec.choices)
+        schema = {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH}
+    elif spec.kind == "tools":
+        schema = {"type": "array", "items": {"$ref": "#/$defs/toolMetadata"}}
+    else:
+        schema = declare.kind_schema(spec.kind)
+        if spec.choices is not None:
+            schema["enum"] = list(spec.choices)
+    if spec.nullable:
+        schema = {"anyOf": [schema, {"type": "null"}]}
     return schema
 
 

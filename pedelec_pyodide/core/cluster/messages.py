@@ -1,8 +1,9 @@
 """Messages between Core nodes on one Redis: declared once, parsed, encoded.
 
-As in :mod:`pedelec_pyodide.protocol`, each message is a JSON object with a ``type``,
-declared once as a list of fields; its parser, its encoder and its JSON Schema (published
-in docs/reference/cluster.md, a test keeps it in sync) derive from that declaration.
+As in :mod:`pedelec_pyodide.protocol` (and by the same machinery,
+:mod:`pedelec_pyodide.declare`), each message is a JSON object with a ``type``, declared
+once as a list of fields; its parser, its encoder and its JSON Schema (published in
+docs/reference/cluster.md, a test keeps it in sync) derive from that declaration.
 
 An *ask* (:class:`Ask`) expects a reply carrying its ``ask`` id; it names its sender
 (``from``) for that reply. A node sends an ask again until its reply comes (pub/sub
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeAlias
 
 from ... import strictjson
+from ...declare import Declared, Field, build, kind_schema
+from ...declare import message_schema as declare_schema
 from ...errors import PedelecError
 from ...text import excerpt
 from ..log import log_event
@@ -42,37 +45,13 @@ def bad_message(exc: Exception) -> None:
 _Kind = Literal["id", "str", "bool", "status", "number", "headers", "any"]
 
 
-@dataclass(frozen=True)
-class _Field:
-    wire: str
-    attr: str
-    kind: _Kind
-    required: bool = True
+def _f(wire: str, attr: str, kind: _Kind, *, required: bool = True) -> Field:
+    return Field(wire, attr, kind, required)
 
 
-def _f(wire: str, attr: str, kind: _Kind, *, required: bool = True) -> _Field:
-    return _Field(wire, attr, kind, required)
-
-
-class NodeMessage:
+class NodeMessage(Declared):
     """Base of every message between nodes. Subclasses declare ``type``, ``fields`` and
     ``description``."""
-
-    type: ClassVar[str]
-    fields: ClassVar[tuple[_Field, ...]]
-    description: ClassVar[str]
-
-    def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"type": self.type}
-        for spec in self.fields:
-            value = getattr(self, spec.attr)
-            if value is None and not spec.required:
-                continue
-            wire[spec.wire] = value
-        return wire
-
-    def encode(self) -> str:
-        return strictjson.encode(self.to_wire())
 
 
 class Ask(NodeMessage):
@@ -112,7 +91,7 @@ class HttpCall(Ask):
         "A control-API call for a session the receiver holds: run through its routes "
         "(authorization checked again). `routeKey`: its Idempotency-Key is the forwarding "
         "node's own.")
-    fields: ClassVar[tuple[_Field, ...]] = (
+    fields: ClassVar[tuple[Field, ...]] = (
         *_ASK,
         _f("method", "method", "str"),
         _f("path", "path", "str"),
@@ -131,7 +110,7 @@ class HttpReply(Reply):
 
     type: ClassVar[str] = "http.reply"
     description: ClassVar[str] = "The HTTP status and body of a forwarded call."
-    fields: ClassVar[tuple[_Field, ...]] = (
+    fields: ClassVar[tuple[Field, ...]] = (
         _f("ask", "ask", "id"),
         _f("status", "status", "status"),
         _f("body", "body", "str"),
@@ -146,7 +125,7 @@ class HungUp(NodeMessage):
     description: ClassVar[str] = (
         "The caller of a forwarded call (its ask) hung up: the node running it sees its "
         "own caller hang up.")
-    fields: ClassVar[tuple[_Field, ...]] = (_f("ask", "ask", "id"),)
+    fields: ClassVar[tuple[Field, ...]] = (_f("ask", "ask", "id"),)
 
 
 # --- MCP tool calls relayed to the node holding the page (relay.py) ---------------------
@@ -165,7 +144,7 @@ class McpCall(Ask):
     description: ClassVar[str] = (
         "An MCP client's tool call for a page the receiver holds, under the relay's "
         "idempotency key: a copy sent again is not run again.")
-    fields: ClassVar[tuple[_Field, ...]] = (
+    fields: ClassVar[tuple[Field, ...]] = (
         *_ASK,
         _f("session", "session", "id"),
         _f("tool", "tool", "str"),
@@ -183,7 +162,7 @@ class McpProgress(NodeMessage):
 
     type: ClassVar[str] = "mcp.progress"
     description: ClassVar[str] = "A new progress of the relayed call `key`, to its sender."
-    fields: ClassVar[tuple[_Field, ...]] = (
+    fields: ClassVar[tuple[Field, ...]] = (
         _f("key", "key", "id"),
         _f("progress", "progress", "number"),
         _f("total", "total", "number", required=False),
@@ -201,7 +180,7 @@ class McpReply(Reply):
     description: ClassVar[str] = (
         "A relayed call's result; `moved`: the receiver does not hold the page (route the "
         "call again).")
-    fields: ClassVar[tuple[_Field, ...]] = (
+    fields: ClassVar[tuple[Field, ...]] = (
         _f("ask", "ask", "id"),
         _f("result", "result", "any", required=False),
         _f("moved", "moved", "bool", required=False),
@@ -219,7 +198,7 @@ class McpCancel(Ask):
     description: ClassVar[str] = (
         "The MCP client cancelled the call `key`: its request is cancelled (the page gets "
         "`tool.cancel`), or never runs if it has not come yet.")
-    fields: ClassVar[tuple[_Field, ...]] = (
+    fields: ClassVar[tuple[Field, ...]] = (
         *_ASK,
         _f("key", "key", "id"),
         _f("session", "session", "id"),
@@ -234,7 +213,7 @@ class McpCancelled(Reply):
     type: ClassVar[str] = "mcp.cancelled"
     description: ClassVar[str] = (
         "A cancel was applied; `moved`: the receiver does not hold the page.")
-    fields: ClassVar[tuple[_Field, ...]] = (
+    fields: ClassVar[tuple[Field, ...]] = (
         _f("ask", "ask", "id"),
         _f("moved", "moved", "bool", required=False),
     )
@@ -248,7 +227,7 @@ class ToolsChanged(NodeMessage):
     description: ClassVar[str] = (
         "A page's tools changed (stored already), on the channel all nodes with MCP "
         "clients hear.")
-    fields: ClassVar[tuple[_Field, ...]] = (_f("session", "session", "id"),)
+    fields: ClassVar[tuple[Field, ...]] = (_f("session", "session", "id"),)
 
 
 # --- sessions moving between nodes (node.py) --------------------------------------------
@@ -263,7 +242,7 @@ class HandOver(NodeMessage):
     description: ClassVar[str] = (
         "Node `to` took the session's lease (its page resumed there): let go of it, store "
         "what is queued, and say so.")
-    fields: ClassVar[tuple[_Field, ...]] = (
+    fields: ClassVar[tuple[Field, ...]] = (
         _f("session", "session", "id"),
         _f("to", "to", "id"),
     )
@@ -275,7 +254,7 @@ class HandedOver(NodeMessage):
 
     type: ClassVar[str] = "session.handedOver"
     description: ClassVar[str] = "The session's former holder let go of it."
-    fields: ClassVar[tuple[_Field, ...]] = (_f("session", "session", "id"),)
+    fields: ClassVar[tuple[Field, ...]] = (_f("session", "session", "id"),)
 
 
 AnyAsk: TypeAlias = HttpCall | McpCall | McpCancel
@@ -307,18 +286,10 @@ def parse(text: str) -> NodeMessage:
     cls = MESSAGE_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise BadMessage(f"unknown message type {excerpt(repr(kind))}")
-    values: dict[str, Any] = {}
-    for spec in cls.fields:
-        value = data.get(spec.wire)
-        if value is None and not spec.required:
-            continue
-        if spec.wire not in data:
-            raise BadMessage(f"{cls.type}: missing field {spec.wire!r}")
-        values[spec.attr] = _checked(cls.type, spec, value)
-    return cls(**values)
+    return build(cls, data, _checked, BadMessage)
 
 
-def _checked(kind_name: str, spec: _Field, value: Any) -> Any:
+def _checked(kind_name: str, spec: Field, value: Any) -> Any:
     where = f"{kind_name}.{spec.wire}"
     if spec.kind == "any":
         return value
@@ -371,37 +342,18 @@ _KIND_NAMES = {
 
 def message_schema(cls: type[NodeMessage]) -> dict[str, Any]:
     """The JSON Schema of one message type, derived from its field declaration."""
-    properties: dict[str, Any] = {"type": {"const": cls.type}}
-    required = ["type"]
-    for spec in cls.fields:
-        properties[spec.wire] = _field_schema(spec)
-        if spec.required:
-            required.append(spec.wire)
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": cls.type,
-        "description": cls.description,
-        "type": "object",
-        "properties": properties,
-        "required": required,
-    }
+    return declare_schema(cls, _field_schema)
 
 
-def _field_schema(spec: _Field) -> dict[str, Any]:
+def _field_schema(spec: Field) -> dict[str, Any]:
     if spec.kind == "id":
         return {"type": "string", "minLength": 1}
-    if spec.kind == "str":
-        return {"type": "string"}
-    if spec.kind == "bool":
-        return {"type": "boolean"}
     if spec.kind == "status":
         return {"type": "integer", "minimum": 100, "maximum": 599}
-    if spec.kind == "number":
-        return {"type": "number"}
     if spec.kind == "headers":
         return {"type": "array", "items": {
             "type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}}
-    return {}
+    return kind_schema(spec.kind)
 
 
 def all_schemas() -> dict[str, dict[str, Any]]:
