@@ -1,5 +1,7 @@
 """Several Core nodes (processes of their own) on one redis-server, behind Debian's
-HAProxy running ``deploy/haproxy.cfg``: everything on loopback ports, stopped by the test."""
+HAProxy running ``deploy/haproxy.cfg``: everything on loopback ports, stopped by the test;
+and what the cluster tests share: two nodes on one Redis with the page on one
+(``page_on_a``), a page answering its tool requests (``answer_requests``, ``answer``)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,16 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
-from corekit import TOKEN, WAIT
-from storekit import free_port
+import websockets
+from corekit import TOKEN, WAIT, Core, RawClient, config, next_of, running_core, tool_meta, until
+from mcpkit import mcp_at, modern_client
+from storekit import RedisServer, free_port
 
 HERE = Path(__file__).parent
 CONFIG = HERE.parent.parent / "deploy" / "haproxy.cfg"
@@ -114,3 +120,89 @@ async def cluster(store: str, count: int, workdir: Path, pyodide: Path | None = 
             await asyncio.to_thread(proxy.wait, WAIT)
         for node in nodes:
             await node.kill()
+
+
+async def answer_requests(page: RawClient, ran: list[str]) -> None:
+    """The page's handlers: each tool.request answered with its args (ids in ``ran``)."""
+    while True:
+        frame = await page.recv()
+        if frame["type"] == "tool.request":
+            ran.append(frame["toolRequestId"])
+            await page.send({"type": "tool.result", "toolRequestId": frame["toolRequestId"],
+                             "result": {"ok": True, "data": frame["args"]},
+                             "handledBy": "named"})
+
+
+async def answer(page: RawClient, frame: dict[str, Any]) -> None:
+    await page.send({"type": "tool.result", "toolRequestId": frame["toolRequestId"],
+                     "result": {"ok": True, "data": frame["args"]}, "handledBy": "named"})
+
+
+async def request_on_open_page(page: RawClient) -> dict[str, Any]:
+    """The page's next ``tool.request``; an AssertionError naming the close code if Core
+    closed the page's socket instead."""
+    try:
+        return await next_of(page, "tool.request")
+    except websockets.ConnectionClosed as exc:
+        code = exc.rcvd.code if exc.rcvd is not None else None
+        raise AssertionError(f"the page was closed ({code})") from None
+
+
+def subscribers(redis_server: RedisServer, core: Core) -> int:
+    """How many of Redis's clients listen to ``core``'s inbox."""
+    with contextlib.closing(redis_server.client()) as client:
+        [(_, count)] = client.pubsub_numsub(
+            f"{core.registry.store.prefix}node:{core.registry.node}")
+        return int(count)
+
+
+def pubsub_clients(redis_server: RedisServer) -> set[int]:
+    """The ids of Redis's clients that are subscribed to something (the nodes' inboxes)."""
+    with contextlib.closing(redis_server.client()) as client:
+        return {int(entry["id"]) for entry in client.client_list(_type="pubsub")}
+
+
+@dataclass
+class PageOnA:
+    """Two nodes on one Redis, the page's session on A, a caller at B."""
+
+    a: Core
+    b: Core
+    page: RawClient
+    sid: str
+    of_a: set[int]  # A's clients subscribed in Redis (its inbox)
+    call: Callable[[], Awaitable[Any]]  # B's call of ``a`` with {"n": 1}: its result
+
+
+@contextlib.asynccontextmanager
+async def page_on_a(redis_server: RedisServer, kind: str, key: str | None = None,
+                    **a_config: Any) -> AsyncIterator[PageOnA]:
+    """``kind``: B's call is a control-API call (``key``: with that Idempotency-Key),
+    or an MCP call."""
+    cfg = {"store": redis_server.url}
+    async with running_core(config(**cfg, **a_config)) as a, \
+            contextlib.AsyncExitStack() as stack:
+        await until(lambda: subscribers(redis_server, a) == 1, "A's inbox subscribed")
+        of_a = pubsub_clients(redis_server)
+        b = await stack.enter_async_context(running_core(config(**cfg)))
+        await until(lambda: subscribers(redis_server, b) == 1, "B's inbox subscribed")
+        page = await RawClient.open(a.ws_url)
+        stack.push_async_callback(page.close)
+        sid = (await page.hello([tool_meta("a")]))["sessionId"]
+        await until(lambda: sid in a.registry.sessions)
+        if kind == "mcp":
+            client = await stack.enter_async_context(modern_client(mcp_at(b.port, sid)))
+            await client.list_tools()
+
+        async def call() -> Any:
+            if kind == "control":
+                response = await b.http.post(
+                    f"/pedelec/v1/sessions/{sid}/tool-calls",
+                    json={"tool": "a", "args": {"n": 1}},
+                    headers={} if key is None else {"Idempotency-Key": key})
+                assert response.status_code == 200, response.text
+                return response.json()["result"]
+            answer = await client.call_tool("a", {"n": 1})
+            return answer.structured_content
+
+        yield PageOnA(a, b, page, sid, of_a, call)

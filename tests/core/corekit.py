@@ -10,9 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,7 +25,7 @@ import uvicorn
 import websockets
 from manual_clock import ManualClock
 
-from pedelec_pyodide import Session
+from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.agents.contract import ToolCallRequest, Turn
 from pedelec_pyodide.core.config import CoreConfig
 from pedelec_pyodide.core.server import create_app, uvicorn_config
@@ -28,6 +33,8 @@ from pedelec_pyodide.core.server import create_app, uvicorn_config
 WAIT = 10.0  # seconds: the bound on any single wait in these tests
 TOKEN = "test-admin-token"
 #: every test Core's --cluster-secret (a store of one process ignores it)
+HERE = Path(__file__).resolve().parent
+
 CLUSTER_SECRET = "test-cluster-secret-of-32-characters"
 
 
@@ -267,3 +274,116 @@ async def until(predicate: Callable[[], bool], what: str = "condition",
         await asyncio.wait_for(loop(), seconds)
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None
+
+
+@contextlib.asynccontextmanager
+async def core_process(db: Path | str, port: int) -> AsyncIterator[subprocess.Popen[str]]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "core_process.py"), str(db), str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), WAIT)
+        assert line.startswith("http://127.0.0.1:"), line
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        await asyncio.to_thread(process.wait, WAIT)
+
+
+async def page_with(core: Core, *names: str) -> tuple[RawClient, dict[str, Any]]:
+    client = await RawClient.open(core.ws_url)
+    welcome = await client.hello([tool_meta(name) for name in names or ("slow",)])
+    assert welcome["type"] == "welcome"
+    return client, welcome
+
+
+async def next_of(client: RawClient, kind: str) -> dict[str, Any]:
+    """The next frame of ``kind`` (others skipped), within WAIT."""
+    async def find() -> dict[str, Any]:
+        while True:
+            frame = await client.recv()
+            if frame["type"] == kind:
+                return frame
+
+    result: dict[str, Any] = await asyncio.wait_for(find(), WAIT)
+    return result
+
+
+async def progress(client: RawClient, request_id: str, value: float, **extra: Any) -> None:
+    await client.send({"type": "tool.progress", "toolRequestId": request_id,
+                       "progress": value, **extra})
+
+
+async def result(client: RawClient, request_id: str, value: Any) -> None:
+    await client.send({"type": "tool.result", "toolRequestId": request_id,
+                       "result": value, "handledBy": "named"})
+
+
+def status_of(core: Core, session_id: str, request_id: str) -> str | None:
+    """The request's status in Core, None once it is resolved."""
+    pending = core.registry.get(session_id).pending.get(request_id)
+    return None if pending is None else str(pending.status)
+
+
+async def hang_up(port: int, path: str, body: dict[str, Any], headers: dict[str, str],
+                  sent: Any) -> None:
+    """POST ``body`` on a raw socket, wait for ``sent()`` (the page got the request), then
+    close the socket without reading the answer: a caller that hangs up."""
+    data = json.dumps(body).encode()
+    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}",
+             f"Authorization: Bearer {TOKEN}", "Content-Type: application/json",
+             f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in headers.items())]
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write("\r\n".join(lines).encode() + b"\r\n\r\n" + data)
+        await writer.drain()
+        await sent()
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def http_handlers_done(core: Core, baseline: int) -> None:
+    """Wait until Core's HTTP handlers have returned (the page's WebSocket is ``baseline``)."""
+    state = core.server.server_state
+    await until(lambda: len(state.tasks) <= baseline, "the hung-up call's handler to return")
+
+
+class GatedTools:
+    """Tools whose handlers wait for the test to open their gate; counts every run."""
+
+    def __init__(self, *names: str) -> None:
+        self.gates = {name: asyncio.Event() for name in names}
+        self.started = {name: asyncio.Event() for name in names}
+        self.runs: Counter[str] = Counter()
+
+    def tools(self) -> list[Any]:
+        return [self._tool(name) for name in self.gates]
+
+    def _tool(self, name: str) -> Any:
+        async def handler(args: Any) -> Any:
+            self.runs[name] += 1
+            self.started[name].set()
+            await self.gates[name].wait()
+            return {"tool": name, "args": args}
+
+        return define_tool(name=name, description=f"gated {name}",
+                           args_schema={"type": "object"}, handler=handler)
+
+
+def echo_session() -> Session:
+    session = Session()
+    session.add_tool(define_tool(name="echo", description="Echo the args.",
+                                 args_schema={"type": "object"}, handler=lambda a: a))
+    return session
+
+
+def echo_page() -> Page:
+    session = Session()
+    session.add_tool(define_tool(name="echo", description="Echo the args.",
+                                 args_schema={"type": "object"}, handler=lambda a: a))
+    return Page(session)

@@ -10,11 +10,21 @@ from typing import Any
 
 import pytest
 import websockets
+from clusterkit import answer_requests
 from core_process import PLAN
-from corekit import WAIT, PlanAgent, RawClient, config, run, running_core, tool_meta, until
+from corekit import (
+    WAIT,
+    PlanAgent,
+    RawClient,
+    config,
+    core_process,
+    next_of,
+    run,
+    running_core,
+    tool_meta,
+    until,
+)
 from storekit import RedisServer, free_port
-from test_core_resume import core_process
-from test_progress import next_of
 
 from pedelec_pyodide import protocol
 from pedelec_pyodide.core.cluster import leases
@@ -132,15 +142,6 @@ def test_a_page_whose_node_is_killed_resumes_on_another_and_its_turn_carries_on(
     run(main())
 
 
-async def answer_requests(page: RawClient, ran: list[str]) -> None:
-    """The page's handlers: each tool.request answered with its args (ids in ``ran``)."""
-    while True:
-        frame = await page.recv()
-        if frame["type"] == "tool.request":
-            ran.append(frame["toolRequestId"])
-            await page.send({"type": "tool.result", "toolRequestId": frame["toolRequestId"],
-                             "result": {"ok": True, "data": frame["args"]},
-                             "handledBy": "named"})
 
 
 def test_calls_arriving_at_a_node_without_the_page_reach_it_and_come_back(

@@ -13,10 +13,19 @@ from typing import Any
 
 import pytest
 import websockets
-from clusterkit import cluster
-from corekit import WAIT, RawClient, config, run, running_core, start_core, tool_meta, until
+from clusterkit import answer, cluster, request_on_open_page
+from corekit import (
+    WAIT,
+    RawClient,
+    config,
+    next_of,
+    run,
+    running_core,
+    start_core,
+    tool_meta,
+    until,
+)
 from storekit import RedisServer
-from test_progress import next_of
 
 from pedelec_pyodide.core.cluster.leases import LEASE_SECONDS
 from pedelec_pyodide.core.cluster.messages import McpReply
@@ -37,9 +46,6 @@ async def answer_all(page: RawClient, ran: list[str]) -> int | None:
             await answer(page, frame)
 
 
-async def answer(page: RawClient, frame: dict[str, Any]) -> None:
-    await page.send({"type": "tool.result", "toolRequestId": frame["toolRequestId"],
-                     "result": {"ok": True, "data": frame["args"]}, "handledBy": "named"})
 
 
 def test_a_node_starts_past_a_session_key_of_the_wrong_type(
@@ -92,14 +98,6 @@ def test_a_forged_http_message_of_the_wrong_type_is_logged_as_a_bad_message(
     run(main())
 
 
-async def request_on_open_page(page: RawClient) -> dict[str, Any]:
-    """The page's next ``tool.request``; an AssertionError naming the close code if Core
-    closed the page's socket instead."""
-    try:
-        return await next_of(page, "tool.request")
-    except websockets.ConnectionClosed as exc:
-        code = exc.rcvd.code if exc.rcvd is not None else None
-        raise AssertionError(f"the page was closed ({code})") from None
 
 
 def test_a_forged_reply_without_a_status_does_not_fail_the_forwarded_call(
@@ -306,7 +304,7 @@ def test_tools_list_on_another_node_after_redis_lost_its_data_finds_the_connecte
     """Redis restarts without its append-only file (its data gone) while the page stays
     connected to A: A's next renewal finds its lease gone and the session too, and stores
     it again; an MCP client on B then lists the page's tools."""
-    from test_mcp import modern_client
+    from mcpkit import modern_client
 
     async def main() -> None:
         cfg = {"store": redis_server.url}

@@ -9,10 +9,9 @@ import contextlib
 from pathlib import Path
 
 import httpx
-from clusterkit import cluster
+from clusterkit import answer_requests, cluster
 from corekit import TOKEN, WAIT, RawClient, run, tool_meta
 from storekit import RedisServer
-from test_cluster import answer_requests
 
 
 def test_through_haproxy_calls_reach_the_page_and_survive_its_node_being_killed(

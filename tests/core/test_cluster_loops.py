@@ -11,12 +11,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from corekit import WAIT, Page, RawClient, config, run, running_core, tool_meta, until
+from corekit import WAIT, Page, RawClient, config, next_of, run, running_core, tool_meta, until
 from mcp import types
+from mcpkit import mcp_at, mcp_client, page_session
 from storekit import RedisServer
-from test_mcp import mcp_client, page_session
-from test_mcp_cluster import mcp_at
-from test_progress import next_of
 
 from pedelec_pyodide import define_tool
 from pedelec_pyodide.core.cluster.leases import LEASE_SECONDS

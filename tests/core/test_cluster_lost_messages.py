@@ -13,35 +13,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
-from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta, until
+from clusterkit import page_on_a, pubsub_clients, subscribers
+from corekit import (
+    WAIT,
+    RawClient,
+    config,
+    next_of,
+    result,
+    run,
+    running_core,
+    tool_meta,
+    until,
+)
 from storekit import RedisServer
-from test_mcp import modern_client
-from test_mcp_cluster import mcp_at
-from test_progress import next_of, result
 
 from pedelec_pyodide.core.cluster import node
 from pedelec_pyodide.core.cluster.leases import LEASE_SECONDS
 from pedelec_pyodide.core.cluster.messages import HttpCall, HttpReply
 from pedelec_pyodide.core.cluster.node import RESEND_SECONDS
-
-
-def subscribers(redis_server: RedisServer, core: Core) -> int:
-    """How many of Redis's clients listen to ``core``'s inbox."""
-    with contextlib.closing(redis_server.client()) as client:
-        [(_, count)] = client.pubsub_numsub(
-            f"{core.registry.store.prefix}node:{core.registry.node}")
-        return int(count)
-
-
-def pubsub_clients(redis_server: RedisServer) -> set[int]:
-    """The ids of Redis's clients that are subscribed to something (the nodes' inboxes)."""
-    with contextlib.closing(redis_server.client()) as client:
-        return {int(entry["id"]) for entry in client.client_list(_type="pubsub")}
 
 
 def drop(redis_server: RedisServer, ids: set[int]) -> None:
@@ -51,50 +42,8 @@ def drop(redis_server: RedisServer, ids: set[int]) -> None:
             client.client_kill_filter(_id=str(client_id))
 
 
-@dataclass
-class PageOnA:
-    """Two nodes on one Redis, the page's session on A, a caller at B."""
-
-    a: Core
-    b: Core
-    page: RawClient
-    sid: str
-    of_a: set[int]  # A's clients subscribed in Redis (its inbox)
-    call: Callable[[], Awaitable[Any]]  # B's call of ``a`` with {"n": 1}: its result
 
 
-@contextlib.asynccontextmanager
-async def page_on_a(redis_server: RedisServer, kind: str, key: str | None = None,
-                    **a_config: Any) -> AsyncIterator[PageOnA]:
-    """``kind``: B's call is a control-API call (``key``: with that Idempotency-Key),
-    or an MCP call."""
-    cfg = {"store": redis_server.url}
-    async with running_core(config(**cfg, **a_config)) as a, \
-            contextlib.AsyncExitStack() as stack:
-        await until(lambda: subscribers(redis_server, a) == 1, "A's inbox subscribed")
-        of_a = pubsub_clients(redis_server)
-        b = await stack.enter_async_context(running_core(config(**cfg)))
-        await until(lambda: subscribers(redis_server, b) == 1, "B's inbox subscribed")
-        page = await RawClient.open(a.ws_url)
-        stack.push_async_callback(page.close)
-        sid = (await page.hello([tool_meta("a")]))["sessionId"]
-        await until(lambda: sid in a.registry.sessions)
-        if kind == "mcp":
-            client = await stack.enter_async_context(modern_client(mcp_at(b.port, sid)))
-            await client.list_tools()
-
-        async def call() -> Any:
-            if kind == "control":
-                response = await b.http.post(
-                    f"/pedelec/v1/sessions/{sid}/tool-calls",
-                    json={"tool": "a", "args": {"n": 1}},
-                    headers={} if key is None else {"Idempotency-Key": key})
-                assert response.status_code == 200, response.text
-                return response.json()["result"]
-            answer = await client.call_tool("a", {"n": 1})
-            return answer.structured_content
-
-        yield PageOnA(a, b, page, sid, of_a, call)
 
 
 @pytest.mark.parametrize("lost", ["reply", "ask"])

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+from clusterkit import answer
 from corekit import (
     CLUSTER_SECRET,
     TOKEN,
@@ -24,14 +25,13 @@ from corekit import (
     Core,
     RawClient,
     config,
+    next_of,
     run,
     running_core,
     tool_meta,
     until,
 )
 from storekit import RedisServer
-from test_cluster_breaker import answer
-from test_progress import next_of
 
 from pedelec_pyodide.core.cli import main as cli_main
 from pedelec_pyodide.core.cluster.messages import (
@@ -335,7 +335,7 @@ def test_a_stranger_cannot_cancel_a_call_or_announce_tool_changes(
         redis_server: RedisServer) -> None:
     """A stranger's ``mcp.cancel`` for a relayed call, and a page's tool change on the
     channel every node with MCP clients hears, are dropped; the call runs to its answer."""
-    from test_mcp import modern_client
+    from mcpkit import modern_client
 
     async def main() -> None:
         async with two_nodes(redis_server) as (a, b):

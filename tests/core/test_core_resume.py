@@ -7,32 +7,28 @@ and nothing is delivered twice (each handler runs once, each result reaches Core
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import websockets
 from corekit import (
     WAIT,
+    GatedTools,
     Page,
     PlanAgent,
     RawClient,
     config,
+    core_process,
     run,
     running_core,
     start_core,
     tool_meta,
     until,
 )
-from test_core_turns import GatedTools
 
 from pedelec_pyodide import MemoryLedger, Session, TurnError
 
@@ -191,21 +187,6 @@ def free_port() -> int:
         return port
 
 
-@contextlib.asynccontextmanager
-async def core_process(db: Path | str, port: int) -> AsyncIterator[subprocess.Popen[str]]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
-    process = subprocess.Popen(
-        [sys.executable, str(HERE / "core_process.py"), str(db), str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    try:
-        assert process.stdout is not None
-        line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), WAIT)
-        assert line.startswith("http://127.0.0.1:"), line
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        await asyncio.to_thread(process.wait, WAIT)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])

@@ -8,33 +8,11 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from corekit import GatedTools, PlanAgent, RawClient, config, run, running_core, tool_meta, until
 from corekit import Page as PageAdapter
-from corekit import PlanAgent, RawClient, config, run, running_core, tool_meta, until
 
 from pedelec_pyodide import Session, TurnError, define_tool
 from pedelec_pyodide.core.agents.contract import ToolCallRequest, Turn
-
-
-class GatedTools:
-    """Tools whose handlers wait for the test to open their gate; counts every run."""
-
-    def __init__(self, *names: str) -> None:
-        self.gates = {name: asyncio.Event() for name in names}
-        self.started = {name: asyncio.Event() for name in names}
-        self.runs: Counter[str] = Counter()
-
-    def tools(self) -> list[Any]:
-        return [self._tool(name) for name in self.gates]
-
-    def _tool(self, name: str) -> Any:
-        async def handler(args: Any) -> Any:
-            self.runs[name] += 1
-            self.started[name].set()
-            await self.gates[name].wait()
-            return {"tool": name, "args": args}
-
-        return define_tool(name=name, description=f"gated {name}",
-                           args_schema={"type": "object"}, handler=handler)
 
 
 def test_parallel_calls_go_out_together_and_come_back_in_order() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 import sqlite3
@@ -26,18 +25,19 @@ from corekit import (
     TOKEN,
     WAIT,
     Core,
+    GatedTools,
     Page,
     PlanAgent,
     RawClient,
     config,
+    core_process,
+    hang_up,
+    http_handlers_done,
     run,
     running_core,
     tool_meta,
-    until,
 )
-from storekit import load_file
-from test_core_resume import core_process, free_port
-from test_core_turns import GatedTools
+from storekit import free_port, load_file
 
 from pedelec_pyodide import Session
 from pedelec_pyodide.core.cluster.relay import keyed_call
@@ -68,29 +68,8 @@ async def post(http: httpx.AsyncClient, path: str, body: dict[str, Any],
     return await http.post(path, json=body, headers=headers)
 
 
-async def hang_up(port: int, path: str, body: dict[str, Any], headers: dict[str, str],
-                  sent: Any) -> None:
-    """POST ``body`` on a raw socket, wait for ``sent()`` (the page got the request), then
-    close the socket without reading the answer: a caller that hangs up."""
-    data = json.dumps(body).encode()
-    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}",
-             f"Authorization: Bearer {TOKEN}", "Content-Type: application/json",
-             f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in headers.items())]
-    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write("\r\n".join(lines).encode() + b"\r\n\r\n" + data)
-        await writer.drain()
-        await sent()
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
 
 
-async def http_handlers_done(core: Core, baseline: int) -> None:
-    """Wait until Core's HTTP handlers have returned (the page's WebSocket is ``baseline``)."""
-    state = core.server.server_state
-    await until(lambda: len(state.tasks) <= baseline, "the hung-up call's handler to return")
 
 
 async def gated_page(core: Core, *names: str) -> tuple[GatedTools, Page, str]:

@@ -19,71 +19,33 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-from corekit import TOKEN, WAIT, Core, Page, config, run, running_core, until
-from mcp import Client, ClientSession, types
+from corekit import (
+    TOKEN,
+    WAIT,
+    Core,
+    Page,
+    config,
+    next_of,
+    page_with,
+    progress,
+    result,
+    run,
+    running_core,
+    until,
+)
+from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ToolsListChanged
-from test_progress import next_of, page_with, progress, result
+from mcpkit import COUNTER_SCHEMA, mcp_client, modern_client, page_session
 
-from pedelec_pyodide import Session, ToolError, define_tool
-
-COUNTER_SCHEMA = {
-    "type": "object", "properties": {"delta": {"type": "integer"}},
-    "required": ["delta"], "additionalProperties": False,
-}
-
-
-def page_session(stall: asyncio.Event | None = None) -> Session:
-    """A page with a counter, a read-only tool, a tool with no "type" in its schema,
-    one that fails, one that never answers (until ``stall`` is set)."""
-    state = {"value": 0}
-
-    def update(args: dict[str, Any]) -> dict[str, Any]:
-        state["value"] += args["delta"]
-        return {"value": state["value"]}
-
-    def fail(args: dict[str, Any]) -> None:
-        raise ToolError("NOT_TODAY", "the page says no", retryable=False)
-
-    async def hang(args: dict[str, Any]) -> str:
-        assert stall is not None
-        await stall.wait()
-        return "late"
-
-    return Session([
-        define_tool(name="update_counter", description="Adds delta to the counter.",
-                    args_schema=COUNTER_SCHEMA, handler=update,
-                    annotations={"title": "Update the counter", "idempotentHint": False,
-                                 "destructiveHint": False}),
-        define_tool(name="get_items", description="Lists the items.",
-                    args_schema={"properties": {}}, handler=lambda: ["a", "b"],
-                    annotations={"readOnlyHint": True}),
-        define_tool(name="fail", description="Always fails.", args_schema={"type": "object"},
-                    handler=fail),
-        define_tool(name="hang", description="Never answers.", args_schema={"type": "object"},
-                    handler=hang),
-    ])
+from pedelec_pyodide import define_tool
 
 
 def mcp_url(core: Core, session_id: str) -> str:
     return f"http://127.0.0.1:{core.port}/pedelec/v1/sessions/{session_id}/mcp"
 
 
-@contextlib.asynccontextmanager
-async def mcp_client(url: str, inbox: list[Any] | None = None,
-                     token: str = TOKEN) -> AsyncIterator[ClientSession]:
-    async def on_message(message: Any) -> None:
-        if inbox is not None:
-            inbox.append(message)
-
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
-                              timeout=httpx2.Timeout(WAIT, read=WAIT * 3))
-    async with http, streamable_http_client(url, http_client=http) as (read, write), \
-            ClientSession(read, write, message_handler=on_message,
-                          read_timeout_seconds=WAIT) as client:
-        await asyncio.wait_for(client.initialize(), WAIT)
-        yield client
 
 
 def text_of(result: types.CallToolResult) -> str:
@@ -379,15 +341,6 @@ def test_args_no_page_can_read_are_invalid_args_before_anything_is_stored(
 # --- long-running tools: progress, cancellation; listen streams (2026-07-28) -----------------
 
 
-@contextlib.asynccontextmanager
-async def modern_client(url: str, read_timeout: float = WAIT) -> AsyncIterator[Client]:
-    """The SDK's default ``Client``: the per-request protocol (2026-07-28), no handshake;
-    a request unanswered for ``read_timeout`` seconds fails."""
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
-                              timeout=httpx2.Timeout(WAIT, read=WAIT * 3))
-    async with http, Client(streamable_http_client(url, http_client=http),
-                            read_timeout_seconds=read_timeout) as client:
-        yield client
 
 
 @pytest.mark.parametrize("era", ["handshake", "2026-07-28"])

@@ -14,13 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterkit import cluster
+from clusterkit import answer_requests, cluster
 from corekit import (
     WAIT,
     Core,
     Page,
     RawClient,
     config,
+    core_process,
+    next_of,
+    page_with,
+    progress,
+    result,
     run,
     running_core,
     start_core,
@@ -29,11 +34,8 @@ from corekit import (
 )
 from mcp import types
 from mcp.shared.subscriptions import ToolsListChanged
+from mcpkit import mcp_at, mcp_client, modern_client, page_session
 from storekit import RedisServer, free_port
-from test_cluster import answer_requests
-from test_core_resume import core_process
-from test_mcp import mcp_client, modern_client, page_session
-from test_progress import next_of, page_with, progress, result
 
 from pedelec_pyodide import define_tool
 from pedelec_pyodide.core.cluster import relay
@@ -46,10 +48,6 @@ from pedelec_pyodide.core.cluster.messages import (
 )
 from pedelec_pyodide.core.http import mcp
 from pedelec_pyodide.core.store import STORE_UNAVAILABLE
-
-
-def mcp_at(port: int, session_id: str) -> str:
-    return f"http://127.0.0.1:{port}/pedelec/v1/sessions/{session_id}/mcp"
 
 
 @contextlib.asynccontextmanager

@@ -22,129 +22,49 @@ import asyncio
 import contextlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
+from agentkit import (
+    DEMO_TOOLS,
+    FAST,
+    KEY,
+    TRANSCRIPTS,
+    StandIn,
+    agent_for,
+    results_sent,
+    run,
+    turn_with,
+)
 from corekit import Page as PageAdapter
-from corekit import RawClient, config, fake_clock, running_core, tool_meta, until
-from test_offline_agent import DEMO_TOOLS, FakeTurn
-from test_progress import next_of, status_of
+from corekit import (
+    RawClient,
+    config,
+    fake_clock,
+    next_of,
+    running_core,
+    status_of,
+    tool_meta,
+    until,
+)
 
 from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.agents import AgentUnavailable, make_agent, model
 from pedelec_pyodide.core.agents.anthropic_agent import AnthropicAgent
 from pedelec_pyodide.core.agents.contract import StepLimitExceeded, ToolCallRequest
-from pedelec_pyodide.core.agents.model import ModelAgent, ModelError, ModelSettings, capped
+from pedelec_pyodide.core.agents.model import ModelError, ModelSettings, capped
 from pedelec_pyodide.core.agents.openai_agent import OpenAIAgent
 
-TRANSCRIPTS = Path(__file__).parent / "transcripts"
-KEY = "sk-test-SECRET-42"
 PROVIDERS = ["openai", "anthropic"]
-FAST = ModelSettings(request_timeout=5.0, retry_budget=5.0)
 
 
 # --- the stand-in for the paid API ---------------------------------------------------------
 
 
-def subset(expected: Any, actual: Any, where: str = "$") -> list[str]:
-    """Where ``actual`` differs from ``expected`` (dicts: only the keys expected)."""
-    if isinstance(expected, dict):
-        if not isinstance(actual, dict):
-            return [f"{where}: expected an object, got {actual!r}"]
-        return [problem for key, value in expected.items()
-                for problem in (subset(value, actual[key], f"{where}.{key}") if key in actual
-                                else [f"{where}.{key}: missing"])]
-    if isinstance(expected, list):
-        if not isinstance(actual, list) or len(actual) != len(expected):
-            return [f"{where}: expected {len(expected)} items, got {actual!r}"]
-        return [problem for index, (e, a) in enumerate(zip(expected, actual, strict=True))
-                for problem in subset(e, a, f"{where}[{index}]")]
-    return [] if expected == actual else [f"{where}: expected {expected!r}, got {actual!r}"]
 
 
-class StandIn:
-    """A loopback HTTP server replaying one transcript, one exchange per request."""
-
-    def __init__(self, transcript: dict[str, Any]) -> None:
-        self.provider: str = transcript["provider"]
-        self.exchanges: list[dict[str, Any]] = list(transcript["exchanges"])
-        self.requests: list[dict[str, Any]] = []  # {"path", "headers", "body", "at"}
-        self.problems: list[str] = []
-        self.stopping = threading.Event()
-        stand_in = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                stand_in.answer(self)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        port = self.server.server_address[1]
-        return f"http://127.0.0.1:{port}" + ("/v1" if self.provider == "openai" else "")
-
-    def answer(self, handler: BaseHTTPRequestHandler) -> None:
-        length = int(handler.headers.get("Content-Length", "0"))
-        body = json.loads(handler.rfile.read(length) or b"null")
-        index = len(self.requests)
-        headers = {name.lower(): value for name, value in handler.headers.items()}
-        self.requests.append({"path": handler.path, "headers": headers, "body": body,
-                              "at": time.monotonic()})
-        if index >= len(self.exchanges):
-            self.problems.append(f"request {index + 1}: the transcript has no more exchanges")
-            return self._json(handler, 500, {"error": {"message": "transcript exhausted"}})
-        exchange = self.exchanges[index]
-        expected = exchange["request"]
-        if handler.path != expected["path"]:
-            self.problems.append(f"request {index + 1}: path {handler.path}")
-        self.problems.extend(f"request {index + 1}: {p}" for p in subset(expected["body"], body))
-        response = exchange["response"]
-        if "delay" in response and self.stopping.wait(response["delay"]):
-            return None
-        if "body" in response:
-            return self._json(handler, response["status"], response["body"],
-                              response.get("headers", {}))
-        handler.send_response(response["status"])
-        handler.send_header("Content-Type", "text/event-stream")
-        handler.send_header("Cache-Control", "no-cache")
-        handler.send_header("Connection", "close")
-        handler.end_headers()
-        for event in response["events"]:
-            if self.provider == "openai":
-                frame = "data: " + (event if isinstance(event, str) else json.dumps(event))
-            else:
-                frame = f"event: {event['event']}\ndata: {json.dumps(event['data'])}"
-            handler.wfile.write((frame + "\n\n").encode())
-            handler.wfile.flush()
-        handler.close_connection = True
-        return None
-
-    @staticmethod
-    def _json(handler: BaseHTTPRequestHandler, status: int, body: Any,
-              headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            handler.send_header(name, value)
-        handler.end_headers()
-        handler.wfile.write(data)
-
-    def messages(self, index: int) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = self.requests[index]["body"]["messages"]
-        return messages
 
 
 @contextlib.contextmanager
@@ -162,40 +82,14 @@ def stand_in(provider: str, name: str) -> Iterator[StandIn]:
     assert not server.problems, server.problems
 
 
-def agent_for(server: StandIn, settings: ModelSettings = FAST) -> ModelAgent:
-    if server.provider == "openai":
-        return OpenAIAgent("test-model", settings, KEY, server.base_url)
-    return AnthropicAgent("test-model", settings, KEY, server.base_url)
 
 
-class Turn(FakeTurn):
-    """The fake Turn of the offline agent's tests, with the usage Core collects."""
-
-    def __init__(self, text: str, **options: Any) -> None:
-        super().__init__(text, **options)
-        self.usage: dict[str, int] = {}
 
 
-def turn_with(text: str, history: list[dict[str, Any]] | None = None, **options: Any) -> Turn:
-    turn = Turn(text, **options)
-    if history is not None:
-        turn.history = history
-    return turn
 
 
-def run(agent: ModelAgent, turn: Turn) -> str:
-    return asyncio.run(asyncio.wait_for(agent.run(turn), 30))
 
 
-def results_sent(server: StandIn, request: int) -> list[tuple[str, Any, bool]]:
-    """(call id, result, is_error) of the tool results in a request's last messages."""
-    messages = server.messages(request)
-    if server.provider == "openai":
-        return [(m["tool_call_id"], json.loads(m["content"]), False)
-                for m in messages if m["role"] == "tool"]
-    last = messages[-1]["content"]
-    return [(b["tool_use_id"], json.loads(b["content"]), b.get("is_error", False))
-            for b in last if b["type"] == "tool_result"]
 
 
 # --- transcripts ---------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from agentkit import FakeTurn, schema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,107 +49,6 @@ from pedelec_pyodide.core.agents.offline import (
     fill_args,
     render_result,
 )
-from pedelec_pyodide.results import tool_error
-
-
-def schema(properties: dict[str, Any] | None = None, required: list[str] | None = None
-           ) -> dict[str, Any]:
-    return {"type": "object", "properties": properties or {}, "required": required or []}
-
-
-DEMO_TOOLS: list[dict[str, Any]] = [
-    {
-        "name": "get_current_page",
-        "description": "Read the current page title and URL.",
-        "argsSchema": schema(),
-    },
-    {
-        "name": "update_counter",
-        "description": "Add delta to the counter shown on the page and return its new value.",
-        "argsSchema": schema(
-            {"delta": {"type": "integer", "description": "How much to add"}}, ["delta"]
-        ),
-    },
-    {
-        "name": "get_selection",
-        "description": "Read the text currently selected in the editor.",
-        "argsSchema": schema(),
-    },
-    {
-        "name": "save_document",
-        "description": "Save a document with a title and a body.",
-        "argsSchema": schema(
-            {"title": {"type": "string"}, "body": {"type": "string"}}, ["title", "body"]
-        ),
-    },
-]
-
-
-def demo_handlers() -> dict[str, Callable[[Any], Any]]:
-    counter = {"value": 0}
-
-    def update_counter(args: Any) -> Any:
-        counter["value"] += args["delta"]
-        return {"value": counter["value"]}
-
-    return {
-        "get_current_page": lambda args: {"title": "Demo", "url": "http://127.0.0.1:8765/"},
-        "update_counter": update_counter,
-        "get_selection": lambda args: {"text": "selected words"},
-        "save_document": lambda args: tool_error(
-            "TOOL_HANDLER_ERROR", "ZeroDivisionError: division by zero"
-        ),
-    }
-
-
-class FakeTurn:
-    """A Turn as Core gives one, with canned results and Core's step limit."""
-
-    def __init__(
-        self,
-        text: str,
-        tools: list[dict[str, Any]] | None = None,
-        *,
-        max_steps: int = 10,
-        handlers: dict[str, Callable[[Any], Any]] | None = None,
-    ) -> None:
-        self.turn_id = "turn-1"
-        self.text = text
-        self.tools = DEMO_TOOLS if tools is None else tools
-        self.history: list[dict[str, Any]] = []
-        self.max_steps = max_steps
-        self.handlers = demo_handlers() if handlers is None else handlers
-        self.batches: list[list[ToolCallRequest]] = []
-        self.said: list[str] = []
-        self.events: list[str] = []  # "say" and "call" in the order they happened
-
-    async def call_tools(self, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
-        if len(self.batches) >= self.max_steps:
-            raise StepLimitExceeded(f"more than {self.max_steps} steps")
-        self.batches.append(list(calls))
-        self.events.append("call")
-        outcomes: list[ToolCallOutcome] = []
-        for call in calls:
-            handler = self.handlers.get(call.tool)
-            result = (
-                handler(call.args) if handler is not None
-                else tool_error("TOOL_HANDLER_NOT_FOUND", f"no handler for tool {call.tool!r}")
-            )
-            outcomes.append(ToolCallOutcome(
-                tool_request_id=f"req-{len(self.batches)}-{len(outcomes)}",
-                tool=call.tool, args=call.args, result=result,
-                handled_by="inline" if handler is not None else "none",
-                call_id=call.call_id,
-            ))
-        return outcomes
-
-    async def say(self, text: str) -> None:
-        self.said.append(text)
-        self.events.append("say")
-
-    @property
-    def calls(self) -> list[tuple[str, Any]]:
-        return [(call.tool, call.args) for batch in self.batches for call in batch]
 
 
 def run(agent: Agent, turn: FakeTurn) -> str:

@@ -22,39 +22,21 @@ from corekit import (
     RawClient,
     config,
     fake_clock,
+    hang_up,
+    http_handlers_done,
+    next_of,
+    page_with,
+    progress,
+    result,
     run,
     running_core,
+    status_of,
     tool_meta,
     until,
 )
 from manual_clock import ManualClock
-from test_idempotency import hang_up, http_handlers_done
 
 from pedelec_pyodide.core.sessions import MAX_PROGRESS_MESSAGE_CHARS
-
-
-async def page_with(core: Core, *names: str) -> tuple[RawClient, dict[str, Any]]:
-    client = await RawClient.open(core.ws_url)
-    welcome = await client.hello([tool_meta(name) for name in names or ("slow",)])
-    assert welcome["type"] == "welcome"
-    return client, welcome
-
-
-async def next_of(client: RawClient, kind: str) -> dict[str, Any]:
-    """The next frame of ``kind`` (others skipped), within WAIT."""
-    async def find() -> dict[str, Any]:
-        while True:
-            frame = await client.recv()
-            if frame["type"] == kind:
-                return frame
-
-    result: dict[str, Any] = await asyncio.wait_for(find(), WAIT)
-    return result
-
-
-async def progress(client: RawClient, request_id: str, value: float, **extra: Any) -> None:
-    await client.send({"type": "tool.progress", "toolRequestId": request_id,
-                       "progress": value, **extra})
 
 
 async def waiting(client: RawClient, request_id: str, flag: bool, **extra: Any) -> None:
@@ -62,15 +44,8 @@ async def waiting(client: RawClient, request_id: str, flag: bool, **extra: Any) 
                        "waiting": flag, **extra})
 
 
-async def result(client: RawClient, request_id: str, value: Any) -> None:
-    await client.send({"type": "tool.result", "toolRequestId": request_id,
-                       "result": value, "handledBy": "named"})
 
 
-def status_of(core: Core, session_id: str, request_id: str) -> str | None:
-    """The request's status in Core, None once it is resolved."""
-    pending = core.registry.get(session_id).pending.get(request_id)
-    return None if pending is None else str(pending.status)
 
 
 async def progressed(core: Core, client: RawClient, session_id: str, request_id: str,

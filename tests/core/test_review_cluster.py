@@ -10,23 +10,22 @@ import time
 from typing import Any
 
 import pytest
+from clusterkit import page_on_a, request_on_open_page
 from corekit import (
     CLUSTER_SECRET,
     WAIT,
     Core,
     RawClient,
     config,
+    next_of,
+    result,
     run,
     running_core,
     tool_meta,
     until,
 )
+from mcpkit import mcp_at, modern_client
 from storekit import RedisServer
-from test_cluster_breaker import request_on_open_page
-from test_cluster_lost_messages import page_on_a
-from test_mcp import modern_client
-from test_mcp_cluster import mcp_at
-from test_progress import next_of, result
 
 from pedelec_pyodide.core.cluster import leases
 from pedelec_pyodide.core.cluster import node as node_module

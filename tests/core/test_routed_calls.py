@@ -13,10 +13,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from corekit import WAIT, Core, RawClient, config, run, running_core, tool_meta, until
+from clusterkit import answer_requests
+from corekit import WAIT, Core, RawClient, config, next_of, run, running_core, tool_meta, until
 from storekit import RedisServer
-from test_cluster import answer_requests
-from test_progress import next_of
 
 from pedelec_pyodide.core.cluster.routing import _moved
 from pedelec_pyodide.core.http.control import SESSION_NOT_FOUND, TOOL_REQUEST_NOT_FOUND

@@ -32,6 +32,7 @@ from corekit import (
     Page,
     RawClient,
     config,
+    echo_session,
     run,
     running_core,
     tool_meta,
@@ -40,7 +41,6 @@ from corekit import (
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
-from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.server import PyodideFiles
 from pedelec_pyodide.core.store import hash_token
 
@@ -50,11 +50,6 @@ ORIGIN_CHECK = "/pedelec/v1/origin-check"
 BRIDGE = "/pedelec/v1/bridge"
 
 
-def echo_session() -> Session:
-    session = Session()
-    session.add_tool(define_tool(name="echo", description="Echo the args.",
-                                 args_schema={"type": "object"}, handler=lambda a: a))
-    return session
 
 
 def wrong_same_length(token: str) -> str:

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 import websockets
-from corekit import TOKEN, WAIT, Page, config, run, running_core
-from test_security import echo_session
+from corekit import TOKEN, WAIT, Page, config, echo_session, run, running_core
 
 from pedelec_pyodide.core.cli import build_parser, config_from_args
 from pedelec_pyodide.core.http.public import host_name, own_hosts

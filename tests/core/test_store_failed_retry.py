@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from corekit import config, run, running_core
+from corekit import config, echo_page, run, running_core
 from storekit import read_only
-from test_store_faults import echo_page
 
 from pedelec_pyodide.core.store import STORE_FAILED
 

@@ -17,9 +17,19 @@ from typing import Any
 
 import httpx
 import pytest
-from corekit import TOKEN, WAIT, Page, RawClient, config, run, running_core, tool_meta
-from storekit import load_file, read_only
-from test_core_resume import core_process, free_port
+from corekit import (
+    TOKEN,
+    WAIT,
+    Page,
+    RawClient,
+    config,
+    core_process,
+    echo_page,
+    run,
+    running_core,
+    tool_meta,
+)
+from storekit import free_port, load_file, read_only
 
 from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.store import (
@@ -37,11 +47,6 @@ def request(request_id: str, args: Any, session_id: str = "s1") -> RequestRecord
     return RequestRecord(request_id, session_id, None, 0, 0, "echo", args, 1e12)
 
 
-def echo_page() -> Page:
-    session = Session()
-    session.add_tool(define_tool(name="echo", description="Echo the args.",
-                                 args_schema={"type": "object"}, handler=lambda a: a))
-    return Page(session)
 
 
 def store_bytes(path: Path) -> bytes:

@@ -19,10 +19,19 @@ from typing import Any
 import httpx
 import pytest
 from core_process import STORE_UNREACHABLE, until_logged
-from corekit import TOKEN, WAIT, RawClient, config, run, running_core, tool_meta, until
+from corekit import (
+    TOKEN,
+    WAIT,
+    RawClient,
+    config,
+    core_process,
+    echo_page,
+    run,
+    running_core,
+    tool_meta,
+    until,
+)
 from storekit import RedisServer, free_port
-from test_core_resume import core_process
-from test_store_faults import echo_page
 
 from pedelec_pyodide.core.store import (
     STORE_UNAVAILABLE,

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 import pytest
+from agentkit import KEY, TRANSCRIPTS, StandIn, agent_for, results_sent, turn_with
+from agentkit import run as run_agent
 from corekit import WAIT, Page, RawClient, config, run, running_core, tool_meta
-from test_model_adapters import KEY, TRANSCRIPTS, StandIn, agent_for, results_sent, turn_with
-from test_model_adapters import run as run_agent
 
 from pedelec_pyodide import Session, define_tool, protocol
 from pedelec_pyodide.core.agents.contract import ToolCallRequest

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from test_wire import FakeCore, connected, request
+from sessionkit import FakeCore, connected, request
 from web_storage import DictStorage
 
 from pedelec_pyodide import (

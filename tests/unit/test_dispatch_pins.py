@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 from manual_clock import ManualClock
-from test_interactive import approval_tool, spin, tool, wire
-from test_wire import connected, request
+from sessionkit import approval_tool, connected, request, spin, tool, wire
 
 from pedelec_pyodide import (
     ApprovalUnavailable,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from manual_clock import ManualClock
-from test_wire import WELCOME, FakeCore, connected, request
+from sessionkit import WELCOME, FakeCore, approval_tool, connected, request, spin, tool, wire
 from web_storage import DictStorage
 
 import pedelec_pyodide
@@ -27,37 +27,6 @@ from pedelec_pyodide import (
     define_tool,
 )
 from pedelec_pyodide.dispatch import MAX_STATUS_TEXT, PROGRESS_INTERVAL
-
-
-async def spin(steps: int = 10) -> None:
-    """Let the loop run its ready work (no time passes)."""
-    for _ in range(steps):
-        await asyncio.sleep(0)
-
-
-def tool(name: str = "t", handler: Any = None, **options: Any) -> Any:
-    schema = options.pop("args_schema", {"type": "object"})
-    return define_tool(name=name, description="d", args_schema=schema, handler=handler,
-                       **options)
-
-
-def wire(core: FakeCore, *kinds: str) -> list[tuple[Any, ...]]:
-    """The frames of ``kinds`` in order, each as a short tuple."""
-    out: list[tuple[Any, ...]] = []
-    for frame in core.sent:
-        kind = frame["type"]
-        if kind not in kinds:
-            continue
-        if kind == "tool.progress":
-            out.append((kind, frame["progress"], frame.get("total"), frame.get("message")))
-        elif kind == "tool.waiting":
-            out.append((kind, frame["waiting"], frame.get("reason")))
-        elif kind == "tool.result":
-            out.append((kind, frame["result"]))
-        else:
-            out.append((kind,))
-    return out
-
 
 # --- progress ------------------------------------------------------------------------------
 
@@ -227,12 +196,6 @@ async def test_a_resumed_connection_tells_core_again_what_is_waiting_and_how_far
 # --- approval ------------------------------------------------------------------------------
 
 
-def approval_tool(runs: list[Any], **options: Any) -> Any:
-    schema = {"type": "object", "properties": {"id": {"type": "integer"}},
-              "required": ["id"]}
-    return tool("delete", lambda args: runs.append(args["id"]) or {"deleted": args["id"]},
-                args_schema=schema, needs_approval=options.pop("needs_approval", True),
-                **options)
 
 
 async def test_an_approved_request_runs_after_the_approver_said_yes() -> None:

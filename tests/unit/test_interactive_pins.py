@@ -8,8 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from test_interactive import approval_tool, spin, tool
-from test_wire import connected, request
+from sessionkit import approval_tool, connected, request, spin, tool
 from web_storage import DictStorage
 
 from pedelec_pyodide import ApprovalRequest, Session, StorageLedger, ToolContext

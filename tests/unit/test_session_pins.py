@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from manual_clock import ManualClock
-from test_wire import WELCOME, FakeCore, connected, request
+from sessionkit import WELCOME, FakeCore, connected, request
 
 from pedelec_pyodide import (
     NotConnectedError,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from manual_clock import ManualClock
-from test_wire import connected, request
+from sessionkit import connected, request
 from web_storage import DictStorage
 
 from pedelec_pyodide import (

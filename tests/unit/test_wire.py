@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import pytest
+from sessionkit import WELCOME, FakeCore, connected, request
 from web_storage import DictStorage, QuotaStorage
 
 from pedelec_pyodide import (
@@ -21,36 +22,6 @@ from pedelec_pyodide import (
     define_tool,
 )
 from pedelec_pyodide.protocol import TurnDelta
-
-
-class FakeCore:
-    """Plays Core's side: records what the page sends."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    def send(self, frame: str) -> None:
-        self.sent.append(json.loads(frame))
-
-    def of_type(self, kind: str) -> list[dict[str, Any]]:
-        return [frame for frame in self.sent if frame["type"] == kind]
-
-
-def request(request_id: str, tool: str = "t", args: Any = None, turn_id: str | None = None
-            ) -> str:
-    return json.dumps({"type": "tool.request", "toolRequestId": request_id, "turnId": turn_id,
-                       "tool": tool, "args": {} if args is None else args})
-
-
-WELCOME = json.dumps({"type": "welcome", "sessionId": "s1", "resumeToken": "tok",
-                      "resumed": False, "state": "idle"})
-
-
-def connected(session: Session) -> FakeCore:
-    core = FakeCore()
-    session.connection_made(core)
-    session.receive(WELCOME)
-    return core
 
 
 def test_hello_then_welcome() -> None:

@@ -1,0 +1,77 @@
+"""A Session on the wire without a socket: a fake Core, the frames it sends, tools to drive."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from pedelec_pyodide import Session, define_tool
+
+
+class FakeCore:
+    """Plays Core's side: records what the page sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, frame: str) -> None:
+        self.sent.append(json.loads(frame))
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [frame for frame in self.sent if frame["type"] == kind]
+
+
+def request(request_id: str, tool: str = "t", args: Any = None, turn_id: str | None = None
+            ) -> str:
+    return json.dumps({"type": "tool.request", "toolRequestId": request_id, "turnId": turn_id,
+                       "tool": tool, "args": {} if args is None else args})
+
+
+WELCOME = json.dumps({"type": "welcome", "sessionId": "s1", "resumeToken": "tok",
+                      "resumed": False, "state": "idle"})
+
+
+def connected(session: Session) -> FakeCore:
+    core = FakeCore()
+    session.connection_made(core)
+    session.receive(WELCOME)
+    return core
+
+
+async def spin(steps: int = 10) -> None:
+    """Let the loop run its ready work (no time passes)."""
+    for _ in range(steps):
+        await asyncio.sleep(0)
+
+
+def tool(name: str = "t", handler: Any = None, **options: Any) -> Any:
+    schema = options.pop("args_schema", {"type": "object"})
+    return define_tool(name=name, description="d", args_schema=schema, handler=handler,
+                       **options)
+
+
+def wire(core: FakeCore, *kinds: str) -> list[tuple[Any, ...]]:
+    """The frames of ``kinds`` in order, each as a short tuple."""
+    out: list[tuple[Any, ...]] = []
+    for frame in core.sent:
+        kind = frame["type"]
+        if kind not in kinds:
+            continue
+        if kind == "tool.progress":
+            out.append((kind, frame["progress"], frame.get("total"), frame.get("message")))
+        elif kind == "tool.waiting":
+            out.append((kind, frame["waiting"], frame.get("reason")))
+        elif kind == "tool.result":
+            out.append((kind, frame["result"]))
+        else:
+            out.append((kind,))
+    return out
+
+
+def approval_tool(runs: list[Any], **options: Any) -> Any:
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}},
+              "required": ["id"]}
+    return tool("delete", lambda args: runs.append(args["id"]) or {"deleted": args["id"]},
+                args_schema=schema, needs_approval=options.pop("needs_approval", True),
+                **options)
