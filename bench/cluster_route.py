@@ -26,10 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "core"))
 
 import httpx
-from clusterkit import Node
+from clusterkit import Node, answer_requests
 from corekit import TOKEN, RawClient, tool_meta
 from storekit import RedisServer
-from test_cluster import answer_requests
 
 
 def quantile(values: list[float], q: float) -> float:

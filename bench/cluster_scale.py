@@ -28,10 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "core"))
 
-from clusterkit import cluster
+from clusterkit import answer_requests, cluster
 from corekit import RawClient, tool_meta
 from storekit import RedisServer
-from test_cluster import answer_requests
 
 NODE_COUNTS = (1, 2, 3)
 

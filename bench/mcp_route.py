@@ -26,12 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "core"))
 
 from cluster_route import report
-from clusterkit import Node
+from clusterkit import Node, answer_requests
 from corekit import RawClient, tool_meta
+from mcpkit import mcp_at, mcp_client, modern_client
 from storekit import RedisServer
-from test_cluster import answer_requests
-from test_mcp import mcp_client, modern_client
-from test_mcp_cluster import mcp_at
 
 WARM_UP = 20
 

@@ -36,7 +36,7 @@ class Printed(logging.Handler):
 
 
 async def until_logged(process: subprocess.Popen[str], event: str) -> None:
-    """Until the Core of this file, run by ``test_core_resume.core_process``, prints a
+    """Until the Core of this file, run by ``corekit.core_process``, prints a
     line of ``event`` (the lines before it are skipped)."""
     assert process.stdout is not None
     loop = asyncio.get_running_loop()

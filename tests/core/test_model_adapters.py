@@ -12,8 +12,9 @@ transcript's recorded request (a subset match), so the tools' translation, the t
 results fed back (ids, ``is_error``) and the history carried between turns are the real
 requests the SDKs build.
 
-The agents run against a fake Turn (as in ``test_offline_agent.py``); one test runs a
-turn through real Core, with a page answering the tool requests.
+The agents run against a fake Turn (``agentkit.FakeTurn``, as in
+``test_offline_agent.py``); one test runs a turn through real Core, with a page answering
+the tool requests.
 """
 
 from __future__ import annotations

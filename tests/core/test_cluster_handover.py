@@ -1,6 +1,7 @@
-"""A stranger's review of d0af9ca and 80d4c63 (Core's cluster: a starting node taking the
-sessions no node holds, replies nobody heard kept, kept results in two lots): the three
-defects it found (each failed before its fix) and the rules that held."""
+"""A session changing node in Core's cluster: a starting node taking the sessions no node
+holds (and leaving a live node's lease alone), replies nobody heard kept and not run again,
+kept results in two lots after a page moved node. (First written for a review of d0af9ca
+and 80d4c63: the three defects it found each failed before its fix.)"""
 
 from __future__ import annotations
 

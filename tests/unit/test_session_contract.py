@@ -1,5 +1,7 @@
-"""Behaviours of the public contract that mutation testing found unpinned: each test
-fails on a runtime that gets one of them wrong (docs/how-to/mutation-testing.md)."""
+"""The Session's public contract at its edges: ``receive()`` never raises, handler
+disposers and ``ctx.active``, the error shapes, resume, ``run_request``. Each test fails on a
+runtime that gets one of them wrong (found by mutation testing:
+docs/how-to/mutation-testing.md)."""
 
 from __future__ import annotations
 
