@@ -81,6 +81,35 @@ async function cellOutputs(page) {
       .map((o) => o.textContent).join("")));
 }
 
+/** Run > Run All Cells once the notebook's kernel is connected and idle. Before that,
+ * JupyterLab's run commands return without running anything (a cell's execute() needs the
+ * session's kernel), which on a loaded machine left every cell without output. */
+async function runAllCells(page) {
+  await expect(page.locator(".jp-Notebook .jp-Cell").first()).toBeVisible({ timeout: 60_000 });
+  // the kernel's name shows once the session has its kernel; the indicator says "idle"
+  // briefly before that too (with "No Kernel"), so both are needed
+  await expect(page.locator(".jp-Toolbar-kernelName")).toHaveText("Python (Pyodide)", { timeout: 60_000 });
+  await expect(page.locator(".jp-Notebook-ExecutionIndicator")).toHaveAttribute("data-status", "idle", { timeout: 90_000 });
+  await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click();
+  await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click();
+}
+
+/** Wait for the last cell's output to contain `text`; if it does not within two minutes,
+ * fail with every cell's output and the kernel's last console lines, which say which cell
+ * stopped "Run All Cells" and why. */
+async function untilLastCellShows(page, text, notes) {
+  const deadline = Date.now() + 120_000;
+  let outputs = [];
+  while (Date.now() < deadline) {
+    outputs = await cellOutputs(page);
+    if (outputs.at(-1)?.includes(text)) return;
+    await page.waitForTimeout(250);
+  }
+  throw new Error(`the last cell did not show ${JSON.stringify(text)} in 120 s.\n`
+    + `cell outputs:\n${outputs.map((o, i) => `[${i}] ${o}`).join("\n")}\n`
+    + `last console lines:\n${notes.slice(-30).join("\n")}`);
+}
+
 test("the example notebook runs offline and serves tool calls from Core", async ({ page, context }) => {
   test.setTimeout(180_000);
   const requests = [];
@@ -92,12 +121,10 @@ test("the example notebook runs offline and serves tool calls from Core", async 
   page.on("console", (m) => notes.push(m.text()));
 
   await page.goto(`${core.url}/notebooks/index.html?path=${NOTEBOOK}`);
-  await expect(page.locator(".jp-Notebook .jp-Cell").first()).toBeVisible({ timeout: 60_000 });
   // Run > Run All Cells, then wait for the last cell's output
-  await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click();
-  await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click();
+  await runAllCells(page);
   const last = page.locator(".jp-CodeCell").last();
-  await expect(last.locator(".jp-OutputArea-output")).toContainText("tool call(s)", { timeout: 120_000 });
+  await untilLastCellShows(page, "tool call(s)", notes);
 
   const [install, , connected, agent, dom, shown] = await cellOutputs(page);
   expect(install).not.toContain("Error");
@@ -192,11 +219,8 @@ test("the site on a plain static server talks to a Core elsewhere (the notebook'
     page.on("console", (m) => notes.push(m.text()));
 
     await page.goto(`${site.url}/notebooks/index.html?path=${NOTEBOOK}`);
-    await expect(page.locator(".jp-Notebook .jp-Cell").first()).toBeVisible({ timeout: 60_000 });
-    await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click();
-    await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click();
-    const last = page.locator(".jp-CodeCell").last();
-    await expect(last.locator(".jp-OutputArea-output")).toContainText("tool call(s)", { timeout: 120_000 });
+    await runAllCells(page);
+    await untilLastCellShows(page, "tool call(s)", notes);
 
     const [install, , connected, agent] = await cellOutputs(page);
     expect(install).not.toContain("Error");
