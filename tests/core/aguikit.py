@@ -141,6 +141,7 @@ class Script:
     end: Ending = "close"
     status: int = 200
     content_type: str = "text/event-stream"
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -178,8 +179,10 @@ class ScriptedAgent:
             self.requests.append({"headers": headers, "body": json.loads(body)})
             script = (self.scripts[index] if index < len(self.scripts)
                       else Script([b"no more scripts"], status=500, content_type="text/plain"))
+            extra = "".join(f"{name}: {value}\r\n" for name, value in script.headers.items())
             writer.write(f"HTTP/1.1 {script.status} X\r\nContent-Type: {script.content_type}"
-                         "\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode())
+                         f"\r\n{extra}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                         .encode())
             for piece in script.pieces:
                 writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
                 await writer.drain()

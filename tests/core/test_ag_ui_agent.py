@@ -8,6 +8,7 @@ SSE server on loopback plays the failures, and a recorded LangGraph stream is re
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import socket
@@ -209,6 +210,29 @@ def test_calls_the_agent_answers_itself_stay_with_the_agent() -> None:
     run(main())
 
 
+def test_chunk_events_crlf_lines_comments_and_other_fields() -> None:
+    """TEXT_MESSAGE_CHUNK and TOOL_CALL_CHUNK (a chunk with no id continues the latest
+    call); lines ended by CRLF; comments and the event/id/retry fields carry nothing."""
+    async def main() -> None:
+        events = [b": keep-alive\r\n\r\n", b"event: message\r\nid: 1\r\nretry: 5\r\n"
+                  + sse({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+                  sse({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m", "role": "assistant",
+                       "delta": "Counting. "}),
+                  sse({"type": "TOOL_CALL_CHUNK", "toolCallId": "c1",
+                       "toolCallName": "update_counter", "delta": '{"del'}),
+                  sse({"type": "TOOL_CALL_CHUNK", "delta": 'ta": 1}'}),
+                  sse({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"})]
+        crlf = [event.replace(b"\n\n", b"\r\n\r\n") for event in events]
+        async with ScriptedAgent([Script(crlf), Script(text_run("Done."))]) as agent, \
+                running_core(ag_ui(agent.url)) as core:
+            session, runs = counter_session()
+            page = await Page(session).connect(core.ws_url)
+            assert await page.session.send_text("count") == "Counting. \n\nDone."
+            assert runs == [{"delta": 1}]
+
+    run(main())
+
+
 def test_the_agent_gets_its_headers() -> None:
     async def main() -> None:
         async with ScriptedAgent([Script(text_run("hi"))]) as agent:
@@ -258,6 +282,10 @@ FAILURES: dict[str, tuple[Script, str]] = {
                                                   {"id": "i", "reason": "confirm"}]}})]),
                   "ended the run interrupt"),
     "too slow": (Script([started()], end="hang"), "sent no event for 0.3 s"),
+    "encoded": (Script([gzip.compress(started())], headers={"Content-Encoding": "gzip"}),
+                "sent its stream encoded (gzip), though asked for identity"),
+    "too deep": (Script([started(), sse('{"type": "RAW", "event": ' + "[" * 100_000
+                                        + "]" * 100_000 + "}")]), "not an AG-UI event"),
 }
 
 

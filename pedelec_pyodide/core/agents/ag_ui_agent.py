@@ -180,8 +180,10 @@ class AgUiAgent(ModelAgent):
                    "tools": tools, "context": [], "state": {}, "forwardedProps": {}}
         body = (await off_loop(_encode, payload) if is_large(messages) else _encode(payload))
         timeout = httpx.Timeout(self.settings.request_timeout, connect=CONNECT_SECONDS)
-        headers = {**dict(self._headers), "Content-Type": "application/json",
-                   "Accept": "text/event-stream"}
+        # identity: the stream's bounds count the bytes that are parsed, and a compressed
+        # stream would be inflated a chunk at a time, however much a chunk inflates to
+        headers = [*self._headers, ("Content-Type", "application/json"),
+                   ("Accept", "text/event-stream"), ("Accept-Encoding", "identity")]
         run = _Run()
         async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client, \
                 client.stream("POST", self.base_url, content=body, headers=headers) as response:
@@ -217,6 +219,10 @@ class AgUiAgent(ModelAgent):
         if kind != "text/event-stream":
             raise AgUiError(f"the AG-UI agent at {self.model} answered {kind or 'no type'}"
                             ", not text/event-stream: is the URL its AG-UI endpoint?")
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding != "identity":
+            raise AgUiError(f"the AG-UI agent at {self.model} sent its stream encoded "
+                            f"({excerpt(encoding)}), though asked for identity")
 
     async def _parse(self, data: bytes) -> Any:
         try:
