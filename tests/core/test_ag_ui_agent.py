@@ -26,7 +26,17 @@ from aguikit import (
     sse,
     text_run,
 )
-from corekit import WAIT, Page, config, run, running_core, start_core
+from corekit import (
+    WAIT,
+    Page,
+    RawClient,
+    config,
+    next_of,
+    run,
+    running_core,
+    start_core,
+    tool_meta,
+)
 
 from pedelec_pyodide import Session, TurnError, define_tool
 from pedelec_pyodide.core.agents.ag_ui_agent import MAX_EVENT_BYTES, MAX_STREAM_BYTES
@@ -428,6 +438,40 @@ def test_a_turn_waits_for_nothing_once_the_agent_has_failed() -> None:
                 with pytest.raises(TurnError):
                     await page.session.send_text("go")
                 await asyncio.wait_for(gone.wait(), WAIT)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    run(main())
+
+
+def test_cancelling_the_turn_closes_the_run_it_is_reading() -> None:
+    async def main() -> None:
+        reading, gone = asyncio.Event(), asyncio.Event()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+                         + sse({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}))
+            await writer.drain()
+            reading.set()
+            await reader.read()  # until Core closes the connection
+            gone.set()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        try:
+            url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+            async with running_core(ag_ui(url)) as core:
+                client = await RawClient.open(core.ws_url)
+                await client.hello([tool_meta("a")])
+                await client.send({"type": "turn.start", "turnId": "t1", "text": "go"})
+                await asyncio.wait_for(reading.wait(), WAIT)
+                await client.send({"type": "turn.cancel", "turnId": "t1"})
+                end = await next_of(client, "turn.end")
+                assert end["status"] == "cancelled"
+                await asyncio.wait_for(gone.wait(), WAIT)
+                await client.close()
         finally:
             server.close()
             await server.wait_closed()
