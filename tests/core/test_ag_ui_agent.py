@@ -368,7 +368,8 @@ def test_a_recorded_langgraph_stream_replays() -> None:
             reply = await page.session.send_text("add two")
             assert runs == [{"delta": 2}]
             assert reply == "Adding two. \n\nThe counter is now 2. "
-            tool = agent.requests[1]["body"]["messages"][-1]
+            assistant, tool = agent.requests[1]["body"]["messages"][-2:]
+            assert assistant["id"] == "lc-1"  # LangGraph's own id: no second copy there
             assert tool["toolCallId"] == recording["call_id"]
             assert json.loads(tool["content"]) == {"value": 2}
 

@@ -99,16 +99,13 @@ def check_url(url: str) -> str:
     return url.strip()
 
 
-def _new_id() -> str:
-    return uuid.uuid4().hex
-
-
 @dataclass
 class _Call:
     """One tool call of a run, as its events built it."""
 
     call_id: str
     name: str
+    parent: str | None  # the id of the agent's message that holds the call
     args: list[str] = field(default_factory=list)  # joined once, at the end: linear
     result: dict[str, Any] | None = None  # the agent's own tool: its tool message
 
@@ -118,6 +115,7 @@ class _Run:
     """What one run said and asked, event by event."""
 
     text: list[str] = field(default_factory=list)
+    text_id: str | None = None  # the id of the agent's message the text began in
     calls: dict[str, _Call] = field(default_factory=dict)
     latest: str | None = None  # the call a TOOL_CALL_CHUNK without an id continues
     outcome: OutcomeKind | None = None  # set by RUN_FINISHED
@@ -132,6 +130,8 @@ class AgUiAgent(ModelAgent):
         super().__init__(public_url(url), settings, "", url)
         self._headers = list(headers)
         self._thread_id = ""
+        self._turn_id = ""
+        self._runs = 0
 
     @classmethod
     def from_spec(cls, url: str, headers: Sequence[tuple[str, str]], event_timeout: float,
@@ -146,7 +146,7 @@ class AgUiAgent(ModelAgent):
         return [value for _, value in self._headers]
 
     async def run(self, turn: Turn) -> str:
-        self._thread_id = turn.session_id
+        self._thread_id, self._turn_id = turn.session_id, turn.turn_id
         return await super().run(turn)
 
     # --- the messages ------------------------------------------------------------------
@@ -156,12 +156,12 @@ class AgUiAgent(ModelAgent):
                  "parameters": tool_schema(tool)} for tool in tools]
 
     def user_message(self, text: str) -> dict[str, Any]:
-        return {"id": _new_id(), "role": "user", "content": text}
+        return {"id": f"{self._turn_id}-user", "role": "user", "content": text}
 
     def result_messages(self, answered: list[tuple[ModelCall, Any]]) -> list[dict[str, Any]]:
         messages = []
         for call, result in answered:
-            message = {"id": _new_id(), "role": "tool", "toolCallId": call.call_id,
+            message = {"id": f"{call.call_id}-result", "role": "tool", "toolCallId": call.call_id,
                        "content": result_text(result)}
             if is_error_result(result):
                 error = result["error"]
@@ -176,7 +176,8 @@ class AgUiAgent(ModelAgent):
 
     async def answer(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                      say: Say) -> ModelAnswer:
-        payload = {"threadId": self._thread_id, "runId": _new_id(), "messages": messages,
+        self._runs += 1
+        payload = {"threadId": self._thread_id, "runId": uuid.uuid4().hex, "messages": messages,
                    "tools": tools, "context": [], "state": {}, "forwardedProps": {}}
         body = (await off_loop(_encode, payload) if is_large(messages) else _encode(payload))
         timeout = httpx.Timeout(self.settings.request_timeout, connect=CONNECT_SECONDS)
@@ -203,7 +204,7 @@ class AgUiAgent(ModelAgent):
                             f"{run.outcome}" + (" (it asked for an interrupt, which Core "
                                                 "does not answer)"
                                                 if run.outcome == "interrupt" else ""))
-        return _answer(run)
+        return _answer(run, f"{self._turn_id}-{self._runs}")
 
     async def _check_response(self, response: httpx.Response) -> None:
         if response.status_code // 100 != 2:
@@ -243,10 +244,12 @@ class AgUiAgent(ModelAgent):
         steps, reasoning, activity, snapshots, custom and raw events)."""
         if isinstance(event, TextMessageContentEvent | TextMessageChunkEvent):
             if event.delta:
+                run.text_id = run.text_id or event.message_id
                 run.text.append(event.delta)
                 await say(event.delta)
         elif isinstance(event, ToolCallStartEvent):
-            run.calls[event.tool_call_id] = _Call(event.tool_call_id, event.tool_call_name)
+            run.calls[event.tool_call_id] = _Call(event.tool_call_id, event.tool_call_name,
+                                                  event.parent_message_id)
             run.latest = event.tool_call_id
         elif isinstance(event, ToolCallChunkEvent):
             call_id = event.tool_call_id or run.latest
@@ -254,7 +257,8 @@ class AgUiAgent(ModelAgent):
                 raise AgUiError(f"the AG-UI agent at {self.model} sent a TOOL_CALL_CHUNK "
                                 "with no toolCallId before any call")
             if call_id not in run.calls:
-                run.calls[call_id] = _Call(call_id, event.tool_call_name or "")
+                run.calls[call_id] = _Call(call_id, event.tool_call_name or "",
+                                           event.parent_message_id)
             run.latest = call_id
             if event.delta:
                 run.calls[call_id].args.append(event.delta)
@@ -307,20 +311,27 @@ def _encode(payload: dict[str, Any]) -> bytes:
     return RunAgentInput.model_validate(payload).model_dump_json(by_alias=True).encode()
 
 
-def _answer(run: _Run) -> ModelAnswer:
+def _answer(run: _Run, fallback_id: str) -> ModelAnswer:
     """The run as history messages: the agent's own calls with their results, then the
-    assistant message with its text and the calls for the page."""
+    assistant message with its text and the calls for the page. Messages keep the ids
+    the agent gave them (an agent that keeps the thread's messages itself, as LangGraph
+    does, adds a message whose id it has not seen: a new id would be a second copy); ids
+    Core makes are derived from the turn, the same when a turn is run again after a
+    restart."""
     own = [call for call in run.calls.values() if call.result is not None]
     page = [call for call in run.calls.values() if call.result is None]
+    message_id = (page[0].parent if page else None) or run.text_id or fallback_id
     before: list[dict[str, Any]] = []
     if own:
-        before.append({"id": _new_id(), "role": "assistant", "toolCalls": _tool_calls(own)})
+        own_id = own[0].parent or f"{fallback_id}-own"
+        before.append({"id": own_id if own_id != message_id else f"{own_id}-own",
+                       "role": "assistant", "toolCalls": _tool_calls(own)})
         before.extend(call.result for call in own if call.result is not None)
     calls = [ModelCall(call.call_id, call.name, "".join(call.args)) for call in page]
     text = "".join(run.text)
     message: dict[str, Any] | None = None
     if text or calls:
-        message = {"id": _new_id(), "role": "assistant"}
+        message = {"id": message_id, "role": "assistant"}
         if text:
             message["content"] = text
         if calls:

@@ -57,11 +57,12 @@ class FakeModel(BaseChatModel):
     def _stream(self, messages: list[BaseMessage], stop: Any = None,
                 run_manager: Any = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         reply = self._reply(messages)
-        pieces: list[AIMessageChunk] = [AIMessageChunk(content=word + " ", id="lc-msg")
+        message_id = f"lc-{len(messages)}"  # one id per answer, as a provider's
+        pieces: list[AIMessageChunk] = [AIMessageChunk(content=word + " ", id=message_id)
                                         for word in str(reply.content).split(" ")]
         for call in reply.tool_calls:
             args = json.dumps(call["args"])
-            pieces += [AIMessageChunk(content="", id="lc-msg", tool_call_chunks=[chunk])
+            pieces += [AIMessageChunk(content="", id=message_id, tool_call_chunks=[chunk])
                        for chunk in (
                            {"name": call["name"], "args": "", "id": call["id"], "index": 0},
                            {"name": None, "args": args[:5], "id": None, "index": 0},
@@ -117,10 +118,17 @@ def main() -> None:
     first = {"threadId": "thread-1", "runId": "run-1", "messages": [user], "tools": [TOOL],
              "context": [], "state": {}, "forwardedProps": {}}
     runs = [{"request": first, "stream": post(url, first)}]
-    assistant = {"id": "a1", "role": "assistant", "content": "Adding two. ", "toolCalls": [
-        {"id": CALL_ID, "type": "function",
-         "function": {"name": "update_counter", "arguments": '{"delta": 2}'}}]}
-    result = {"id": "t1", "role": "tool", "toolCallId": CALL_ID, "content": '{"value": 2}'}
+    events = [json.loads(line[6:]) for line in runs[0]["stream"].splitlines()
+              if line.startswith("data: ")]
+    started = next(event for event in events if event["type"] == "TOOL_CALL_START")
+    # what Core sends back: the agent's own message id, the call's args joined
+    assistant = {"id": started["parentMessageId"], "role": "assistant", "content": "".join(
+        event["delta"] for event in events if event["type"] == "TEXT_MESSAGE_CONTENT"),
+        "toolCalls": [{"id": started["toolCallId"], "type": "function", "function": {
+            "name": started["toolCallName"], "arguments": "".join(
+                event["delta"] for event in events if event["type"] == "TOOL_CALL_ARGS")}}]}
+    result = {"id": f"{CALL_ID}-result", "role": "tool", "toolCallId": CALL_ID,
+              "content": '{"value": 2}'}
     second = {**first, "runId": "run-2", "messages": [user, assistant, result]}
     runs.append({"request": second, "stream": post(url, second)})
     server.should_exit = True
