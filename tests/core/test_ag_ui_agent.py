@@ -290,7 +290,7 @@ FAILURES: dict[str, tuple[Script, str]] = {
                                           "runId": "r", "outcome": {
                                               "type": "interrupt", "interrupts": [
                                                   {"id": "i", "reason": "confirm"}]}})]),
-                  "ended the run interrupt"),
+                  "ended the run with the outcome interrupt"),
     "too slow": (Script([started()], end="hang"), "sent no event for 0.3 s"),
     "encoded": (Script([gzip.compress(started())], headers={"Content-Encoding": "gzip"}),
                 "sent its stream encoded (gzip), though asked for identity"),

@@ -94,8 +94,9 @@ def check_url(url: str) -> str:
     except ValueError:
         parts = parts._replace(netloc="")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"agent ag-ui:{public_url(url)}: expected ag-ui:URL with an http or "
-                         "https URL, e.g. ag-ui:http://127.0.0.1:8000/agent")
+        shown = excerpt(public_url(url)) if url.strip() else "nothing"
+        raise ValueError(f"agent ag-ui:URL needs an http or https URL, e.g. "
+                         f"ag-ui:http://127.0.0.1:8000/agent; got {shown}")
     return url.strip()
 
 
@@ -122,8 +123,10 @@ class _Run:
 
 
 class AgUiAgent(ModelAgent):
+    """The AG-UI agent at one URL, for one turn (Core makes one per turn)."""
+
     provider = PREFIX
-    key_env = "--agent-header"
+    key_env = "--agent-header"  # where its credentials come from, for messages
 
     def __init__(self, url: str, headers: Sequence[tuple[str, str]],
                  settings: ModelSettings) -> None:
@@ -200,9 +203,8 @@ class AgUiAgent(ModelAgent):
                                         "before RUN_FINISHED")
                     await self._apply(run, await self._parse(data), say)
         if run.outcome != "success":
-            raise AgUiError(f"the AG-UI agent at {self.model} ended the run "
-                            f"{run.outcome}" + (" (it asked for an interrupt, which Core "
-                                                "does not answer)"
+            raise AgUiError(f"the AG-UI agent at {self.model} ended the run with the outcome "
+                            f"{run.outcome}" + (" (an interrupt, which Core does not answer)"
                                                 if run.outcome == "interrupt" else ""))
         return _answer(run, f"{self._turn_id}-{self._runs}")
 
