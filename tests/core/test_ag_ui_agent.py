@@ -12,6 +12,7 @@ import gzip
 import json
 import logging
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from corekit import (
 )
 
 from pedelec_pyodide import Session, TurnError, define_tool
-from pedelec_pyodide.core.agents.ag_ui_agent import MAX_EVENT_BYTES, MAX_STREAM_BYTES
+from pedelec_pyodide.core.agents.ag_ui_agent import MAX_EVENT_BYTES, MAX_STREAM_BYTES, sse_events
 from pedelec_pyodide.core.agents.factory import make_agent, parse_header
 from pedelec_pyodide.core.cli import build_parser, main
 
@@ -478,3 +479,21 @@ def test_cancelling_the_turn_closes_the_run_it_is_reading() -> None:
             await server.wait_closed()
 
     run(main())
+
+
+def test_events_are_read_whatever_the_chunks() -> None:
+    """The SSE reader over chunks of every size, lines split anywhere (a CRLF too)."""
+
+    datas = [json.dumps({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "x" * n})
+             for n in range(0, 300, 7)]
+    stream = b"".join(b": c\r\ndata: " + data.encode() + b"\r\n\r\n" for data in datas)
+
+    async def read(size: int) -> list[bytes]:
+        async def chunks() -> AsyncIterator[bytes]:
+            for start in range(0, len(stream), size):
+                yield stream[start:start + size]
+
+        return [event async for event in sse_events(chunks(), "here")]
+
+    for size in (1, 2, 3, 7, 64, 1000, len(stream)):
+        assert asyncio.run(read(size)) == [data.encode() for data in datas], size

@@ -192,7 +192,7 @@ class AgUiAgent(ModelAgent):
         async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client, \
                 client.stream("POST", self.base_url, content=body, headers=headers) as response:
             await self._check_response(response)
-            async with contextlib.aclosing(_events(response.aiter_raw(), self.model)
+            async with contextlib.aclosing(sse_events(response.aiter_raw(), self.model)
                                            ) as events:
                 while run.outcome is None:
                     # a gap between events, not between bytes: a trickle is no answer
@@ -347,7 +347,7 @@ def _tool_calls(calls: Iterable[_Call]) -> list[dict[str, Any]]:
         for call in calls]
 
 
-async def _events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator[bytes, None]:
+async def sse_events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator[bytes, None]:
     """The ``data`` of each server-sent event in ``chunks``, bounded: the stream in all
     by :data:`MAX_STREAM_BYTES`, one event (and so one line) by :data:`MAX_EVENT_BYTES`.
     Every byte is looked at a bounded number of times: a line is searched for from where
