@@ -103,6 +103,17 @@ def test_a_pydantic_ai_agent_calls_the_page_tool_and_answers_from_its_result() -
             assert tool == {"id": tool["id"], "role": "tool", "toolCallId": call["id"],
                             "content": '{"value": 2}'}
 
+            # the control API's turns run on the same agent, in the same thread
+            response = await core.turn(sid, 'update_counter {"delta": 3}')
+            body = response.json()
+            assert body["status"] == "completed", body
+            assert body["text"].endswith('The tool answered: {"value": 5}')
+            assert [(c["tool"], c["result"]) for c in body["toolCalls"]] == [
+                ("update_counter", {"value": 5})]
+            assert requests[-1]["threadId"] == sid
+            assert [m["role"] for m in requests[-1]["messages"]] == [
+                "user", "assistant", "tool", "assistant", "user", "assistant", "tool"]
+
     run(main())
 
 
