@@ -350,12 +350,13 @@ def test_a_header_value_the_agent_echoes_is_never_shown(caplog: pytest.LogCaptur
     async def main() -> None:
         script = Script([b"bad token s3cret-value"], status=401, content_type="text/plain")
         async with ScriptedAgent([script]) as agent:
-            cfg = ag_ui(agent.url, agent_headers=(("Authorization", "s3cret-value"),))
+            cfg = ag_ui(agent.url, agent_headers=(("Authorization", "s3cret-value"),
+                                                  ("X-Shard", "1")))
             async with running_core(cfg) as core:
                 page = await Page(counter_session()[0]).connect(core.ws_url)
                 with pytest.raises(TurnError) as failed:
                     await page.session.send_text("go")
-        assert "answered HTTP 401: bad token ***" in failed.value.message
+        assert "answered HTTP 401: bad token ***" in failed.value.message  # 401: no "1" hidden
         assert "s3cret" not in failed.value.message
 
     with caplog.at_level(logging.DEBUG):

@@ -76,6 +76,8 @@ MAX_STREAM_BYTES = 16 * 1024 * 1024
 MAX_EVENT_BYTES = 4 * 1024 * 1024
 #: bytes of an error answer's body quoted in the turn's message
 MAX_ERROR_BODY = 4096
+#: a header value this long or longer is hidden wherever a failure's message would show it
+MIN_SECRET_CHARS = 6
 
 _EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 
@@ -146,7 +148,8 @@ class AgUiAgent(ModelAgent):
                    replace(base, request_timeout=event_timeout, max_attempts=1))
 
     def secrets(self) -> list[str]:
-        return [value for _, value in self._headers]
+        # a value too short to be a credential ("1", "blue") would blot out the message
+        return [value for _, value in self._headers if len(value) >= MIN_SECRET_CHARS]
 
     async def run(self, turn: Turn) -> str:
         self._thread_id, self._turn_id = turn.session_id, turn.turn_id

@@ -1,7 +1,8 @@
 """What the model adapters share: the turn loop, tool-call checks, retries, history, usage.
 
 A :class:`ModelAgent` subclass speaks one provider's API through its official SDK
-(``openai_agent.py``, ``anthropic_agent.py``); this module runs the turn:
+(``openai_agent.py``, ``anthropic_agent.py``; ``ag_ui_agent.py`` speaks AG-UI, one run per
+model answer); this module runs the turn:
 
 1. ask the model (streamed: text goes to ``turn.say`` as it arrives), with the page's tools;
 2. if it asked for tools, run that step's calls as one ``turn.call_tools`` batch — a call
