@@ -155,8 +155,11 @@ def test_the_history_survives_a_restart_of_core_with_sqlite(tmp_path: Path) -> N
 
 def test_a_tool_the_page_does_not_have_is_answered_not_found_and_the_turn_goes_on() -> None:
     async def main() -> None:
+        echoed = sse({"type": "TOOL_CALL_RESULT", "messageId": "e", "toolCallId": "call-1",
+                      "content": "the page's answer, echoed"})
+        second = text_run("No rockets then.")
         scripts = [Script(call_run("launch_rockets", '{"count": 3}')),
-                   Script(text_run("No rockets then."))]
+                   Script([second[0], echoed, *second[1:]])]
         async with ScriptedAgent(scripts) as agent, running_core(ag_ui(agent.url)) as core:
             session, runs = counter_session()
             page = await Page(session).connect(core.ws_url)
@@ -304,6 +307,9 @@ FAILURES: dict[str, tuple[Script, str]] = {
                                                   {"id": "i", "reason": "confirm"}]}})]),
                   "ended the run with the outcome interrupt"),
     "too slow": (Script([started()], end="hang"), "sent no event for 0.3 s"),
+    "args first": (Script([started(), sse({"type": "TOOL_CALL_ARGS", "toolCallId": "c9",
+                                           "delta": "{}"})]),
+                   "sent TOOL_CALL_ARGS for the call 'c9', which it had not started"),
     "encoded": (Script([gzip.compress(started())], headers={"Content-Encoding": "gzip"}),
                 "sent its stream encoded (gzip), though asked for identity"),
     "too deep": (Script([started(), sse('{"type": "RAW", "event": ' + "[" * 100_000

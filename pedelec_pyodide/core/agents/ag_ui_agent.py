@@ -32,7 +32,6 @@ from urllib.parse import urlsplit
 import httpx
 from ag_ui.core import (
     Event,
-    EventType,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
@@ -268,12 +267,14 @@ class AgUiAgent(ModelAgent):
             if event.delta:
                 run.calls[call_id].args.append(event.delta)
         elif isinstance(event, ToolCallArgsEvent):
-            self._started(run, event.tool_call_id, event.type).args.append(event.delta)
+            self._started(run, event.tool_call_id).args.append(event.delta)
         elif isinstance(event, ToolCallResultEvent):
-            message = {"id": event.message_id, "role": "tool",
-                       "toolCallId": event.tool_call_id,
-                       "content": event.model_dump(mode="json", by_alias=True)["content"]}
-            self._started(run, event.tool_call_id, event.type).result = message
+            # a result for a call of an earlier run (the page's, echoed back) is no news
+            call = run.calls.get(event.tool_call_id)
+            if call is not None:
+                call.result = {
+                    "id": event.message_id, "role": "tool", "toolCallId": event.tool_call_id,
+                    "content": event.model_dump(mode="json", by_alias=True)["content"]}
         elif isinstance(event, RunErrorEvent):
             code = f" ({excerpt(event.code)})" if event.code else ""
             raise AgUiError(f"the AG-UI agent at {self.model} reported RUN_ERROR{code}: "
@@ -284,10 +285,10 @@ class AgUiAgent(ModelAgent):
                            else "cancelled" if isinstance(outcome, RunFinishedCancelledOutcome)
                            else "success")
 
-    def _started(self, run: _Run, call_id: str, kind: EventType) -> _Call:
+    def _started(self, run: _Run, call_id: str) -> _Call:
         call = run.calls.get(call_id)
         if call is None:
-            raise AgUiError(f"the AG-UI agent at {self.model} sent {kind.value} for the "
+            raise AgUiError(f"the AG-UI agent at {self.model} sent TOOL_CALL_ARGS for the "
                             f"call {excerpt(call_id)!r}, which it had not started")
         return call
 
