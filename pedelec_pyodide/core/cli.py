@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from .. import __version__
 from ..protocol import MAX_FRAME_BYTES
+from .agents.factory import parse_header
 from .config import (
     ADMIN_TOKEN_ENV,
     CLUSTER_SECRET_ENV,
@@ -144,6 +145,13 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
     return parse
 
 
+def _agent_header(value: str) -> tuple[str, str]:
+    try:
+        return parse_header(value)
+    except ValueError as exc:  # argparse would quote the value: it may be a secret
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--agent-header: ")) from None
+
+
 def _origin(value: str) -> str:
     """A web origin as browsers send it (``scheme://host[:port]``, no path), or ``*``."""
     if value == "*":
@@ -169,7 +177,13 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         help=f"port to listen on (default: {default_port}; 0 picks a free one)")
     parser.add_argument("--agent", default="offline",
                         help="the agent running turns: offline (default; no network), "
-                        "openai:MODEL or anthropic:MODEL")
+                        "openai:MODEL, anthropic:MODEL, or ag-ui:URL (your own agent, "
+                        "served over AG-UI at URL)")
+    parser.add_argument("--agent-header", action="append", default=[], type=_agent_header,
+                        metavar="'NAME: VALUE'",
+                        help="with --agent ag-ui:URL: a header sent with every run (its "
+                        "auth, e.g. 'Authorization: Bearer ...'); repeatable; values are "
+                        "never logged")
     parser.add_argument("--store", default="memory", type=_store, metavar="URL",
                         help="where sessions live: memory (default; lost on exit), "
                         "PATH.sqlite or sqlite:PATH (survives restarts of Core), or "
@@ -351,7 +365,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         host=args.host, port=args.port, admin_token=token,
         app_dir=getattr(args, "app", None), pyodide_dir=args.pyodide,
         provision=args.pyodide is None and not args.no_provision,
-        demo=args.command == "demo", agent=args.agent, store=args.store,
+        demo=args.command == "demo", agent=args.agent,
+        agent_headers=tuple(args.agent_header), store=args.store,
         store_timeout=args.store_timeout,
         cluster_secret=args.cluster_secret or cluster_secret_from_env(),
         allow_origins=tuple(args.allow_origin), allow_hosts=tuple(args.allow_host),
@@ -394,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return lite_main(args.dir, args.pyodide)
     cfg, generated = config_from_args(args)
     try:
-        cfg.agent_factory = agent_factory_for(cfg.agent)
+        cfg.agent_factory = agent_factory_for(cfg)
     except ValueError as exc:
         print(f"pedelec: error: {exc}", file=sys.stderr)
         return 2

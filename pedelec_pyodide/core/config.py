@@ -60,8 +60,11 @@ class CoreConfig:
     provision: bool = False
     #: serve the bundled demo app at ``/`` (``pedelec demo``)
     demo: bool = False
-    #: ``offline`` | ``openai:MODEL`` | ``anthropic:MODEL``
+    #: ``offline`` | ``openai:MODEL`` | ``anthropic:MODEL`` | ``ag-ui:URL``
     agent: str = "offline"
+    #: headers sent to an AG-UI agent with every run (``--agent-header``): its auth, so
+    #: never shown
+    agent_headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     #: overrides ``agent``: builds the agent used for every turn (embedding, tests)
     agent_factory: Callable[[], Agent] | None = None
     #: ``memory`` or a path to an SQLite file

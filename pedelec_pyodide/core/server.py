@@ -73,12 +73,15 @@ CLOSE_SECONDS = 0.5
 GIL_SWITCH_SECONDS = 0.0005
 
 
-def agent_factory_for(spec: str) -> Callable[[], Agent]:
-    """The factory of the agent named by ``--agent``; raises ``ValueError`` (with
+def agent_factory_for(config: CoreConfig) -> Callable[[], Agent]:
+    """The factory of the agent named by ``--agent`` (with its ``--agent-header``s; an
+    AG-UI agent's events may be ``--tool-timeout`` apart); raises ``ValueError`` (with
     :class:`~.agents.AgentUnavailable` for a known agent this build cannot run) at once,
     so a bad spec stops Core at start rather than failing every turn."""
-    make_agent(spec)
-    return lambda: make_agent(spec)
+    spec, headers = config.agent, config.agent_headers
+    event_timeout = config.tool_timeout_ms / 1000
+    make_agent(spec, headers=headers, event_timeout=event_timeout)
+    return lambda: make_agent(spec, headers=headers, event_timeout=event_timeout)
 
 
 #: the snapshot is revalidated on every load (304 by ETag when unchanged): its file
@@ -280,7 +283,7 @@ async def _prune_turns(store: Store) -> None:
 
 def create_app(config: CoreConfig) -> Starlette:
     """The whole of Core as an ASGI app; start and stop it with its lifespan."""
-    agent_factory = config.agent_factory or agent_factory_for(config.agent)
+    agent_factory = config.agent_factory or agent_factory_for(config)
     store = open_store(config.store, config.store_timeout, config.cluster_secret)
     registry = Registry(config, store, agent_factory, restore)
     node = Node(registry)

@@ -64,6 +64,7 @@ class FakeTurn:
         handlers: dict[str, Callable[[Any], Any]] | None = None,
     ) -> None:
         self.turn_id = "turn-1"
+        self.session_id = "session-1"
         self.text = text
         self.tools = DEMO_TOOLS if tools is None else tools
         self.history: list[dict[str, Any]] = []

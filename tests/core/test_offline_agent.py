@@ -770,5 +770,6 @@ def test_make_agent_rejects_other_specs_listing_the_accepted_forms(spec: str) ->
         make_agent(spec)
     assert not isinstance(caught.value, AgentUnavailable)
     assert str(caught.value) == (
-        f"unknown agent {spec!r}: use one of offline, openai:MODEL, anthropic:MODEL"
+        f"unknown agent {spec!r}: use one of offline, openai:MODEL, anthropic:MODEL, "
+        "ag-ui:URL"
     )

@@ -55,6 +55,7 @@ class Turn(Protocol):
     """What Core gives an agent for one turn."""
 
     turn_id: str
+    session_id: str  # the same for every turn of a session, across restarts of Core
     text: str
     history: list[dict[str, Any]]  # the agent's own record of earlier turns; it may append
     max_steps: int

@@ -2,26 +2,45 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 from .contract import Agent
 from .offline import OfflineAgent
 
-ACCEPTED_SPECS = "offline, openai:MODEL, anthropic:MODEL"
+ACCEPTED_SPECS = "offline, openai:MODEL, anthropic:MODEL, ag-ui:URL"
 MODEL_PROVIDERS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}  # → an example
+#: seconds an AG-UI agent's events may be apart when no ``event_timeout`` is given (the
+#: default ``--tool-timeout``)
+DEFAULT_EVENT_TIMEOUT = 30.0
+
+# RFC 9110: a field name is a token; a value is visible ASCII, spaces and tabs
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE = re.compile(r"[\x20-\x7e\t]*")
 
 
-def make_agent(spec: str) -> Agent:
+def make_agent(spec: str, *, headers: Sequence[tuple[str, str]] = (),
+               event_timeout: float = DEFAULT_EVENT_TIMEOUT) -> Agent:
     """``offline`` → :class:`OfflineAgent`; ``openai:MODEL`` / ``anthropic:MODEL`` → a model
-    adapter. Anything else raises ``ValueError`` listing the accepted forms."""
-    kind, colon, model = spec.strip().partition(":")
+    adapter; ``ag-ui:URL`` → the AG-UI agent at URL, sent ``headers`` with every run, its
+    events at most ``event_timeout`` seconds apart. Anything else raises ``ValueError``
+    listing the accepted forms."""
+    kind, colon, rest = spec.strip().partition(":")
+    if headers and kind != "ag-ui":
+        raise ValueError("--agent-header is for an AG-UI agent (--agent ag-ui:URL) only")
     if kind == "offline" and not colon:
         return OfflineAgent()
     if kind in MODEL_PROVIDERS and colon:
-        if not model.strip():
+        if not rest.strip():
             raise ValueError(
                 f"agent {spec!r} names no model: write {kind}:MODEL, "
                 f"e.g. {kind}:{MODEL_PROVIDERS[kind]}"
             )
-        return model_adapter(kind, model.strip())
+        return model_adapter(kind, rest.strip())
+    if kind == "ag-ui" and colon:
+        from .ag_ui_agent import AgUiAgent  # ag-ui-protocol, only when asked for
+
+        return AgUiAgent.from_spec(rest, headers, event_timeout)
     raise ValueError(f"unknown agent {spec!r}: use one of {ACCEPTED_SPECS}")
 
 
@@ -36,3 +55,22 @@ def model_adapter(provider: str, model: str) -> Agent:
     from .anthropic_agent import AnthropicAgent
 
     return AnthropicAgent.from_env(model)
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``NAME: VALUE`` (``--agent-header``) as a pair. Raises ``ValueError`` naming only
+    the header's name, never its value (an API key, often)."""
+    name, colon, value = text.partition(":")
+    name = name.strip()
+    if not colon:
+        raise ValueError("--agent-header: expected NAME: VALUE (there is no colon)")
+    if not _TOKEN.fullmatch(name):  # not quoted: it may be the value, misspelt
+        raise ValueError("--agent-header: expected NAME: VALUE, with NAME an HTTP header "
+                         "name (letters, digits and !#$%&'*+-.^_`|~ only)")
+    value = value.strip(" \t")
+    if "\r" in value or "\n" in value:
+        raise ValueError(f"--agent-header {name}: the value holds a line break (CR or LF)")
+    if not _FIELD_VALUE.fullmatch(value):
+        raise ValueError(f"--agent-header {name}: the value holds a character other than "
+                         "visible ASCII, space and tab")
+    return name, value

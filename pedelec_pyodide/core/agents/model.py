@@ -1,7 +1,8 @@
 """What the model adapters share: the turn loop, tool-call checks, retries, history, usage.
 
 A :class:`ModelAgent` subclass speaks one provider's API through its official SDK
-(``openai_agent.py``, ``anthropic_agent.py``); this module runs the turn:
+(``openai_agent.py``, ``anthropic_agent.py``; ``ag_ui_agent.py`` speaks AG-UI, one run per
+model answer); this module runs the turn:
 
 1. ask the model (streamed: text goes to ``turn.say`` as it arrives), with the page's tools;
 2. if it asked for tools, run that step's calls as one ``turn.call_tools`` batch — a call
@@ -213,6 +214,9 @@ class ModelAnswer:
     calls: list[ModelCall]
     message: dict[str, Any] | None  # None: the answer was empty
     usage: Usage = field(default_factory=Usage)
+    #: messages for the history that come before ``message``: the calls an AG-UI agent
+    #: made of its own tools in the answer, with their results
+    before: list[dict[str, Any]] = field(default_factory=list)
 
 
 Say = Callable[[str], Awaitable[None]]
@@ -349,6 +353,10 @@ class ModelAgent(ABC):
         """The messages as sent (a provider may merge or adjust them)."""
         return messages
 
+    def secrets(self) -> list[str]:
+        """What a failure's message must never show."""
+        return [self._api_key]
+
     @abstractmethod
     async def answer(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                      say: Say) -> ModelAnswer:
@@ -374,6 +382,7 @@ class ModelAgent(ABC):
                 reply.start_answer()
                 answer = await self._answer_with_retries(past + new, tools, reply, usage)
                 answered = True
+                new.extend(answer.before)
                 if answer.message is not None:
                     new.append(answer.message)
                 if not answer.calls:
@@ -421,7 +430,7 @@ class ModelAgent(ABC):
                 failure = self.failure(exc)
                 if failure is None:
                     raise
-                message = scrub(failure.message, [self._api_key])
+                message = scrub(failure.message, self.secrets())
                 log_event("agent.request_failed", provider=self.provider, model=self.model,
                           attempt=attempt, error=message,
                           ms=(time.perf_counter() - started) * 1000)
@@ -439,7 +448,8 @@ class ModelAgent(ABC):
                 waited += delay
                 await asyncio.sleep(delay)
                 continue
-            where = lone_surrogate_at(answer.message)  # names and ids, kept in the history
+            # names and ids, kept in the history
+            where = lone_surrogate_at([*answer.before, answer.message])
             if where is not None:
                 raise ModelError(f"{self.provider}'s answer holds {not_unicode(where)}")
             answer.usage.requests = 1

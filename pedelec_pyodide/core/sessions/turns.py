@@ -63,6 +63,7 @@ class TurnRunner:
         self.record = record
         self.agent = agent
         self.turn_id = record.id
+        self.session_id = session.id
         self.text = record.text
         self._tools_json = session.record.tools  # the tools as the turn started
         # the agent's history, decoded when the agent first asks for it (the offline

@@ -1,0 +1,409 @@
+"""``--agent ag-ui:URL``: turns run on the user's own agent, spoken to over AG-UI.
+
+Core is the AG-UI client and the page's tools are the agent's frontend tools. One model
+answer of :class:`~.model.ModelAgent`'s turn loop is one AG-UI run: Core POSTs a
+``RunAgentInput`` (built and encoded with the official ``ag-ui-protocol`` types) and reads
+the run's events from its ``text/event-stream``:
+
+- ``TEXT_MESSAGE_CONTENT`` (and ``TEXT_MESSAGE_CHUNK``) deltas are said as they arrive;
+- ``TOOL_CALL_START/ARGS/END`` (and ``TOOL_CALL_CHUNK``) are calls; a call the agent answers
+  itself in the run (``TOOL_CALL_RESULT``: one of its own tools) is kept for the history
+  only, every other one goes to the page once the run has finished, through the same path
+  as any model's calls, and its result goes back in the next run's messages;
+- ``RUN_FINISHED`` ends the run; ``RUN_ERROR``, a stream that ends before it, an event
+  that is not AG-UI, a run's stream over :data:`MAX_STREAM_BYTES` or an event gap over the
+  tool timeout fail the turn with a message naming the agent's URL.
+
+History messages are AG-UI messages, camelCase as on the wire: ``user``, ``assistant``
+(with ``toolCalls``) and ``tool`` (``toolCallId``, the result's JSON as ``content``,
+``error`` for an error result). The thread is the session: ``threadId`` is its id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import httpx
+from ag_ui.core import (
+    Event,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    TextMessageChunkEvent,
+    TextMessageContentEvent,
+    ToolCallArgsEvent,
+    ToolCallChunkEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+from pydantic import TypeAdapter, ValidationError
+
+from ...errors import PedelecError
+from ...results import is_error_result
+from ...text import excerpt
+from ..offload import LARGE_CHARS, is_large, off_loop
+from .contract import Turn
+from .model import (
+    Failure,
+    ModelAgent,
+    ModelAnswer,
+    ModelCall,
+    ModelSettings,
+    Say,
+    public_url,
+    result_text,
+    tool_description,
+    tool_schema,
+    well_formed,
+)
+
+#: the spec's prefix: ``ag-ui:URL``
+PREFIX = "ag-ui"
+#: seconds the agent has to accept the connection
+CONNECT_SECONDS = 10.0
+#: bytes of one run's event stream, in all
+MAX_STREAM_BYTES = 16 * 1024 * 1024
+#: bytes of one event (its ``data`` lines together), and so of one line
+MAX_EVENT_BYTES = 4 * 1024 * 1024
+#: bytes of an error answer's body quoted in the turn's message
+MAX_ERROR_BODY = 4096
+#: a header value this long or longer is hidden wherever a failure's message would show it
+MIN_SECRET_CHARS = 6
+
+_EVENT: TypeAdapter[Any] = TypeAdapter(Event)
+
+OutcomeKind = Literal["success", "interrupt", "cancelled"]
+
+
+class AgUiError(PedelecError):
+    """The AG-UI agent's answer cannot be used; the message says why and names its URL."""
+
+
+def check_url(url: str) -> str:
+    """The agent's URL, checked: http or https with a host."""
+    parts = urlsplit(url.strip())
+    try:
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        parts = parts._replace(netloc="")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        shown = excerpt(public_url(url)) if url.strip() else "nothing"
+        raise ValueError(f"agent ag-ui:URL needs an http or https URL, e.g. "
+                         f"ag-ui:http://127.0.0.1:8000/agent; got {shown}")
+    return url.strip()
+
+
+@dataclass
+class _Call:
+    """One tool call of a run, as its events built it."""
+
+    call_id: str
+    name: str
+    parent: str | None  # the id of the agent's message that holds the call
+    args: list[str] = field(default_factory=list)  # joined once, at the end: linear
+    result: dict[str, Any] | None = None  # the agent's own tool: its tool message
+
+
+@dataclass
+class _Run:
+    """What one run said and asked, event by event."""
+
+    text: list[str] = field(default_factory=list)
+    text_id: str | None = None  # the id of the agent's message the text began in
+    calls: dict[str, _Call] = field(default_factory=dict)
+    latest: str | None = None  # the call a TOOL_CALL_CHUNK without an id continues
+    outcome: OutcomeKind | None = None  # set by RUN_FINISHED
+
+
+class AgUiAgent(ModelAgent):
+    """The AG-UI agent at one URL, for one turn (Core makes one per turn)."""
+
+    provider = PREFIX
+    key_env = "--agent-header"  # where its credentials come from, for messages
+
+    def __init__(self, url: str, headers: Sequence[tuple[str, str]],
+                 settings: ModelSettings) -> None:
+        super().__init__(public_url(url), settings, "", url)
+        self._headers = list(headers)
+        self._thread_id = ""
+        self._turn_id = ""
+        self._runs = 0
+
+    @classmethod
+    def from_spec(cls, url: str, headers: Sequence[tuple[str, str]], event_timeout: float,
+                  settings: ModelSettings | None = None) -> AgUiAgent:
+        """The agent at ``url``: events at most ``event_timeout`` seconds apart, one
+        attempt per run (a run may have effects on the agent's side: never sent twice)."""
+        base = settings or ModelSettings.from_env()
+        return cls(check_url(url), headers,
+                   replace(base, request_timeout=event_timeout, max_attempts=1))
+
+    def secrets(self) -> list[str]:
+        # a value too short to be a credential ("1", "blue") would blot out the message
+        return [value for _, value in self._headers if len(value) >= MIN_SECRET_CHARS]
+
+    async def run(self, turn: Turn) -> str:
+        self._thread_id, self._turn_id = turn.session_id, turn.turn_id
+        return await super().run(turn)
+
+    # --- the messages ------------------------------------------------------------------
+
+    def tool_definitions(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"name": tool["name"], "description": tool_description(tool),
+                 "parameters": tool_schema(tool)} for tool in tools]
+
+    def user_message(self, text: str) -> dict[str, Any]:
+        return {"id": f"{self._turn_id}-user", "role": "user", "content": text}
+
+    def result_messages(self, answered: list[tuple[ModelCall, Any]]) -> list[dict[str, Any]]:
+        messages = []
+        for call, result in answered:
+            message = {"id": f"{call.call_id}-result", "role": "tool", "toolCallId": call.call_id,
+                       "content": result_text(result)}
+            if is_error_result(result):
+                error = result["error"]
+                message["error"] = f"{error.get('code')}: {error.get('message')}"
+            messages.append(message)
+        return messages
+
+    def has_calls(self, message: dict[str, Any]) -> bool:
+        return message.get("role") == "assistant" and bool(message.get("toolCalls"))
+
+    # --- one run -------------------------------------------------------------------------
+
+    async def answer(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                     say: Say) -> ModelAnswer:
+        self._runs += 1
+        payload = {"threadId": self._thread_id, "runId": uuid.uuid4().hex, "messages": messages,
+                   "tools": tools, "context": [], "state": {}, "forwardedProps": {}}
+        body = (await off_loop(_encode, payload) if is_large(messages) else _encode(payload))
+        timeout = httpx.Timeout(self.settings.request_timeout, connect=CONNECT_SECONDS)
+        # identity: the stream's bounds count the bytes that are parsed, and a compressed
+        # stream would be inflated a chunk at a time, however much a chunk inflates to
+        headers = [*self._headers, ("Content-Type", "application/json"),
+                   ("Accept", "text/event-stream"), ("Accept-Encoding", "identity")]
+        run = _Run()
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client, \
+                client.stream("POST", self.base_url, content=body, headers=headers) as response:
+            await self._check_response(response)
+            async with contextlib.aclosing(sse_events(response.aiter_raw(), self.model)
+                                           ) as events:
+                while run.outcome is None:
+                    # a gap between events, not between bytes: a trickle is no answer
+                    async with asyncio.timeout(self.settings.request_timeout):
+                        data = await anext(events, None)
+                    if data is None:
+                        raise AgUiError(f"the AG-UI agent at {self.model}: its stream ended "
+                                        "before RUN_FINISHED")
+                    await self._apply(run, await self._parse(data), say)
+        if run.outcome != "success":
+            raise AgUiError(f"the AG-UI agent at {self.model} ended the run with the outcome "
+                            f"{run.outcome}" + (" (an interrupt, which Core does not answer)"
+                                                if run.outcome == "interrupt" else ""))
+        return _answer(run, f"{self._turn_id}-{self._runs}")
+
+    async def _check_response(self, response: httpx.Response) -> None:
+        if response.status_code // 100 != 2:
+            body = bytearray()
+            async for chunk in response.aiter_raw():
+                body += chunk
+                if len(body) >= MAX_ERROR_BODY:
+                    break
+            said = excerpt(bytes(body[:MAX_ERROR_BODY]).decode("utf-8", "replace").strip())
+            raise AgUiError(f"the AG-UI agent at {self.model} answered HTTP "
+                            f"{response.status_code}" + (f": {said}" if said else ""))
+        kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "text/event-stream":
+            raise AgUiError(f"the AG-UI agent at {self.model} answered {kind or 'no type'}"
+                            ", not text/event-stream: is the URL its AG-UI endpoint?")
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding != "identity":
+            raise AgUiError(f"the AG-UI agent at {self.model} sent its stream encoded "
+                            f"({excerpt(encoding)}), though asked for identity")
+
+    async def _parse(self, data: bytes) -> Any:
+        try:
+            return (await off_loop(_EVENT.validate_json, data) if len(data) > LARGE_CHARS
+                    else _EVENT.validate_json(data))
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False, include_input=False)
+            where = ".".join(str(part) for part in errors[0]["loc"]) if errors else ""
+            said = errors[0]["msg"] if errors else str(exc)
+            problem = f"{where}: {said}" if where else said
+            raise AgUiError(
+                f"the AG-UI agent at {self.model} sent an event that is not an AG-UI event "
+                f"({excerpt(str(problem))}): {excerpt(data.decode('utf-8', 'replace'))}"
+            ) from None
+
+    async def _apply(self, run: _Run, event: Any, say: Say) -> None:
+        """One event's effect on the run (events Core has no use for are skipped: state,
+        steps, reasoning, activity, snapshots, custom and raw events)."""
+        if isinstance(event, TextMessageContentEvent | TextMessageChunkEvent):
+            if event.delta:
+                run.text_id = run.text_id or event.message_id
+                run.text.append(event.delta)
+                await say(event.delta)
+        elif isinstance(event, ToolCallStartEvent):
+            run.calls[event.tool_call_id] = _Call(event.tool_call_id, event.tool_call_name,
+                                                  event.parent_message_id)
+            run.latest = event.tool_call_id
+        elif isinstance(event, ToolCallChunkEvent):
+            call_id = event.tool_call_id or run.latest
+            if call_id is None:
+                raise AgUiError(f"the AG-UI agent at {self.model} sent a TOOL_CALL_CHUNK "
+                                "with no toolCallId before any call")
+            if call_id not in run.calls:
+                run.calls[call_id] = _Call(call_id, event.tool_call_name or "",
+                                           event.parent_message_id)
+            run.latest = call_id
+            if event.delta:
+                run.calls[call_id].args.append(event.delta)
+        elif isinstance(event, ToolCallArgsEvent):
+            self._started(run, event.tool_call_id).args.append(event.delta)
+        elif isinstance(event, ToolCallResultEvent):
+            # a result for a call of an earlier run (the page's, echoed back) is no news
+            call = run.calls.get(event.tool_call_id)
+            if call is not None:
+                call.result = {
+                    "id": event.message_id, "role": "tool", "toolCallId": event.tool_call_id,
+                    "content": event.model_dump(mode="json", by_alias=True)["content"]}
+        elif isinstance(event, RunErrorEvent):
+            code = f" ({excerpt(event.code)})" if event.code else ""
+            raise AgUiError(f"the AG-UI agent at {self.model} reported RUN_ERROR{code}: "
+                            f"{excerpt(event.message)}")
+        elif isinstance(event, RunFinishedEvent):
+            outcome = event.outcome
+            run.outcome = ("interrupt" if isinstance(outcome, RunFinishedInterruptOutcome)
+                           else "cancelled" if isinstance(outcome, RunFinishedCancelledOutcome)
+                           else "success")
+
+    def _started(self, run: _Run, call_id: str) -> _Call:
+        call = run.calls.get(call_id)
+        if call is None:
+            raise AgUiError(f"the AG-UI agent at {self.model} sent TOOL_CALL_ARGS for the "
+                            f"call {excerpt(call_id)!r}, which it had not started")
+        return call
+
+    # --- failures ------------------------------------------------------------------------
+
+    def failure(self, exc: Exception) -> Failure | None:
+        where = f"the AG-UI agent at {self.model}"
+        if isinstance(exc, AgUiError):
+            return Failure(str(exc), retryable=False)
+        if isinstance(exc, httpx.ConnectTimeout):
+            return Failure(f"{where} did not accept the connection within "
+                           f"{CONNECT_SECONDS:g} s", retryable=False)
+        if isinstance(exc, TimeoutError | httpx.TimeoutException):
+            return Failure(f"{where} sent no event for {self.settings.request_timeout:g} s "
+                           "(the limit is --tool-timeout)", retryable=False)
+        if isinstance(exc, httpx.ConnectError):
+            return Failure(f"cannot reach {where}: {excerpt(str(exc))}", retryable=False)
+        if isinstance(exc, httpx.HTTPError):
+            return Failure(f"{where}: its stream broke before RUN_FINISHED "
+                           f"({type(exc).__name__}: {excerpt(str(exc))})", retryable=False)
+        return None
+
+
+def _encode(payload: dict[str, Any]) -> bytes:
+    """The run's input, checked and encoded by the protocol's own types."""
+    return RunAgentInput.model_validate(payload).model_dump_json(by_alias=True).encode()
+
+
+def _answer(run: _Run, fallback_id: str) -> ModelAnswer:
+    """The run as history messages: the agent's own calls with their results, then the
+    assistant message with its text and the calls for the page. Messages keep the ids
+    the agent gave them (an agent that keeps the thread's messages itself, as LangGraph
+    does, adds a message whose id it has not seen: a new id would be a second copy); ids
+    Core makes are derived from the turn, the same when a turn is run again after a
+    restart."""
+    own = [call for call in run.calls.values() if call.result is not None]
+    page = [call for call in run.calls.values() if call.result is None]
+    message_id = (page[0].parent if page else None) or run.text_id or fallback_id
+    before: list[dict[str, Any]] = []
+    if own:
+        own_id = own[0].parent or f"{fallback_id}-own"
+        before.append({"id": own_id if own_id != message_id else f"{own_id}-own",
+                       "role": "assistant", "toolCalls": _tool_calls(own)})
+        before.extend(call.result for call in own if call.result is not None)
+    calls = [ModelCall(call.call_id, call.name, "".join(call.args)) for call in page]
+    text = "".join(run.text)
+    message: dict[str, Any] | None = None
+    if text or calls:
+        message = {"id": message_id, "role": "assistant"}
+        if text:
+            message["content"] = text
+        if calls:
+            message["toolCalls"] = _tool_calls(page)
+    return ModelAnswer(calls, message, before=before)
+
+
+def _tool_calls(calls: Iterable[_Call]) -> list[dict[str, Any]]:
+    return [{"id": call.call_id, "type": "function", "function": {
+        "name": call.name, "arguments": result_text(well_formed("".join(call.args)))}}
+        for call in calls]
+
+
+async def sse_events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator[bytes, None]:
+    """The ``data`` of each server-sent event in ``chunks``, bounded: the stream in all
+    by :data:`MAX_STREAM_BYTES`, one event (and so one line) by :data:`MAX_EVENT_BYTES`.
+    Every byte is looked at a bounded number of times: a line is searched for from where
+    the last search stopped, and the buffer is compacted only when more is read."""
+    buffer = bytearray()
+    start = 0  # where the current line begins in the buffer
+    searched = 0  # up to where the buffer holds no line break past ``start``
+    total = 0
+    data: list[bytes] = []
+    size = 0
+    while True:
+        end = buffer.find(b"\n", max(start, searched))
+        if end < 0:
+            if len(buffer) - start > MAX_EVENT_BYTES:
+                raise AgUiError(f"the AG-UI agent at {where} sent a line over "
+                                f"{MAX_EVENT_BYTES} bytes")
+            del buffer[:start]
+            start, searched = 0, len(buffer)
+            chunk = await anext(chunks, None)
+            if chunk is None:
+                return  # an event not ended by a blank line is dropped (the SSE rule)
+            total += len(chunk)
+            if total > MAX_STREAM_BYTES:
+                raise AgUiError(f"the AG-UI agent at {where} sent over {MAX_STREAM_BYTES} "
+                                "bytes in one run")
+            buffer += chunk
+            continue
+        line = bytes(buffer[start:end])
+        start = searched = end + 1
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if not line:
+            if data:
+                event = b"\n".join(data)
+                data, size = [], 0
+                _check_utf8(event, where)
+                yield event
+            continue
+        name, _, value = line.partition(b":")
+        if name == b"data":
+            value = value[1:] if value.startswith(b" ") else value
+            size += len(value) + 1
+            if size > MAX_EVENT_BYTES:
+                raise AgUiError(f"the AG-UI agent at {where} sent an event over "
+                                f"{MAX_EVENT_BYTES} bytes")
+            data.append(value)
+        # other fields (event, id, retry) and comments (``:``) carry nothing AG-UI uses
+
+
+def _check_utf8(data: bytes, where: str) -> None:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AgUiError(f"the AG-UI agent at {where} sent an event that is not UTF-8 text "
+                        f"(byte {exc.start + 1} of it)") from None
