@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import ssl
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import httpx
 from ag_ui.core import (
@@ -73,6 +75,10 @@ CONNECT_SECONDS = 10.0
 MAX_STREAM_BYTES = 16 * 1024 * 1024
 #: bytes of one event (its ``data`` lines together), and so of one line
 MAX_EVENT_BYTES = 4 * 1024 * 1024
+#: tool calls in one run, the agent's own and the page's (each becomes a request, a result
+#: and two messages: 16 MiB of tiny calls cost Core most of a gigabyte and seconds of its
+#: event loop)
+MAX_CALLS = 128
 #: bytes of an error answer's body quoted in the turn's message
 MAX_ERROR_BODY = 4096
 #: a header value this long or longer is hidden wherever a failure's message would show it
@@ -81,6 +87,13 @@ MIN_SECRET_CHARS = 6
 _EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 
 OutcomeKind = Literal["success", "interrupt", "cancelled"]
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The TLS context of every run, made once: making one loads the CA bundle, tens of
+    ms of the event loop's time, which every run's client would otherwise spend."""
+    return httpx.create_ssl_context()
 
 
 class AgUiError(PedelecError):
@@ -143,12 +156,21 @@ class AgUiAgent(ModelAgent):
         """The agent at ``url``: events at most ``event_timeout`` seconds apart, one
         attempt per run (a run may have effects on the agent's side: never sent twice)."""
         base = settings or ModelSettings.from_env()
+        _tls()  # at start, not in a turn
         return cls(check_url(url), headers,
                    replace(base, request_timeout=event_timeout, max_attempts=1))
 
     def secrets(self) -> list[str]:
-        # a value too short to be a credential ("1", "blue") would blot out the message
-        return [value for _, value in self._headers if len(value) >= MIN_SECRET_CHARS]
+        # the URL's password and query values are as secret as the headers (an error page
+        # may echo the URL); a value too short to be a credential ("1", "blue") would blot
+        # out the message
+        parts = urlsplit(self.base_url)
+        password = parts.password or ""
+        values = [value for _, value in self._headers] + [password, unquote(password)]
+        values += [piece.partition("=")[2] for piece in parts.query.split("&")]
+        values += [value for _, value in parse_qsl(parts.query)]
+        return sorted({value for value in values if len(value) >= MIN_SECRET_CHARS},
+                      key=len, reverse=True)
 
     async def run(self, turn: Turn) -> str:
         self._thread_id, self._turn_id = turn.session_id, turn.turn_id
@@ -191,15 +213,24 @@ class AgUiAgent(ModelAgent):
         headers = [*self._headers, ("Content-Type", "application/json"),
                    ("Accept", "text/event-stream"), ("Accept-Encoding", "identity")]
         run = _Run()
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client, \
+        loop = asyncio.get_running_loop()
+        wait = self.settings.request_timeout
+        # every wait has a deadline, whatever the bytes trickle: the answer's head within
+        # the connection's and the event timeout, an error's body within the event timeout,
+        # then each event within it of the last
+        async with asyncio.timeout_at(loop.time() + CONNECT_SECONDS + wait) as deadline, \
+                httpx.AsyncClient(timeout=timeout, follow_redirects=False,
+                                  verify=_tls()) as client, \
                 client.stream("POST", self.base_url, content=body, headers=headers) as response:
+            deadline.reschedule(loop.time() + wait)
             await self._check_response(response)
             async with contextlib.aclosing(sse_events(response.aiter_raw(), self.model)
                                            ) as events:
                 while run.outcome is None:
                     # a gap between events, not between bytes: a trickle is no answer
-                    async with asyncio.timeout(self.settings.request_timeout):
-                        data = await anext(events, None)
+                    deadline.reschedule(loop.time() + wait)
+                    data = await anext(events, None)
+                    deadline.reschedule(None)
                     if data is None:
                         raise AgUiError(f"the AG-UI agent at {self.model}: its stream ended "
                                         "before RUN_FINISHED")
@@ -208,7 +239,10 @@ class AgUiAgent(ModelAgent):
             raise AgUiError(f"the AG-UI agent at {self.model} ended the run with the outcome "
                             f"{run.outcome}" + (" (an interrupt, which Core does not answer)"
                                                 if run.outcome == "interrupt" else ""))
-        return _answer(run, f"{self._turn_id}-{self._runs}")
+        fallback_id = f"{self._turn_id}-{self._runs}"
+        if sum(len(piece) for call in run.calls.values() for piece in call.args) > LARGE_CHARS:
+            return await off_loop(_answer, run, fallback_id)  # its args parsed, encoded
+        return _answer(run, fallback_id)
 
     async def _check_response(self, response: httpx.Response) -> None:
         if response.status_code // 100 != 2:
@@ -252,6 +286,7 @@ class AgUiAgent(ModelAgent):
                 run.text.append(event.delta)
                 await say(event.delta)
         elif isinstance(event, ToolCallStartEvent):
+            self._check_calls(run, event.tool_call_id)
             run.calls[event.tool_call_id] = _Call(event.tool_call_id, event.tool_call_name,
                                                   event.parent_message_id)
             run.latest = event.tool_call_id
@@ -261,6 +296,7 @@ class AgUiAgent(ModelAgent):
                 raise AgUiError(f"the AG-UI agent at {self.model} sent a TOOL_CALL_CHUNK "
                                 "with no toolCallId before any call")
             if call_id not in run.calls:
+                self._check_calls(run, call_id)
                 run.calls[call_id] = _Call(call_id, event.tool_call_name or "",
                                            event.parent_message_id)
             run.latest = call_id
@@ -284,6 +320,12 @@ class AgUiAgent(ModelAgent):
             run.outcome = ("interrupt" if isinstance(outcome, RunFinishedInterruptOutcome)
                            else "cancelled" if isinstance(outcome, RunFinishedCancelledOutcome)
                            else "success")
+
+    def _check_calls(self, run: _Run, call_id: str) -> None:
+        """Refuse a new call past :data:`MAX_CALLS` in the run."""
+        if call_id not in run.calls and len(run.calls) >= MAX_CALLS:
+            raise AgUiError(f"the AG-UI agent at {self.model} asked for over {MAX_CALLS} "
+                            "tool calls in one run")
 
     def _started(self, run: _Run, call_id: str) -> _Call:
         call = run.calls.get(call_id)
@@ -360,8 +402,7 @@ async def sse_events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator
     start = 0  # where the current line begins in the buffer
     searched = 0  # up to where the buffer holds no line break past ``start``
     total = 0
-    data: list[bytes] = []
-    size = 0
+    data = bytearray()  # the event's data lines, each ended by a line break
     while True:
         end = buffer.find(b"\n", max(start, searched))
         if end < 0:
@@ -385,19 +426,20 @@ async def sse_events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator
             line = line[:-1]
         if not line:
             if data:
-                event = b"\n".join(data)
-                data, size = [], 0
+                del data[-1]  # the last line's break
+                event = bytes(data)
+                data.clear()
                 _check_utf8(event, where)
                 yield event
             continue
         name, _, value = line.partition(b":")
         if name == b"data":
-            value = value[1:] if value.startswith(b" ") else value
-            size += len(value) + 1
-            if size > MAX_EVENT_BYTES:
+            # one buffer, not a list of lines: a million tiny lines are no million objects
+            data += value[1:] if value.startswith(b" ") else value
+            data += b"\n"
+            if len(data) > MAX_EVENT_BYTES:
                 raise AgUiError(f"the AG-UI agent at {where} sent an event over "
                                 f"{MAX_EVENT_BYTES} bytes")
-            data.append(value)
         # other fields (event, id, retry) and comments (``:``) carry nothing AG-UI uses
 
 

@@ -17,6 +17,11 @@ DEFAULT_EVENT_TIMEOUT = 30.0
 # RFC 9110: a field name is a token; a value is visible ASCII, spaces and tabs
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _FIELD_VALUE = re.compile(r"[\x20-\x7e\t]*")
+#: headers Core sets itself on every run (its body, its framing, the answer it takes): one
+#: from --agent-header would be sent twice, or make the request another one than it is
+CORE_HEADERS = frozenset({
+    "accept", "accept-encoding", "connection", "content-encoding", "content-length",
+    "content-type", "expect", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade"})
 
 
 def make_agent(spec: str, *, headers: Sequence[tuple[str, str]] = (),
@@ -67,6 +72,8 @@ def parse_header(text: str) -> tuple[str, str]:
     if not _TOKEN.fullmatch(name):  # not quoted: it may be the value, misspelt
         raise ValueError("--agent-header: expected NAME: VALUE, with NAME an HTTP header "
                          "name (letters, digits and !#$%&'*+-.^_`|~ only)")
+    if name.lower() in CORE_HEADERS:
+        raise ValueError(f"--agent-header {name}: Core sets this header itself")
     value = value.strip(" \t")
     if "\r" in value or "\n" in value:
         raise ValueError(f"--agent-header {name}: the value holds a line break (CR or LF)")

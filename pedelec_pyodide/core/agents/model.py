@@ -34,6 +34,7 @@ from ...errors import PedelecError
 from ...results import INVALID_ARGS, TOOL_HANDLER_NOT_FOUND, tool_error
 from ...text import excerpt, lone_surrogate_at, not_unicode, quote
 from ..log import log_event
+from ..offload import LARGE_CHARS, off_loop
 from .contract import AgentInfo, StepLimitExceeded, ToolCallRequest, Turn
 
 # --- settings ----------------------------------------------------------------------------
@@ -253,6 +254,11 @@ def parse_arguments(call: ModelCall, known: set[str]) -> dict[str, Any] | ToolCa
     return ToolCallRequest(call.name, args, call.call_id)
 
 
+def _parsed(calls: list[ModelCall], known: set[str]
+            ) -> list[tuple[ModelCall, dict[str, Any] | ToolCallRequest]]:
+    return [(call, parse_arguments(call, known)) for call in calls]
+
+
 def well_formed(arguments: str) -> dict[str, Any]:
     """The arguments as an object, or ``{}`` when malformed or not valid Unicode text: what
     the history keeps, so a request built from it is always valid (the error result tells
@@ -401,7 +407,9 @@ class ModelAgent(ABC):
 
     async def _call(self, turn: Turn, calls: list[ModelCall], known: set[str]
                     ) -> list[tuple[ModelCall, Any]]:
-        checked = [(call, parse_arguments(call, known)) for call in calls]
+        checked = (await off_loop(_parsed, calls, known)
+                   if sum(len(call.arguments) for call in calls) > LARGE_CHARS
+                   else _parsed(calls, known))
         requests = [request for _, request in checked if isinstance(request, ToolCallRequest)]
         outcomes = iter(await turn.call_tools(requests) if requests else [])
         answered: list[tuple[ModelCall, Any]] = []

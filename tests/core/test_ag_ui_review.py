@@ -1,0 +1,293 @@
+"""An outside review of ``--agent ag-ui:URL``: a hostile or broken AG-UI agent must cost
+Core bounded time, memory and waiting; the operator's headers must not break the request.
+
+Each test here failed before its fix (or guards a behaviour the fixes touched)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import threading
+import tracemalloc
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from aguikit import Script, ScriptedAgent, call_run, sse, text_run
+from corekit import WAIT, Page, run, running_core
+from test_ag_ui_agent import ag_ui, counter_session, started
+
+from pedelec_pyodide import TurnError, strictjson
+from pedelec_pyodide.core.agents import ag_ui_agent
+from pedelec_pyodide.core.agents.ag_ui_agent import MAX_CALLS, MAX_EVENT_BYTES, sse_events
+from pedelec_pyodide.core.agents.factory import parse_header
+from pedelec_pyodide.core.cli import build_parser
+from pedelec_pyodide.core.offload import LARGE_CHARS
+
+#: seconds between two bytes of a trickling agent: well within the event timeout below
+PACE = 0.05
+TIMEOUT_MS = 300
+
+Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter, asyncio.Event], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def raw_agent(serve: Serve) -> AsyncIterator[str]:
+    """A loopback server answering each request with ``serve``; yields its URL. Stopped,
+    its connections told to stop, when the block ends."""
+    stopping = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            await serve(reader, writer, stopping)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/agent"
+    finally:
+        stopping.set()
+        server.close()
+        await asyncio.wait_for(server.wait_closed(), WAIT)
+
+
+async def trickle(writer: asyncio.StreamWriter, stopping: asyncio.Event, head: bytes,
+                  piece: Callable[[int], bytes]) -> None:
+    """``head``, then ``piece(n)`` every :data:`PACE` seconds until told to stop."""
+    writer.write(head)
+    n = 0
+    while not stopping.is_set():
+        writer.write(piece(n))
+        await writer.drain()
+        n += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), PACE)
+
+
+# --- every wait has a deadline, whatever trickles in ----------------------------------------
+
+
+CHUNKED = b"Transfer-Encoding: chunked\r\n\r\n"
+TRICKLES: dict[str, tuple[bytes, Callable[[int], bytes]]] = {
+    # found: the body of an error answer was read a byte at a time, each read within the
+    # timeout: 4096 bytes took 4096 timeouts (hours with the default --tool-timeout)
+    "error body": (b"HTTP/1.1 502 X\r\nContent-Type: text/plain\r\n" + CHUNKED,
+                   lambda n: b"1\r\nx\r\n"),
+    # found: so was the answer's head, a header line at a time, without end
+    "head": (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n",
+             lambda n: f"X-Pad-{n}: x\r\n".encode()),
+    # held: a comment is no event
+    "comments": (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + CHUNKED,
+                 lambda n: b"5\r\n: hi\n\r\n"),
+}
+
+
+@pytest.mark.parametrize("case", TRICKLES)
+def test_an_agent_that_trickles_fails_the_turn_within_the_event_timeout(
+        case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    head, piece = TRICKLES[case]
+    # the head may take the connection's time and the event timeout: less of the first
+    monkeypatch.setattr(ag_ui_agent, "CONNECT_SECONDS", 1.0)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    stopping: asyncio.Event) -> None:
+        await trickle(writer, stopping, head, piece)
+
+    async def main() -> None:
+        async with raw_agent(serve) as url, \
+                running_core(ag_ui(url, tool_timeout_ms=TIMEOUT_MS)) as core:
+            page = await Page(counter_session()[0]).connect(core.ws_url)
+            with pytest.raises(TurnError) as failed:
+                await asyncio.wait_for(page.session.send_text("go"), WAIT)
+            assert failed.value.code == "AGENT_ERROR"
+            assert "sent no event for 0.3 s" in failed.value.message, failed.value.message
+            assert (await core.http.get("/pedelec/v1/health")).status_code == 200
+
+    run(main())
+
+
+def test_an_agent_that_keeps_the_stream_open_after_run_finished_is_done_with() -> None:
+    """Held: Core stops reading at RUN_FINISHED and closes the run."""
+    async def main() -> None:
+        async with ScriptedAgent([Script(text_run("hi"), end="hang")]) as agent, \
+                running_core(ag_ui(agent.url, tool_timeout_ms=TIMEOUT_MS)) as core:
+            page = await Page(counter_session()[0]).connect(core.ws_url)
+            assert await asyncio.wait_for(page.session.send_text("go"), WAIT) == "hi"
+
+    run(main())
+
+
+# --- what one run may ask for ----------------------------------------------------------------
+
+
+def _calls(count: int, *, chunks: bool = False, same_id: bool = False) -> list[bytes]:
+    """A run calling ``update_counter`` ``count`` times."""
+    events = [started()]
+    for n in range(count):
+        call_id = "c" if same_id else f"c{n}"
+        if chunks:
+            events.append(sse({"type": "TOOL_CALL_CHUNK", "toolCallId": call_id,
+                               "toolCallName": "update_counter", "delta": '{"delta": 1}'}))
+        else:
+            events += [sse({"type": "TOOL_CALL_START", "toolCallId": call_id,
+                            "toolCallName": "update_counter"}),
+                       sse({"type": "TOOL_CALL_ARGS", "toolCallId": call_id,
+                            "delta": '{"delta": 1}'}),
+                       sse({"type": "TOOL_CALL_END", "toolCallId": call_id})]
+    return [b"".join([*events, sse({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"})])]
+
+
+@pytest.mark.parametrize("chunks", [False, True], ids=["start", "chunk"])
+def test_a_run_asking_for_too_many_calls_fails_before_the_page_sees_one(chunks: bool) -> None:
+    """Found: nothing bounded the calls of one run but its 16 MiB: 150,000 calls of a tool
+    the page lacks held Core's event loop for 10 s and took 800 MB (each answered
+    TOOL_HANDLER_NOT_FOUND listing every tool, all sent back in the next run: 66 MB);
+    60,000 of one it has opened 60,000 requests (64 sent, the rest TOO_MANY_PENDING)."""
+    async def main() -> None:
+        scripts = [Script(_calls(MAX_CALLS + 1, chunks=chunks)), Script(text_run("ok"))]
+        async with ScriptedAgent(scripts) as agent, running_core(ag_ui(agent.url)) as core:
+            session, runs = counter_session()
+            page = await Page(session).connect(core.ws_url)
+            with pytest.raises(TurnError) as failed:
+                await page.session.send_text("go")
+            assert failed.value.code == "AGENT_ERROR"
+            assert f"asked for over {MAX_CALLS} tool calls in one run" in failed.value.message
+            assert page.frames("tool.request") == [] and runs == []
+            assert len(agent.requests) == 1
+
+    run(main())
+
+
+def test_a_run_may_ask_for_as_many_calls_as_allowed_and_reuse_an_id() -> None:
+    async def main() -> None:
+        scripts = [Script(_calls(MAX_CALLS, same_id=True)), Script(text_run("ok"))]
+        async with ScriptedAgent(scripts) as agent, running_core(ag_ui(agent.url)) as core:
+            session, runs = counter_session()
+            page = await Page(session).connect(core.ws_url)
+            assert await page.session.send_text("go") == "ok"
+            assert runs == [{"delta": 1}]  # one id: one call, its args the last ones
+
+    run(main())
+
+
+def test_large_args_are_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: a call's args (up to 16 MiB of JSON) were parsed twice and encoded once on
+    the event loop (10 MB of numbers held it 1.4 s), where Core works on any value over
+    ``LARGE_CHARS`` in its worker threads."""
+    args = '{"delta": 1, "pad": [' + "1," * LARGE_CHARS + "1]}"
+    seen: list[bool] = []
+    decode = strictjson.decode
+
+    def spy(text: str) -> Any:
+        if text == args:
+            seen.append(threading.current_thread() is threading.main_thread())
+        return decode(text)
+
+    async def main() -> None:
+        scripts = [Script(call_run("update_counter", args)), Script(text_run("ok"))]
+        async with ScriptedAgent(scripts) as agent, running_core(ag_ui(agent.url)) as core:
+            page = await Page(counter_session()[0]).connect(core.ws_url)
+            monkeypatch.setattr(strictjson, "decode", spy)
+            assert await page.session.send_text("go") == "ok"
+
+    run(main())
+    assert seen and not any(seen), seen  # parsed, never on the loop's thread
+
+
+def test_every_run_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: every run made an HTTP client with a TLS context of its own, loading the CA
+    bundle on the event loop (~40 ms here), even for an http URL."""
+    made: list[int] = []
+    create = ssl.create_default_context
+
+    def spy(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        made.append(1)
+        return create(*args, **kwargs)
+
+    async def main() -> None:
+        scripts = [Script(call_run("update_counter", '{"delta": 1}')), Script(text_run("a")),
+                   Script(text_run("b"))]
+        async with ScriptedAgent(scripts) as agent, running_core(ag_ui(agent.url)) as core:
+            page = await Page(counter_session()[0]).connect(core.ws_url)
+            monkeypatch.setattr(ssl, "create_default_context", spy)
+            assert await page.session.send_text("go") == "a"
+            assert await page.session.send_text("again") == "b"
+            assert len(agent.requests) == 3
+
+    run(main())
+    assert made == []
+    assert ag_ui_agent._tls() is ag_ui_agent._tls()
+
+
+# --- memory --------------------------------------------------------------------------------
+
+
+def test_an_event_of_tiny_data_lines_takes_the_memory_of_its_bytes() -> None:
+    """Found: an event's data lines were kept as a list of bytes objects: one of 4 MiB in
+    2-byte lines took ~50 MB."""
+    lines = (MAX_EVENT_BYTES - 16) // 3
+    stream = b"data: " + b"\ndata:xy" * lines + b"\n\n"
+
+    async def read() -> list[bytes]:
+        async def chunks() -> AsyncIterator[bytes]:
+            for start in range(0, len(stream), 64 * 1024):
+                yield stream[start:start + 64 * 1024]
+
+        return [event async for event in sse_events(chunks(), "here")]
+
+    tracemalloc.start()
+    try:
+        [event] = asyncio.run(read())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(event) == 3 * lines and event.endswith(b"\nxy")
+    assert peak < 3 * MAX_EVENT_BYTES, peak
+
+
+# --- secrets ---------------------------------------------------------------------------------
+
+
+def test_an_echoed_url_password_or_query_key_is_never_shown() -> None:
+    """Found: header values were hidden where the agent echoed them, but not the URL's
+    password or query values, which the docs promise never to show."""
+    async def main() -> None:
+        echo = b"no agent at /agent?key=qk-s3cret-1&x=1 for u:pw-s3cret-2 (pw%2Ds3cret)"
+        script = Script([echo], status=404, content_type="text/plain")
+        async with ScriptedAgent([script]) as agent:
+            url = agent.url.replace("://", "://u:pw%2Ds3cret@") + "?key=qk-s3cret-1&x=1"
+            async with running_core(ag_ui(url)) as core:
+                page = await Page(counter_session()[0]).connect(core.ws_url)
+                with pytest.raises(TurnError) as failed:
+                    await page.session.send_text("go")
+        message = failed.value.message
+        assert "answered HTTP 404: no agent at /agent?key=***&x=1 for u:" in message, message
+        assert "s3cret" not in message
+
+    run(main())
+
+
+# --- the operator's headers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("header", ["Content-Length: 3", "transfer-encoding: chunked",
+                                    "Accept: application/json", "Content-Type: text/plain",
+                                    "Accept-Encoding: gzip", "Connection: Upgrade"])
+def test_a_header_core_sets_itself_is_refused_at_start(
+        header: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found: ``--agent-header "Transfer-Encoding: chunked"`` sent both framings (a request
+    a proxy may split in two), ``Content-Length`` broke every run, ``Accept`` went twice."""
+    name = header.partition(":")[0]
+    with pytest.raises(ValueError, match=f"--agent-header {name}: Core sets this header"):
+        parse_header(header)
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["serve", "--agent", "ag-ui:http://127.0.0.1:1/",
+                                   "--agent-header", header])
+    assert exited.value.code == 2
+    assert "Core sets this header itself" in capsys.readouterr().err
+    assert parse_header("Host: agents.internal") == ("Host", "agents.internal")  # allowed
