@@ -173,6 +173,27 @@ def test_a_tool_the_page_does_not_have_is_answered_not_found_and_the_turn_goes_o
     run(main())
 
 
+def test_message_ids_stay_unique_when_the_agent_reuses_a_call_id_in_every_turn() -> None:
+    """An agent that keeps the thread itself and skips ids it has seen (LangGraph) would
+    drop the second turn's result if its id were the first's."""
+    async def main() -> None:
+        scripts = [Script(call_run("update_counter", '{"delta": 1}')), Script(text_run("one")),
+                   Script(call_run("update_counter", '{"delta": 1}')), Script(text_run("two"))]
+        async with ScriptedAgent(scripts) as agent, running_core(ag_ui(agent.url)) as core:
+            session, runs = counter_session()
+            page = await Page(session).connect(core.ws_url)
+            assert await page.session.send_text("go") == "one"
+            assert await page.session.send_text("again") == "two"
+            assert runs == [{"delta": 1}, {"delta": 1}]
+            messages = agent.requests[3]["body"]["messages"]
+            results = [m for m in messages if m["role"] == "tool"]
+            assert [m["toolCallId"] for m in results] == ["call-1", "call-1"]
+            ids = [m["id"] for m in messages]
+            assert len(ids) == len(set(ids)), ids
+
+    run(main())
+
+
 def test_an_error_result_goes_back_with_error_set() -> None:
     async def main() -> None:
         scripts = [Script(call_run("update_counter", '{"delta": "x"}')), Script(text_run("ok"))]

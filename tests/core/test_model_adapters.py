@@ -456,3 +456,9 @@ def test_a_call_awaiting_approval_outlives_its_deadline_and_a_denial_reaches_the
     ((_, result, is_error),) = results_sent(server, 1)
     assert result == denied
     assert is_error == (provider == "anthropic")  # OpenAI has no flag: the JSON says it
+
+
+def test_a_url_in_messages_has_no_credentials_and_keeps_an_ipv6_host_readable() -> None:
+    assert (model.public_url("https://user:pw@example.test:8443/v1?key=s")
+            == "https://example.test:8443/v1")
+    assert model.public_url("http://[::1]:3000/agent") == "http://[::1]:3000/agent"

@@ -188,8 +188,10 @@ class AgUiAgent(ModelAgent):
     def result_messages(self, answered: list[tuple[ModelCall, Any]]) -> list[dict[str, Any]]:
         messages = []
         for call, result in answered:
-            message = {"id": f"{call.call_id}-result", "role": "tool", "toolCallId": call.call_id,
-                       "content": result_text(result)}
+            # the turn in the id too: an agent may reuse its call ids in every turn, and an
+            # agent that skips messages it has seen (LangGraph) would drop the next result
+            message = {"id": f"{self._turn_id}-{call.call_id}-result", "role": "tool",
+                       "toolCallId": call.call_id, "content": result_text(result)}
             if is_error_result(result):
                 error = result["error"]
                 message["error"] = f"{error.get('code')}: {error.get('message')}"

@@ -174,6 +174,8 @@ def public_url(url: str) -> str:
     """``url`` without credentials, for messages."""
     parts = urlsplit(url)
     host = parts.hostname or ""
+    if ":" in host:  # an IPv6 address keeps its brackets
+        host = f"[{host}]"
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
