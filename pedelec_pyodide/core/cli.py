@@ -394,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return lite_main(args.dir, args.pyodide)
     cfg, generated = config_from_args(args)
     try:
-        cfg.agent_factory = agent_factory_for(cfg.agent)
+        cfg.agent_factory = agent_factory_for(cfg.agent, cfg.clock)
     except ValueError as exc:
         print(f"pedelec: error: {exc}", file=sys.stderr)
         return 2
