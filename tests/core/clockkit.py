@@ -138,3 +138,31 @@ def _wake(future: asyncio.Future[None]) -> None:
 async def _settle() -> None:
     for _ in range(SETTLE_TURNS):
         await asyncio.sleep(0)
+
+
+#: real seconds :func:`advance_through_io` pauses after each step, for I/O the step's
+#: tasks started (a Redis command, a frame on a loopback socket) to be answered
+IO_PAUSE = 0.02
+
+
+async def advance_through_io(clock: FakeClock, seconds: float, step: float = 0.25) -> None:
+    """Move ``clock`` ``seconds`` on, ``step`` at a time, with a short real pause after
+    each: Core's loops that wait on Redis between their sleeps (renewals, resends, polls)
+    run each round before time moves past their next one. Redis's own expiry (a lease's
+    PX) stays on real time: a test moves it by setting a key's TTL."""
+    while seconds > 1e-9:
+        await clock.advance(min(step, seconds))
+        seconds -= step
+        await asyncio.sleep(IO_PAUSE)
+
+
+async def advance_until(clock: FakeClock, predicate: Callable[[], bool],
+                        what: str = "condition", step: float = 0.25,
+                        limit: float = 120.0) -> None:
+    """Move ``clock`` on (as :func:`advance_through_io`) until ``predicate()`` holds;
+    AssertionError after ``limit`` seconds of the clock."""
+    moved = 0.0
+    while not predicate():
+        assert moved < limit, f"timed out waiting for {what} ({limit:g} s of the clock)"
+        await advance_through_io(clock, step, step)
+        moved += step
