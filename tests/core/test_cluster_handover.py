@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from clockkit import FakeClock, advance_through_io, advance_until
 from clusterkit import page_on_a, request_on_open_page
 from corekit import (
     CLUSTER_SECRET,
@@ -342,16 +343,19 @@ async def stored_and_stopped(redis_server: RedisServer) -> tuple[str, str, dict[
 def test_a_starting_node_lets_go_of_a_stored_session_deleted_before_it_looked(
         redis_server: RedisServer) -> None:
     """What held: a session stored at B's start and deleted before B looks is not
-    restored, and the lease B's conditional renew took for it is let go."""
+    restored, and the lease B's conditional renew took for it is let go. B on a fake
+    clock, moved past its look."""
 
     async def main() -> None:
         sid, _, _ = await stored_and_stopped(redis_server)
-        async with running_core(config(store=redis_server.url)) as b:
+        clock = FakeClock()
+        async with running_core(config(store=redis_server.url, clock=clock)) as b:
             with contextlib.closing(redis_server.client()) as client:
                 for key in client.scan_iter(PREFIX + "*" + sid):
                     client.delete(key)
                 client.zrem(PREFIX + "sessions", sid)
-            await asyncio.sleep(leases.VACANT_SECONDS + 1.0)
+            await advance_through_io(clock, leases.VACANT_SECONDS + 1.0)
+            await until(lambda: not b.node.leases._taking, "B's look done")
             assert sid not in b.registry.sessions
             assert await b.registry.store.holder(sid) is None
             assert not b.node.leases._taking
@@ -363,20 +367,19 @@ def test_a_starting_node_looks_again_when_redis_was_away_at_its_look(
         redis_server: RedisServer) -> None:
     """What held: Redis stopped across B's look (B's renew fails at once) and back a
     moment later: B looks again VACANT_SECONDS later and takes the stopped node's
-    session, with its pending request."""
+    session, with its pending request. B on a fake clock."""
 
     async def main() -> None:
         sid, _, request = await stored_and_stopped(redis_server)
-        async with running_core(config(store=redis_server.url)) as b:
-            started = time.monotonic()
-            await asyncio.sleep(leases.VACANT_SECONDS - 0.7)
+        clock = FakeClock()
+        async with running_core(config(store=redis_server.url, clock=clock)) as b:
+            await advance_through_io(clock, leases.VACANT_SECONDS - 0.7)
             await asyncio.to_thread(redis_server.stop)
-            await asyncio.sleep(max(0.0, started + leases.VACANT_SECONDS + 0.5
-                                    - time.monotonic()))
+            await advance_through_io(clock, 1.2)  # across B's look
             assert sid not in b.registry.sessions
             await asyncio.to_thread(redis_server.start)
-            await until(lambda: sid in b.registry.sessions, "the session taken",
-                        seconds=leases.VACANT_SECONDS + WAIT)
+            await advance_until(clock, lambda: sid in b.registry.sessions,
+                                "the session taken", limit=leases.VACANT_SECONDS + WAIT)
             assert list(b.registry.sessions[sid].pending) == [request["toolRequestId"]]
             assert await b.registry.store.holder(sid) == b.registry.node
             assert not b.node.leases._taking
