@@ -207,22 +207,26 @@ def test_a_call_sent_before_redis_went_away_waits_for_its_result(
     """The page's request was sent (its handler may run) when redis-server stops: the
     node the caller reached cannot look up the holder meanwhile, and waits for the reply
     instead of answering STORE_UNAVAILABLE (a caller retrying that, with no key to give,
-    would have the handler run again). Once Redis is back, the reply comes."""
+    would have the handler run again). Once Redis is back, the reply comes. Both nodes on
+    one fake clock."""
 
     async def main() -> None:
-        async with page_on_a(redis_server, kind) as on_a:
+        clock = FakeClock()
+        async with page_on_a(redis_server, kind, clock=clock) as on_a:
             answer = asyncio.ensure_future(on_a.call())
             try:
                 request = await next_of(on_a.page, "tool.request")
                 redis_server.stop()
                 # a lower bound: B looks for the holder every third of a lease meanwhile
-                await asyncio.sleep(LEASE_SECONDS / 3 + 0.5)
+                await advance_through_io(clock, LEASE_SECONDS / 3 + 0.5)
                 assert not answer.done(), (
                     answer.result() if not answer.exception() else answer)
                 redis_server.start()
-                await until(lambda: subscribers(redis_server, on_a.a) == 1, "A's inbox again")
+                await advance_until(clock, lambda: subscribers(redis_server, on_a.a) == 1,
+                                    "A's inbox again")
                 await result(on_a.page, request["toolRequestId"], {"ok": True})
-                assert await asyncio.wait_for(answer, WAIT) == {"ok": True}
+                await advance_until(clock, answer.done, "the reply")
+                assert answer.result() == {"ok": True}
             finally:
                 answer.cancel()
 
