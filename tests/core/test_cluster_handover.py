@@ -124,24 +124,6 @@ def test_a_keyed_result_outlives_other_calls_once_the_page_moved_node(
 
 # --- a starting node and the leases of live nodes -----------------------------------------
 
-def lease_ms(redis_server: RedisServer, sid: str) -> int:
-    with contextlib.closing(redis_server.client()) as client:
-        return int(client.pttl(PREFIX + "lease:" + sid))
-
-
-async def next_renewal(redis_server: RedisServer, sid: str) -> float:
-    """When (monotonic) the lease of ``sid`` is next renewed: its time to live jumps up."""
-    deadline = time.monotonic() + WAIT
-    last = lease_ms(redis_server, sid)
-    while time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-        now = lease_ms(redis_server, sid)
-        if now > last + 50:
-            return time.monotonic()
-        last = now
-    raise AssertionError("the lease was not renewed")
-
-
 async def still_on_a(a: Core, b: Core, page: RawClient, sid: str) -> None:
     """A holds the session, B does not, and the page is still A's: a call at A reaches it."""
     holder = await a.registry.store.holder(sid)
@@ -159,34 +141,32 @@ def test_a_node_started_a_moment_before_a_live_nodes_lease_lapsed_leaves_it_the_
     at it VACANT_SECONDS later). A's lease goes missing right after one of A's renewals,
     about a second before B looks (as a restart of Redis would drop it then): it is
     missing for well under one renewal when B looks, and A takes it back at its next
-    renewal. B must leave it to A: the page stays connected to A, which holds the lease."""
+    renewal. B must leave it to A: the page stays connected to A, which holds the lease.
+    Both nodes on one fake clock, A's renewals at its start + k * LEASE_SECONDS / 3."""
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
+        clock = FakeClock()
+        cfg = {"store": redis_server.url, "clock": clock}
+        period = leases.LEASE_SECONDS / 3
         async with running_core(config(**cfg)) as a:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
             await a.registry.store.flush()
-            renewed = await next_renewal(redis_server, sid)
-            # B looks VACANT_SECONDS after its start: between A's renewals, a second
-            # after one (A renews every LEASE_SECONDS / 3)
-            period = leases.LEASE_SECONDS / 3
-            await asyncio.sleep(max(0.0, renewed + period / 2 - time.monotonic()))
+            # B starts between A's renewals, a second after one
+            await advance_through_io(clock, period + period / 2)
             async with running_core(config(**cfg)) as b:
-                looks = time.monotonic() + leases.VACANT_SECONDS
-                while (renewed := await next_renewal(redis_server, sid)) < looks - period:
-                    pass
-                assert renewed < looks, "B's look came after A's renewal"
+                looks = clock.elapsed + leases.VACANT_SECONDS
+                renewed = (looks // period) * period  # A's last renewal before B looks
+                assert looks - period < renewed < looks
+                await advance_through_io(clock, renewed + 0.1 - clock.elapsed)
                 with redis_server.client() as client:  # lapsed: just after A renewed
                     client.delete(PREFIX + "lease:" + sid)
                 # past A's next renewal: A took its lease back (or found it taken)
-                await asyncio.sleep(renewed + period + period / 2 - time.monotonic())
+                await advance_through_io(clock, renewed + period + period / 2 - clock.elapsed)
                 await still_on_a(a, b, page, sid)
             await page.close()
 
     run(main(), timeout=60)
-
-
 
 
 def test_a_node_whose_look_failed_leaves_a_live_node_its_session_after_redis_was_away(
@@ -196,19 +176,22 @@ def test_a_node_whose_look_failed_leaves_a_live_node_its_session_after_redis_was
     reach). Redis stops just after A's next renewal and is away 8 s, longer than the
     lease: B's first two looks fail. It comes back just after one of A's (failed)
     renewals, a moment before B's third look, when A's lease has lapsed: A takes it back
-    at its next renewal. B must leave it to A."""
+    at its next renewal. B must leave it to A. Both nodes on one fake clock, A's renewals
+    at its start + k * LEASE_SECONDS / 3 (here r = the first one): the 8 s pass on it, and
+    the lease's lapse, Redis's time, is Redis dropping it as it comes back."""
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
+        clock = FakeClock()
+        cfg = {"store": redis_server.url, "clock": clock}
         period = leases.LEASE_SECONDS / 3
         async with running_core(config(**cfg)) as a:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
             await a.registry.store.flush()
-            renewed = await next_renewal(redis_server, sid)
+            renewed = period
 
             async def at(offset: float) -> None:
-                await asyncio.sleep(max(0.0, renewed + offset - time.monotonic()))
+                await advance_through_io(clock, renewed + offset - clock.elapsed)
 
             await at(period / 2)  # B looks at +5, +9, +13 (A renews at +2, +4, ...)
             async with running_core(config(**cfg)) as b:
@@ -216,6 +199,8 @@ def test_a_node_whose_look_failed_leaves_a_live_node_its_session_after_redis_was
                 await asyncio.to_thread(redis_server.stop)  # B's looks at +5, +9 fail
                 await at(6 * period + 0.4)  # A's lease lapsed at +10; A failed at +12
                 await asyncio.to_thread(redis_server.start)  # B looks at +13, A at +14
+                with redis_server.client() as client:  # its 6 s are past
+                    client.delete(PREFIX + "lease:" + sid)
                 await at(7 * period + period / 2)
                 await still_on_a(a, b, page, sid)
             await page.close()
