@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ..text import excerpt
+from .clock import Clock
 from .log import log_event
 
 # tasks nobody awaits, held until done (the event loop keeps only weak references)
@@ -39,7 +40,7 @@ def spawn(work: Awaitable[Any], *,
 
 
 async def read_forever(task: str, inbox: Callable[[], AsyncIterator[str]],
-                       on_message: Callable[[str], None]) -> None:
+                       on_message: Callable[[str], None], clock: Clock) -> None:
     """Each message of ``inbox()`` to ``on_message``, for Core's life: if reading fails,
     that is said, and the inbox read again after a pause."""
     while True:
@@ -48,4 +49,4 @@ async def read_forever(task: str, inbox: Callable[[], AsyncIterator[str]],
                 on_message(message)
         except Exception as exc:
             background_failed(task, exc)
-        await asyncio.sleep(INBOX_RETRY_SECONDS)
+        await clock.sleep(INBOX_RETRY_SECONDS)

@@ -101,7 +101,8 @@ class CoreConfig:
     #: how long a request may wait for the user (``tool.waiting``) with its deadline
     #: paused, all its waits together, in seconds (``--user-wait-limit``)
     user_wait_limit: float = 600.0
-    #: the time tool requests' deadlines are kept by (embedding, tests: one they move)
+    #: Core's one clock: every deadline, expiry, lease, retry and duration is kept by it
+    #: (embedding, tests: one they move)
     clock: Clock = field(default_factory=SystemClock)
     #: tool-calling steps a turn may take
     max_steps: int = 8

@@ -39,6 +39,7 @@ from ..build.snapshot import MANIFEST_NAME, SNAPSHOT_NAME, SnapshotError, stored
 from . import accept
 from .agents import make_agent
 from .agents.contract import Agent
+from .clock import Clock
 from .cluster import ClusterRouter, Node, ToolRelay, serve_forwarded
 from .config import CoreConfig
 from .http import control
@@ -75,13 +76,14 @@ GIL_SWITCH_SECONDS = 0.0005
 
 def agent_factory_for(config: CoreConfig) -> Callable[[], Agent]:
     """The factory of the agent named by ``--agent`` (with its ``--agent-header``s; an
-    AG-UI agent's events may be ``--tool-timeout`` apart); raises ``ValueError`` (with
-    :class:`~.agents.AgentUnavailable` for a known agent this build cannot run) at once,
-    so a bad spec stops Core at start rather than failing every turn."""
-    spec, headers = config.agent, config.agent_headers
+    AG-UI agent's events may be ``--tool-timeout`` apart; retries wait on Core's clock);
+    raises ``ValueError`` (with :class:`~.agents.AgentUnavailable` for a known agent this
+    build cannot run) at once, so a bad spec stops Core at start rather than failing every
+    turn."""
+    spec, headers, clock = config.agent, config.agent_headers, config.clock
     event_timeout = config.tool_timeout_ms / 1000
-    make_agent(spec, headers=headers, event_timeout=event_timeout)
-    return lambda: make_agent(spec, headers=headers, event_timeout=event_timeout)
+    make_agent(spec, clock, headers=headers, event_timeout=event_timeout)
+    return lambda: make_agent(spec, clock, headers=headers, event_timeout=event_timeout)
 
 
 #: the snapshot is revalidated on every load (304 by ETag when unchanged): its file
@@ -273,18 +275,18 @@ class LazyMcp:
             await self._runner
 
 
-async def _prune_turns(store: Store) -> None:
+async def _prune_turns(store: Store, clock: Clock) -> None:
     """Old turns leave the store on a schedule, not at load: a session that lives long
     keeps its latest turns only."""
     while True:
         store.prune_turns(RECENT_TURNS)
-        await asyncio.sleep(PRUNE_SECONDS)
+        await clock.sleep(PRUNE_SECONDS)
 
 
 def create_app(config: CoreConfig) -> Starlette:
     """The whole of Core as an ASGI app; start and stop it with its lifespan."""
     agent_factory = config.agent_factory or agent_factory_for(config)
-    store = open_store(config.store, config.store_timeout, config.cluster_secret)
+    store = open_store(config.store, config.store_timeout, config.cluster_secret, config.clock)
     registry = Registry(config, store, agent_factory, restore)
     node = Node(registry)
     private = store_files(config.store)  # never served, wherever --store points
@@ -299,7 +301,7 @@ def create_app(config: CoreConfig) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         snapshot = node.leases.restorable(await store.load())
         restore(registry, snapshot)
-        pruning = asyncio.create_task(_prune_turns(store))
+        pruning = asyncio.create_task(_prune_turns(store, config.clock))
         cluster = asyncio.create_task(node.serve())
         provisioning: asyncio.Task[None] | None = None
         if config.pyodide_dir is None and config.provision:
@@ -398,7 +400,8 @@ def uvicorn_config(app: Starlette, config: CoreConfig) -> uvicorn.Config:
         ws=bounded_websocket(config),
         ws_max_size=4 * config.max_frame_bytes, ws_per_message_deflate=False, lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
-        http=bounded_http(config.header_timeout), loop=f"{accept.__name__}:new_event_loop",
+        http=bounded_http(config.header_timeout, config.clock),
+        loop=f"{accept.__name__}:new_event_loop",
         # the client's address from X-Forwarded-For only when the peer is a proxy named by
         # --forwarded-allow-ips (uvicorn alone would trust 127.0.0.1 by default)
         proxy_headers=bool(config.forwarded_allow_ips),
@@ -429,7 +432,7 @@ def run(config: CoreConfig, announce: Callable[[str], None] = print) -> None:
     # pattern thread busy added 200+ ms to everyone's /health p99. 0.5 ms bounds the wait.
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
     app = create_app(config)
-    asyncio.run(check_reachable(config.store, config.store_timeout))
+    asyncio.run(check_reachable(config.store, config.store_timeout, config.clock))
     shown = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
     if ":" in shown:
         shown = "[::1]" if shown == "::" else f"[{shown}]"

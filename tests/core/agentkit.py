@@ -16,6 +16,7 @@ from pedelec_pyodide.core.agents.anthropic_agent import AnthropicAgent
 from pedelec_pyodide.core.agents.contract import StepLimitExceeded, ToolCallOutcome, ToolCallRequest
 from pedelec_pyodide.core.agents.model import ModelAgent, ModelSettings
 from pedelec_pyodide.core.agents.openai_agent import OpenAIAgent
+from pedelec_pyodide.core.clock import Clock
 from pedelec_pyodide.results import tool_error
 
 
@@ -208,10 +209,11 @@ class StandIn:
         return messages
 
 
-def agent_for(server: StandIn, settings: ModelSettings = FAST) -> ModelAgent:
+def agent_for(server: StandIn, settings: ModelSettings = FAST,
+              clock: Clock | None = None) -> ModelAgent:
     if server.provider == "openai":
-        return OpenAIAgent("test-model", settings, KEY, server.base_url)
-    return AnthropicAgent("test-model", settings, KEY, server.base_url)
+        return OpenAIAgent("test-model", settings, KEY, server.base_url, clock)
+    return AnthropicAgent("test-model", settings, KEY, server.base_url, clock)
 
 
 class Turn(FakeTurn):

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import websockets
+from clockkit import FakeClock
 from corekit import TOKEN, WAIT, Core, RawClient, config, next_of, running_core, tool_meta, until
 from mcpkit import mcp_at, modern_client
 from storekit import RedisServer, free_port
@@ -176,10 +177,12 @@ class PageOnA:
 
 @contextlib.asynccontextmanager
 async def page_on_a(redis_server: RedisServer, kind: str, key: str | None = None,
-                    **a_config: Any) -> AsyncIterator[PageOnA]:
+                    clock: FakeClock | None = None, **a_config: Any) -> AsyncIterator[PageOnA]:
     """``kind``: B's call is a control-API call (``key``: with that Idempotency-Key),
-    or an MCP call."""
-    cfg = {"store": redis_server.url}
+    or an MCP call; ``clock``: both nodes' (else the system's)."""
+    cfg: dict[str, Any] = {"store": redis_server.url}
+    if clock is not None:
+        cfg["clock"] = clock
     async with running_core(config(**cfg, **a_config)) as a, \
             contextlib.AsyncExitStack() as stack:
         await until(lambda: subscribers(redis_server, a) == 1, "A's inbox subscribed")

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 import httpx
 import uvicorn
 import websockets
-from manual_clock import ManualClock
+from clockkit import FakeClock
 
 from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.agents.contract import ToolCallRequest, Turn
@@ -38,13 +37,13 @@ HERE = Path(__file__).resolve().parent
 CLUSTER_SECRET = "test-cluster-secret-of-32-characters"
 
 
-def fake_clock() -> ManualClock:
-    """Core's clock for tool requests' deadlines (``config(clock=fake_clock())``), moved
-    only by ``advance``: a test moves time past a deadline instead of sleeping until it,
-    so a stalled machine neither fails the test nor lets it pass untested. It starts at
-    the wall clock's time (deadlines are wall-clock, like the records Core stores); its
+def fake_clock() -> FakeClock:
+    """Core's clock (``config(clock=fake_clock())``), moved only by ``await
+    clock.advance(seconds)``: a test moves time past a deadline instead of sleeping until
+    it, so a stalled machine neither fails the test nor lets it pass untested. It starts
+    at the wall clock's time (deadlines are wall-clock, like the records Core stores); its
     timers run on the test's loop (Core's, in-process)."""
-    return ManualClock(start=time.time())
+    return FakeClock()
 
 
 def run(coro: Coroutine[Any, Any, Any], timeout: float = 60.0) -> Any:

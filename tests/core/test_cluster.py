@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import websockets
+from clockkit import FakeClock, advance_until
 from clusterkit import answer_requests
 from core_process import PLAN
 from corekit import (
@@ -317,7 +318,8 @@ def test_a_node_starting_takes_the_sessions_no_node_holds_once_their_lease_stays
     """The cluster stopped with a page's session stored (its page away): the first node to
     start takes it, with its pending request, once its lease has stayed missing for
     VACANT_SECONDS (not at once: a live holder whose lease lapsed takes it back first),
-    so that its request times out and it expires as on one node."""
+    so that its request times out and it expires as on one node. The starting node on a
+    fake clock."""
 
     async def main() -> None:
         cfg = {"store": redis_server.url}
@@ -332,12 +334,12 @@ def test_a_node_starting_takes_the_sessions_no_node_holds_once_their_lease_stays
             await a.registry.store.flush()
             await page.close()
             call.cancel()
-        started = asyncio.get_running_loop().time()
-        async with running_core(config(**cfg)) as b:
+        clock = FakeClock()
+        async with running_core(config(**cfg, clock=clock)) as b:
             assert sid not in b.registry.sessions
-            await until(lambda: sid in b.registry.sessions, "the session taken",
-                        seconds=leases.VACANT_SECONDS + WAIT)
-            assert asyncio.get_running_loop().time() - started >= leases.VACANT_SECONDS
+            await advance_until(clock, lambda: sid in b.registry.sessions, "the session taken",
+                                limit=leases.VACANT_SECONDS + WAIT)
+            assert clock.elapsed >= leases.VACANT_SECONDS
             assert list(b.registry.sessions[sid].pending) == [request["toolRequestId"]]
             assert await b.registry.store.holder(sid) == b.registry.node
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import websockets
+from clockkit import FakeClock, advance_through_io, advance_until
 from clusterkit import answer, cluster, request_on_open_page
 from corekit import (
     WAIT,
@@ -27,7 +28,7 @@ from corekit import (
 )
 from storekit import RedisServer
 
-from pedelec_pyodide.core.cluster.leases import LEASE_SECONDS
+from pedelec_pyodide.core.cluster.leases import LEASE_SECONDS, VACANT_SECONDS
 from pedelec_pyodide.core.cluster.messages import McpReply
 
 PREFIX = "pedelec:main:"
@@ -303,18 +304,20 @@ def test_tools_list_on_another_node_after_redis_lost_its_data_finds_the_connecte
         redis_server: RedisServer) -> None:
     """Redis restarts without its append-only file (its data gone) while the page stays
     connected to A: A's next renewal finds its lease gone and the session too, and stores
-    it again; an MCP client on B then lists the page's tools."""
+    it again; an MCP client on B then lists the page's tools. Both nodes on one fake
+    clock, moved until A's renewal has stored the session again."""
     from mcpkit import modern_client
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
+        clock = FakeClock()
+        cfg = {"store": redis_server.url, "clock": clock}
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
             await a.registry.store.flush()
             wipe(redis_server)
-            await until(lambda: a.registry.store.problem is None, "A reaches Redis again")
-            await asyncio.sleep(3)  # a lease renewal (every 2 s) has run
+            await advance_until(clock, lambda: stored_again(redis_server, sid),
+                                "A's renewal stored the session again")
             url = f"http://127.0.0.1:{b.port}/pedelec/v1/sessions/{sid}/mcp"
             async with modern_client(url) as client:
                 listed = await client.list_tools()
@@ -354,10 +357,11 @@ def test_a_node_starting_after_a_live_nodes_lease_lapsed_leaves_the_page_its_ses
     """A's lease on its connected page lapses (Redis restarted: every lease gone) and B
     starts before A renews: B does not take the session at its start (it used to, and
     A's next renewal found its lease taken and closed the page 1013), and a call at B
-    reaches the page on A."""
+    reaches the page on A. Both nodes on one fake clock: B starts before A renews."""
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
+        clock = FakeClock()
+        cfg = {"store": redis_server.url, "clock": clock}
         async with running_core(config(**cfg)) as a:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
@@ -366,11 +370,10 @@ def test_a_node_starting_after_a_live_nodes_lease_lapsed_leaves_the_page_its_ses
                 client.delete(PREFIX + "lease:" + sid)
             async with running_core(config(**cfg)) as b:
                 assert sid not in b.registry.sessions
-                deadline = asyncio.get_running_loop().time() + WAIT
-                while await a.registry.store.holder(sid) != a.registry.node:  # A renews
-                    assert asyncio.get_running_loop().time() < deadline, "A's lease not back"
-                    await asyncio.sleep(0.05)
-                await asyncio.sleep(LEASE_SECONDS / 3)  # B's start did not take it after all
+                await advance_until(clock, lambda: holder(redis_server, sid) == a.registry.node,
+                                    "A's renewal took its lease back")
+                # past B's look at the sessions stored at its start: it did not take it
+                await advance_through_io(clock, VACANT_SECONDS)
                 assert await a.registry.store.holder(sid) == a.registry.node
                 call = asyncio.ensure_future(b.tool_call(sid, "echo", {"n": 1}))
                 await answer(page, await request_on_open_page(page))
@@ -552,25 +555,43 @@ def test_lease_renewal_outlives_redis_refusing_writes_for_a_while(
         redis_server: RedisServer) -> None:
     """Redis refuses writes for 3 s (``min-replicas-to-write`` with no replica: a refusal
     docs/how-to/deploy.md names); once it takes them again, the node still holds its
-    page's lease."""
+    page's lease, renewed. The node on a fake clock: its renewals are refused for 3 s of
+    it; then the lease is left 3 s of Redis's time, and the clock moved a renewal on."""
 
     async def main() -> None:
-        async with running_core(config(store=redis_server.url)) as a:
+        clock = FakeClock()
+        async with running_core(config(store=redis_server.url, clock=clock)) as a:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
             await a.registry.store.flush()
+            lease = PREFIX + "lease:" + sid
             with redis_server.client() as client:
                 client.config_set("min-replicas-to-write", 1)
-                try:
-                    await asyncio.sleep(3)
+                try:  # a renewal, and its retry at once, refused
+                    await advance_through_io(clock, 3)
                 finally:
                     client.config_set("min-replicas-to-write", 0)
-                await asyncio.sleep(LEASE_SECONDS + 1)
-                held = client.get(PREFIX + "lease:" + sid)
+                client.pexpire(lease, 3000)  # Redis's time: the lease nearly out
+                await advance_through_io(clock, LEASE_SECONDS / 3 + 0.5)
+                held, ttl = client.get(lease), client.pttl(lease)
             assert held == a.registry.node.encode(), held
+            assert ttl > 3000, f"the lease was not renewed ({ttl} ms left)"
             await page.close()
 
     run(main())
+
+
+def holder(redis_server: RedisServer, sid: str) -> str | None:
+    """The node Redis has holding ``sid``'s lease."""
+    with redis_server.client() as client:
+        held = client.get(PREFIX + "lease:" + sid)
+    return None if held is None else held.decode()
+
+
+def stored_again(redis_server: RedisServer, sid: str) -> bool:
+    """Whether Redis holds ``sid``'s session and its lease (after it lost its data)."""
+    with redis_server.client() as client:
+        return bool(client.exists(PREFIX + "session:" + sid, PREFIX + "lease:" + sid) == 2)
 
 
 def wipe(server: RedisServer) -> None:
@@ -586,18 +607,20 @@ def test_a_page_moving_to_another_node_after_redis_lost_its_data_keeps_its_sessi
         redis_server: RedisServer) -> None:
     """Redis restarts without its append-only file while A holds the page; the page's
     socket drops and it resumes on B (its load balancer's pick): it keeps its session
-    (A, alive, has it all, and stored it again at its next renewal)."""
+    (A, alive, has it all, and stored it again at its next renewal). Both nodes on one
+    fake clock."""
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
+        clock = FakeClock()
+        cfg = {"store": redis_server.url, "clock": clock}
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             first = await RawClient.open(a.ws_url)
             welcome = await first.hello([tool_meta("echo")])
             sid, token = welcome["sessionId"], welcome["resumeToken"]
             await a.registry.store.flush()
             wipe(redis_server)
-            await until(lambda: a.registry.store.problem is None, "A reaches Redis again")
-            await asyncio.sleep(3)  # a lease renewal (every 2 s) has run
+            await advance_until(clock, lambda: stored_again(redis_server, sid),
+                                "A's renewal stored the session again")
             second = await RawClient.open(b.ws_url)
             resumed = await second.hello([tool_meta("echo")], sessionId=sid,
                                          resumeToken=token)

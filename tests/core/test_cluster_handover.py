@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from clockkit import FakeClock, advance_through_io, advance_until
 from clusterkit import page_on_a, request_on_open_page
 from corekit import (
     CLUSTER_SECRET,
@@ -123,24 +124,6 @@ def test_a_keyed_result_outlives_other_calls_once_the_page_moved_node(
 
 # --- a starting node and the leases of live nodes -----------------------------------------
 
-def lease_ms(redis_server: RedisServer, sid: str) -> int:
-    with contextlib.closing(redis_server.client()) as client:
-        return int(client.pttl(PREFIX + "lease:" + sid))
-
-
-async def next_renewal(redis_server: RedisServer, sid: str) -> float:
-    """When (monotonic) the lease of ``sid`` is next renewed: its time to live jumps up."""
-    deadline = time.monotonic() + WAIT
-    last = lease_ms(redis_server, sid)
-    while time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-        now = lease_ms(redis_server, sid)
-        if now > last + 50:
-            return time.monotonic()
-        last = now
-    raise AssertionError("the lease was not renewed")
-
-
 async def still_on_a(a: Core, b: Core, page: RawClient, sid: str) -> None:
     """A holds the session, B does not, and the page is still A's: a call at A reaches it."""
     holder = await a.registry.store.holder(sid)
@@ -158,34 +141,32 @@ def test_a_node_started_a_moment_before_a_live_nodes_lease_lapsed_leaves_it_the_
     at it VACANT_SECONDS later). A's lease goes missing right after one of A's renewals,
     about a second before B looks (as a restart of Redis would drop it then): it is
     missing for well under one renewal when B looks, and A takes it back at its next
-    renewal. B must leave it to A: the page stays connected to A, which holds the lease."""
+    renewal. B must leave it to A: the page stays connected to A, which holds the lease.
+    Both nodes on one fake clock, A's renewals at its start + k * LEASE_SECONDS / 3."""
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
+        clock = FakeClock()
+        cfg = {"store": redis_server.url, "clock": clock}
+        period = leases.LEASE_SECONDS / 3
         async with running_core(config(**cfg)) as a:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
             await a.registry.store.flush()
-            renewed = await next_renewal(redis_server, sid)
-            # B looks VACANT_SECONDS after its start: between A's renewals, a second
-            # after one (A renews every LEASE_SECONDS / 3)
-            period = leases.LEASE_SECONDS / 3
-            await asyncio.sleep(max(0.0, renewed + period / 2 - time.monotonic()))
+            # B starts between A's renewals, a second after one
+            await advance_through_io(clock, period + period / 2)
             async with running_core(config(**cfg)) as b:
-                looks = time.monotonic() + leases.VACANT_SECONDS
-                while (renewed := await next_renewal(redis_server, sid)) < looks - period:
-                    pass
-                assert renewed < looks, "B's look came after A's renewal"
+                looks = clock.elapsed + leases.VACANT_SECONDS
+                renewed = (looks // period) * period  # A's last renewal before B looks
+                assert looks - period < renewed < looks
+                await advance_through_io(clock, renewed + 0.1 - clock.elapsed)
                 with redis_server.client() as client:  # lapsed: just after A renewed
                     client.delete(PREFIX + "lease:" + sid)
                 # past A's next renewal: A took its lease back (or found it taken)
-                await asyncio.sleep(renewed + period + period / 2 - time.monotonic())
+                await advance_through_io(clock, renewed + period + period / 2 - clock.elapsed)
                 await still_on_a(a, b, page, sid)
             await page.close()
 
     run(main(), timeout=60)
-
-
 
 
 def test_a_node_whose_look_failed_leaves_a_live_node_its_session_after_redis_was_away(
@@ -195,19 +176,22 @@ def test_a_node_whose_look_failed_leaves_a_live_node_its_session_after_redis_was
     reach). Redis stops just after A's next renewal and is away 8 s, longer than the
     lease: B's first two looks fail. It comes back just after one of A's (failed)
     renewals, a moment before B's third look, when A's lease has lapsed: A takes it back
-    at its next renewal. B must leave it to A."""
+    at its next renewal. B must leave it to A. Both nodes on one fake clock, A's renewals
+    at its start + k * LEASE_SECONDS / 3 (here r = the first one): the 8 s pass on it, and
+    the lease's lapse, Redis's time, is Redis dropping it as it comes back."""
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
+        clock = FakeClock()
+        cfg = {"store": redis_server.url, "clock": clock}
         period = leases.LEASE_SECONDS / 3
         async with running_core(config(**cfg)) as a:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
             await a.registry.store.flush()
-            renewed = await next_renewal(redis_server, sid)
+            renewed = period
 
             async def at(offset: float) -> None:
-                await asyncio.sleep(max(0.0, renewed + offset - time.monotonic()))
+                await advance_through_io(clock, renewed + offset - clock.elapsed)
 
             await at(period / 2)  # B looks at +5, +9, +13 (A renews at +2, +4, ...)
             async with running_core(config(**cfg)) as b:
@@ -215,6 +199,8 @@ def test_a_node_whose_look_failed_leaves_a_live_node_its_session_after_redis_was
                 await asyncio.to_thread(redis_server.stop)  # B's looks at +5, +9 fail
                 await at(6 * period + 0.4)  # A's lease lapsed at +10; A failed at +12
                 await asyncio.to_thread(redis_server.start)  # B looks at +13, A at +14
+                with redis_server.client() as client:  # its 6 s are past
+                    client.delete(PREFIX + "lease:" + sid)
                 await at(7 * period + period / 2)
                 await still_on_a(a, b, page, sid)
             await page.close()
@@ -342,16 +328,19 @@ async def stored_and_stopped(redis_server: RedisServer) -> tuple[str, str, dict[
 def test_a_starting_node_lets_go_of_a_stored_session_deleted_before_it_looked(
         redis_server: RedisServer) -> None:
     """What held: a session stored at B's start and deleted before B looks is not
-    restored, and the lease B's conditional renew took for it is let go."""
+    restored, and the lease B's conditional renew took for it is let go. B on a fake
+    clock, moved past its look."""
 
     async def main() -> None:
         sid, _, _ = await stored_and_stopped(redis_server)
-        async with running_core(config(store=redis_server.url)) as b:
+        clock = FakeClock()
+        async with running_core(config(store=redis_server.url, clock=clock)) as b:
             with contextlib.closing(redis_server.client()) as client:
                 for key in client.scan_iter(PREFIX + "*" + sid):
                     client.delete(key)
                 client.zrem(PREFIX + "sessions", sid)
-            await asyncio.sleep(leases.VACANT_SECONDS + 1.0)
+            await advance_through_io(clock, leases.VACANT_SECONDS + 1.0)
+            await until(lambda: not b.node.leases._taking, "B's look done")
             assert sid not in b.registry.sessions
             assert await b.registry.store.holder(sid) is None
             assert not b.node.leases._taking
@@ -363,20 +352,19 @@ def test_a_starting_node_looks_again_when_redis_was_away_at_its_look(
         redis_server: RedisServer) -> None:
     """What held: Redis stopped across B's look (B's renew fails at once) and back a
     moment later: B looks again VACANT_SECONDS later and takes the stopped node's
-    session, with its pending request."""
+    session, with its pending request. B on a fake clock."""
 
     async def main() -> None:
         sid, _, request = await stored_and_stopped(redis_server)
-        async with running_core(config(store=redis_server.url)) as b:
-            started = time.monotonic()
-            await asyncio.sleep(leases.VACANT_SECONDS - 0.7)
+        clock = FakeClock()
+        async with running_core(config(store=redis_server.url, clock=clock)) as b:
+            await advance_through_io(clock, leases.VACANT_SECONDS - 0.7)
             await asyncio.to_thread(redis_server.stop)
-            await asyncio.sleep(max(0.0, started + leases.VACANT_SECONDS + 0.5
-                                    - time.monotonic()))
+            await advance_through_io(clock, 1.2)  # across B's look
             assert sid not in b.registry.sessions
             await asyncio.to_thread(redis_server.start)
-            await until(lambda: sid in b.registry.sessions, "the session taken",
-                        seconds=leases.VACANT_SECONDS + WAIT)
+            await advance_until(clock, lambda: sid in b.registry.sessions,
+                                "the session taken", limit=leases.VACANT_SECONDS + WAIT)
             assert list(b.registry.sessions[sid].pending) == [request["toolRequestId"]]
             assert await b.registry.store.holder(sid) == b.registry.node
             assert not b.node.leases._taking

@@ -11,12 +11,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from clockkit import FakeClock, advance_until
 from corekit import WAIT, Page, RawClient, config, next_of, run, running_core, tool_meta, until
 from mcp import types
 from mcpkit import mcp_at, mcp_client, page_session
 from storekit import RedisServer
 
 from pedelec_pyodide import define_tool
+from pedelec_pyodide.core.background import INBOX_RETRY_SECONDS
 from pedelec_pyodide.core.cluster.leases import LEASE_SECONDS
 from pedelec_pyodide.core.cluster.messages import HungUp, McpCall
 
@@ -36,11 +38,12 @@ async def echo(page: RawClient) -> None:
 def test_lease_renewal_outlives_a_round_that_raises(
         redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     """A renewal round fails with an error no store raises (a bug): logged, and the next
-    round takes the page's lease back."""
+    round takes the page's lease back (the node on a fake clock: within a lease of it)."""
     caplog.set_level(logging.INFO, logger="pedelec.core")
 
     async def main() -> None:
-        async with running_core(config(store=redis_server.url)) as a:
+        clock = FakeClock()
+        async with running_core(config(store=redis_server.url, clock=clock)) as a:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("echo")]))["sessionId"]
             store = a.registry.store
@@ -51,14 +54,14 @@ def test_lease_renewal_outlives_a_round_that_raises(
                 raise RuntimeError("a bug")
 
             store.renew = once_broken  # type: ignore[method-assign]
-            await until(lambda: failed(caplog, "renew") == 1, "a failed renewal")
+            await advance_until(clock, lambda: failed(caplog, "renew") == 1,
+                                "a failed renewal")
+            lease = PREFIX + "lease:" + sid
             with redis_server.client() as client:
-                client.delete(PREFIX + "lease:" + sid)
-                loop = asyncio.get_running_loop()
-                end = loop.time() + LEASE_SECONDS
-                while client.get(PREFIX + "lease:" + sid) is None and loop.time() < end:
-                    await asyncio.sleep(0.1)
-                assert client.get(PREFIX + "lease:" + sid) == a.registry.node.encode()
+                client.delete(lease)
+                await advance_until(clock, lambda: client.get(lease) is not None,
+                                    "the lease taken back", limit=LEASE_SECONDS)
+                assert client.get(lease) == a.registry.node.encode()
             await page.close()
 
     run(main())
@@ -147,11 +150,13 @@ def test_a_spawned_task_that_raises_is_logged(caplog: pytest.LogCaptureFixture) 
 def test_tool_changes_are_heard_after_reading_them_failed(
         redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     """Reading the other nodes' tool changes fails once on B (a bug): logged; B reads them
-    again, and its MCP client hears of the page's new tool on A."""
+    again after its pause (both nodes on one fake clock), and its MCP client hears of the
+    page's new tool on A."""
     caplog.set_level(logging.INFO, logger="pedelec.core")
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
+        clock = FakeClock()
+        cfg = {"store": redis_server.url, "clock": clock}
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             relay = b.node.handlers[McpCall].__self__
             tool_changes = relay.tool_changes
@@ -174,7 +179,8 @@ def test_tool_changes_are_heard_after_reading_them_failed(
             async with mcp_client(mcp_at(b.port, sid), inbox) as client:
                 await client.list_tools()
                 await until(lambda: failed(caplog, "tool_changes") == 1, "a failed read")
-                await asyncio.sleep(1)  # read again meanwhile
+                await clock.advance(INBOX_RETRY_SECONDS)
+                await until(lambda: reads == 2, "the changes read again")
                 page.session.add_tool(define_tool(
                     name="greet", description="Says hello.",
                     args_schema={"type": "object"}, handler=lambda: "hello"))

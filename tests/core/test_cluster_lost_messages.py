@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 import pytest
+from clockkit import FakeClock, advance_through_io, advance_until
 from clusterkit import page_on_a, pubsub_clients, subscribers
 from corekit import (
     WAIT,
+    Core,
     RawClient,
     config,
     next_of,
@@ -29,10 +30,24 @@ from corekit import (
 )
 from storekit import RedisServer
 
-from pedelec_pyodide.core.cluster import node
 from pedelec_pyodide.core.cluster.leases import LEASE_SECONDS
 from pedelec_pyodide.core.cluster.messages import HttpCall, HttpReply
-from pedelec_pyodide.core.cluster.node import RESEND_SECONDS
+from pedelec_pyodide.core.cluster.node import RESEND_MAX_SECONDS, RESEND_SECONDS
+
+
+def heard_calls(holder: Core) -> list[str]:
+    """The forwarded calls (``http.call``) ``holder``'s inbox hears from now on, each
+    copy sent again too."""
+    heard: list[str] = []
+    on_message = holder.node._on_message
+
+    def counted(text: str) -> None:
+        if '"type":"http.call"' in text:
+            heard.append(text)
+        on_message(text)
+
+    holder.node._on_message = counted  # type: ignore[method-assign]
+    return heard
 
 
 def drop(redis_server: RedisServer, ids: set[int]) -> None:
@@ -121,10 +136,11 @@ def test_an_ask_sent_again_while_its_call_runs_is_not_run_again(
         redis_server: RedisServer) -> None:
     """A call the page answers only after several resends: the holder runs the
     forwarded call once (the asks sent again meanwhile are ignored), and the caller gets
-    the page's one result."""
+    the page's one result. Both nodes on one fake clock: the resends come as it moves."""
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
+        clock = FakeClock()
+        cfg = {"store": redis_server.url, "clock": clock}
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("a")]))["sessionId"]
@@ -139,10 +155,13 @@ def test_an_ask_sent_again_while_its_call_runs_is_not_run_again(
                 return await serve(request, hung_up)
 
             a.node.serve_forwarded = counted
+            heard = heard_calls(a)
             answer = asyncio.ensure_future(b.http.post(
                 f"/pedelec/v1/sessions/{sid}/tool-calls", json={"tool": "a", "args": {}}))
             request = await next_of(page, "tool.request")
-            await asyncio.sleep(3 * RESEND_SECONDS)  # sent again two or three times
+            # sent again after RESEND_SECONDS, then after twice that
+            await advance_until(clock, lambda: len(heard) >= 3, "the ask sent twice again")
+            assert len(heard) <= 4, len(heard)
             await result(page, request["toolRequestId"], {"ok": True})
             response = await asyncio.wait_for(answer, WAIT)
             assert response.json()["result"] == {"ok": True}, response.text
@@ -152,41 +171,31 @@ def test_an_ask_sent_again_while_its_call_runs_is_not_run_again(
     run(main())
 
 
-def test_a_long_call_is_sent_again_ever_less_often(
-        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_long_call_is_sent_again_ever_less_often(redis_server: RedisServer) -> None:
     """A forwarded call the page takes long to answer is sent again with gaps that double
-    up to RESEND_MAX_SECONDS (its whole body each time), not at every RESEND_SECONDS."""
-    monkeypatch.setattr(node, "RESEND_SECONDS", 0.2)
-    monkeypatch.setattr(node, "RESEND_MAX_SECONDS", 0.8)
+    up to RESEND_MAX_SECONDS (its whole body each time), not at every RESEND_SECONDS.
+    Both nodes on one fake clock, moved 30 s on (within the call's deadline)."""
 
     async def main() -> None:
-        cfg = {"store": redis_server.url}
+        clock = FakeClock()
+        cfg = {"store": redis_server.url, "clock": clock, "tool_timeout_ms": 60_000}
         async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
             page = await RawClient.open(a.ws_url)
             sid = (await page.hello([tool_meta("a")]))["sessionId"]
             await until(lambda: sid in a.registry.sessions)
-            heard: list[str] = []
-            on_message = a.node._on_message
-
-            def counted(text: str) -> None:
-                if '"type":"http.call"' in text:
-                    heard.append(text)
-                on_message(text)
-
-            a.node._on_message = counted  # type: ignore[method-assign]
-            started = time.monotonic()
+            heard = heard_calls(a)
             answer = asyncio.ensure_future(b.http.post(
                 f"/pedelec/v1/sessions/{sid}/tool-calls", json={"tool": "a", "args": {}}))
             request = await next_of(page, "tool.request")
-            await asyncio.sleep(3.0)
+            await advance_through_io(clock, 30.0)
+            # sent at 0, then after gaps of 1, 2, 4, 8, 8 s: at most 6 copies in 30 s (a
+            # gap of RESEND_SECONDS each time would give ~30)
+            assert (RESEND_SECONDS, RESEND_MAX_SECONDS) == (1.0, 8.0)
+            await until(lambda: len(heard) >= 4, "the ask sent again thrice")
+            assert len(heard) <= 6, len(heard)
             await result(page, request["toolRequestId"], {"ok": True})
             response = await asyncio.wait_for(answer, WAIT)
-            elapsed = time.monotonic() - started
             assert response.json()["result"] == {"ok": True}, response.text
-            # sent at 0, then after gaps of 0.2, 0.4, 0.8, 0.8, ...: at most 3 copies in
-            # the first 1.4 s, one per 0.8 s after (a gap of 0.2 s would give ~15)
-            assert 3 <= len(heard) <= 4 + max(0.0, elapsed - 1.4) / 0.8 + 1, (
-                len(heard), elapsed)
             await page.close()
 
     run(main())
@@ -198,22 +207,26 @@ def test_a_call_sent_before_redis_went_away_waits_for_its_result(
     """The page's request was sent (its handler may run) when redis-server stops: the
     node the caller reached cannot look up the holder meanwhile, and waits for the reply
     instead of answering STORE_UNAVAILABLE (a caller retrying that, with no key to give,
-    would have the handler run again). Once Redis is back, the reply comes."""
+    would have the handler run again). Once Redis is back, the reply comes. Both nodes on
+    one fake clock."""
 
     async def main() -> None:
-        async with page_on_a(redis_server, kind) as on_a:
+        clock = FakeClock()
+        async with page_on_a(redis_server, kind, clock=clock) as on_a:
             answer = asyncio.ensure_future(on_a.call())
             try:
                 request = await next_of(on_a.page, "tool.request")
                 redis_server.stop()
                 # a lower bound: B looks for the holder every third of a lease meanwhile
-                await asyncio.sleep(LEASE_SECONDS / 3 + 0.5)
+                await advance_through_io(clock, LEASE_SECONDS / 3 + 0.5)
                 assert not answer.done(), (
                     answer.result() if not answer.exception() else answer)
                 redis_server.start()
-                await until(lambda: subscribers(redis_server, on_a.a) == 1, "A's inbox again")
+                await advance_until(clock, lambda: subscribers(redis_server, on_a.a) == 1,
+                                    "A's inbox again")
                 await result(on_a.page, request["toolRequestId"], {"ok": True})
-                assert await asyncio.wait_for(answer, WAIT) == {"ok": True}
+                await advance_until(clock, answer.done, "the reply")
+                assert answer.result() == {"ok": True}
             finally:
                 answer.cancel()
 

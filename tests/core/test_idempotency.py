@@ -31,6 +31,7 @@ from corekit import (
     RawClient,
     config,
     core_process,
+    fake_clock,
     hang_up,
     http_handlers_done,
     run,
@@ -334,11 +335,12 @@ def test_get_tool_call_gives_state_then_result_and_results_are_kept_within_bound
 
 
 def test_results_and_keys_go_when_their_retention_ends() -> None:
-    """Aged by moving their times back a day (no sleeping on a noisy machine)."""
+    """Aged by moving Core's clock on a day (no sleeping on a noisy machine)."""
     day = 86400.0
 
     async def main() -> None:
-        cfg = config(result_retention=day, agent_factory=lambda: PlanAgent([]))
+        clock = fake_clock()
+        cfg = config(result_retention=day, agent_factory=lambda: PlanAgent([]), clock=clock)
         async with running_core(cfg) as core:
             gated = GatedTools("t")
             gated.gates["t"].set()
@@ -350,12 +352,10 @@ def test_results_and_keys_go_when_their_retention_ends() -> None:
             rid = first["toolRequestId"]
             turn = (await post(core.http, turns_path(sid), {"text": "x"}, "k-turn")).json()
             assert (await core.http.get(f"{calls_path(sid)}/{rid}")).status_code == 200
-            session.callers.results[rid].finished_at -= day - 60  # still within a day
-            session.callers.turns[turn["turnId"]].created_at -= day - 60
+            await clock.advance(day - 60)  # still within a day
             assert (await post(core.http, calls_path(sid), {"tool": "t"}, "k")).json() == first
             assert (await post(core.http, turns_path(sid), {"text": "x"}, "k-turn")).json() == turn
-            session.callers.results[rid].finished_at -= 120  # now past it
-            session.callers.turns[turn["turnId"]].created_at -= 120
+            await clock.advance(120)  # now past it
             assert (await core.http.get(f"{calls_path(sid)}/{rid}")).status_code == 404
             assert not session.callers.keys and not session.callers.results
             assert not session.callers.turns

@@ -39,6 +39,7 @@ from agentkit import (
     run,
     turn_with,
 )
+from clockkit import FakeClock
 from corekit import Page as PageAdapter
 from corekit import (
     RawClient,
@@ -228,32 +229,29 @@ def test_unauthorized_fails_the_turn_clearly_without_the_key(
     assert turn.history == []  # nothing answered: nothing remembered
 
 
-class Waits:
-    """``asyncio`` as the adapters' retry loop sees it, its sleep a fake clock: each wait
-    is recorded and takes no time, so the waits are checked exactly, at any load."""
+class Waits(FakeClock):
+    """The adapters' clock, whose sleeps are recorded and move it at once: the waits take
+    no time, so they are checked exactly, at any load."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.seconds: list[float] = []
 
-    async def sleep(self, delay: float) -> None:
-        self.seconds.append(delay)
+    async def sleep(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+        self.elapsed += seconds
         await asyncio.sleep(0)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(asyncio, name)
 
 
 @pytest.fixture
-def waits(monkeypatch: pytest.MonkeyPatch) -> Waits:
-    fake = Waits()
-    monkeypatch.setattr(model, "asyncio", fake)
-    return fake
+def waits() -> Waits:
+    return Waits()
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_rate_limit_is_retried_after_the_wait_asked(provider: str, waits: Waits) -> None:
     with stand_in(provider, "rate_limited") as server:
-        reply = run(agent_for(server), turn_with("Hello there"))
+        reply = run(agent_for(server, clock=waits), turn_with("Hello there"))
     assert reply == "Hi!"
     assert len(server.requests) == 2
     # OpenAI sends retry-after-ms (400) beside retry-after (1): the finer one wins
@@ -266,7 +264,7 @@ def test_rate_limit_wait_beyond_the_budget_fails_at_once(provider: str, waits: W
         server.exchanges = server.exchanges[:1]
         settings = ModelSettings(retry_budget=0.2)
         with pytest.raises(ModelError, match=r"beyond the retry budget of 0\.2 s"):
-            run(agent_for(server, settings), turn_with("Hello there"))
+            run(agent_for(server, settings, waits), turn_with("Hello there"))
     assert len(server.requests) == 1
     assert waits.seconds == []
 
@@ -274,7 +272,7 @@ def test_rate_limit_wait_beyond_the_budget_fails_at_once(provider: str, waits: W
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_server_errors_are_retried_then_the_turn_fails(provider: str, waits: Waits) -> None:
     with stand_in(provider, "server_errors") as server, pytest.raises(ModelError) as caught:
-        run(agent_for(server), turn_with("Hello there"))
+        run(agent_for(server, clock=waits), turn_with("Hello there"))
     assert len(server.requests) == 3
     assert waits.seconds == [0.5, 1.0]  # backoff: 0.5 s, then twice that
     assert str(caught.value).startswith(f"{provider} failed (HTTP ")
@@ -435,7 +433,7 @@ def test_a_call_awaiting_approval_outlives_its_deadline_and_a_denial_reaches_the
                              "reason": "approval"})
             await until(lambda: status_of(core, sid, rid) == "awaiting_approval",
                         "the approval to be shown")
-            clock.advance(0.9)  # three deadlines: the user takes their time
+            await clock.advance(0.9)  # three deadlines: the user takes their time
             assert status_of(core, sid, rid) == "awaiting_approval"
             assert not turn.done()
             await page.send({"type": "tool.waiting", "toolRequestId": rid,

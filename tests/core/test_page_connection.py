@@ -13,7 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from corekit import WAIT, config, run, tool_meta
+from corekit import WAIT, config, fake_clock, run, tool_meta
 
 from pedelec_pyodide import protocol, strictjson
 from pedelec_pyodide.core.agents import OfflineAgent
@@ -40,14 +40,6 @@ class FakeBridge:
         self.aborts += 1
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def registry(**overrides: Any) -> Registry:
     overrides.setdefault("agent_factory", OfflineAgent)
     core = config(**overrides)
@@ -55,10 +47,9 @@ def registry(**overrides: Any) -> Registry:
     return Registry(core, open_store("memory"), core.agent_factory, restore)
 
 
-def connect(registry: Registry, clock: Clock | None = None, client: str = "127.0.0.1"
-            ) -> tuple[PageConnection, FakeBridge]:
+def connect(registry: Registry, client: str = "127.0.0.1") -> tuple[PageConnection, FakeBridge]:
     bridge = FakeBridge()
-    return PageConnection(registry, bridge, clock or Clock(), client=client), bridge
+    return PageConnection(registry, bridge, client=client), bridge
 
 
 def feed(page: PageConnection, frame: dict[str, Any] | str) -> bool:
@@ -138,8 +129,8 @@ def test_a_bad_frame_gets_an_error_and_a_refused_turn_start_names_its_turn() -> 
 
 def test_the_rate_limit_refuses_then_cuts_off_and_refills_with_the_clock() -> None:
     async def test(core: Registry) -> None:
-        clock = Clock()
-        page, _ = connect(core, clock)
+        clock = core.config.clock
+        page, _ = connect(core)
         hello(page)  # 2 of the burst of 3 left
         cancel = {"type": "turn.cancel", "turnId": "x"}
         for _ in range(2):
@@ -147,7 +138,7 @@ def test_the_rate_limit_refuses_then_cuts_off_and_refills_with_the_clock() -> No
         assert [f["code"] for f in sent(page)] == ["UNKNOWN_TURN"] * 2
         assert feed(page, cancel)
         assert [f["code"] for f in sent(page)] == ["RATE_LIMITED"]
-        clock.now += 0.2  # 10 frames a second: two tokens back, one owed
+        await clock.advance(0.2)  # 10 frames a second: two tokens back, one owed
         assert feed(page, cancel)
         assert [f["code"] for f in sent(page)] == ["UNKNOWN_TURN"]
         for _ in range(3):  # down to -3: refused
@@ -155,7 +146,7 @@ def test_the_rate_limit_refuses_then_cuts_off_and_refills_with_the_clock() -> No
         assert [f["code"] for f in sent(page)] == ["RATE_LIMITED"] * 3
         assert not feed(page, cancel)  # past -burst: a flood, cut off
         assert sent(page) == [] and page.closing == (CLOSE_POLICY, "rate limit exceeded")
-    in_core(test, rate_limit=10.0, rate_burst=3)
+    in_core(test, rate_limit=10.0, rate_burst=3, clock=fake_clock())
 
 
 def test_a_page_that_does_not_read_is_cut_off_and_its_session_waits() -> None:

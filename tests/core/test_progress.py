@@ -15,6 +15,7 @@ import json
 import socket
 from typing import Any
 
+from clockkit import FakeClock
 from corekit import (
     TOKEN,
     WAIT,
@@ -34,7 +35,6 @@ from corekit import (
     tool_meta,
     until,
 )
-from manual_clock import ManualClock
 
 from pedelec_pyodide.core.sessions import MAX_PROGRESS_MESSAGE_CHARS
 
@@ -105,18 +105,18 @@ def test_progress_is_kept_shown_and_never_goes_back() -> None:
     run(main())
 
 
-async def kept_alive_for(core: Core, clock: ManualClock, client: RawClient, sid: str,
+async def kept_alive_for(core: Core, clock: FakeClock, client: RawClient, sid: str,
                          rid: str, every: float) -> float:
     """Progress every ``every`` seconds (of ``clock``) until Core times the request out;
     how long that took."""
-    started = clock.now
+    started = clock.time()
     step = 0
     while status_of(core, sid, rid) is not None:
-        assert clock.now - started < 5, "progress kept the request alive past its limit"
+        assert clock.time() - started < 5, "progress kept the request alive past its limit"
         step += 1
         await progressed(core, client, sid, rid, step)
-        clock.advance(every)
-    return clock.now - started
+        await clock.advance(every)
+    return clock.time() - started
 
 
 def test_progress_keeps_a_request_alive_up_to_max_total_ms() -> None:
@@ -130,9 +130,9 @@ def test_progress_keeps_a_request_alive_up_to_max_total_ms() -> None:
             rid = (await next_of(client, "tool.request"))["toolRequestId"]
             for step in range(12):
                 await progressed(core, client, sid, rid, step)
-                clock.advance(0.1)
+                await clock.advance(0.1)
             assert status_of(core, sid, rid) == "running"
-            clock.advance(0.25)  # 0.35 s after the last progress: under 0.4 s
+            await clock.advance(0.25)  # 0.35 s after the last progress: under 0.4 s
             assert status_of(core, sid, rid) == "running"
             await result(client, rid, "kept alive")
             assert (await asyncio.wait_for(call, WAIT)).json()["result"] == "kept alive"
@@ -158,9 +158,9 @@ def test_without_progress_the_idle_deadline_ends_a_request() -> None:
             call = asyncio.create_task(core.tool_call(sid, "slow", timeoutMs=400))
             rid = (await next_of(client, "tool.request"))["toolRequestId"]
             await progressed(core, client, sid, rid, 1)
-            clock.advance(0.39)
+            await clock.advance(0.39)
             assert status_of(core, sid, rid) == "running"
-            clock.advance(0.02)
+            await clock.advance(0.02)
             assert status_of(core, sid, rid) is None
             error = (await asyncio.wait_for(call, WAIT)).json()["result"]["error"]
             assert error["code"] == "TOOL_TIMEOUT"
@@ -206,28 +206,28 @@ def test_waiting_for_the_user_pauses_the_deadline() -> None:
             sid = welcome["sessionId"]
             call = asyncio.create_task(core.tool_call(sid, "slow", timeoutMs=300))
             rid = (await next_of(client, "tool.request"))["toolRequestId"]
-            clock.advance(0.1)
+            await clock.advance(0.1)
             await waiting(client, rid, True, reason="approval")
             await until(lambda: status_of(core, sid, rid) == "awaiting_approval",
                         "the approval to be shown")
             [shown] = await pending_of(core, sid)
             assert shown["status"] == "awaiting_approval"
-            clock.advance(0.8)  # well past its deadline: paused
+            await clock.advance(0.8)  # well past its deadline: paused
             assert status_of(core, sid, rid) == "awaiting_approval"
             await waiting(client, rid, False)
             await waiting(client, rid, True, reason="a dialog is open")
             await until(lambda: status_of(core, sid, rid) == "waiting_for_user",
                         "the dialog to be shown")
-            clock.advance(0.5)
+            await clock.advance(0.5)
             assert status_of(core, sid, rid) == "waiting_for_user"
             await waiting(client, rid, False)
             await until(lambda: status_of(core, sid, rid) == "running",
                         "the request to run again")
             # the deadline runs again from where it stopped: 0.2 s were left
-            clock.advance(0.19)
+            await clock.advance(0.19)
             assert status_of(core, sid, rid) == "running"
             assert not call.done()
-            clock.advance(0.02)
+            await clock.advance(0.02)
             assert status_of(core, sid, rid) is None
             answer = (await asyncio.wait_for(call, WAIT)).json()
             assert answer["result"]["error"]["code"] == "TOOL_TIMEOUT"
@@ -246,9 +246,9 @@ def test_a_user_who_never_answers_times_out_at_the_user_wait_limit() -> None:
             await waiting(client, rid, True, reason="approval")
             await until(lambda: status_of(core, sid, rid) == "awaiting_approval",
                         "the approval to be shown")
-            clock.advance(0.59)
+            await clock.advance(0.59)
             assert status_of(core, sid, rid) == "awaiting_approval"
-            clock.advance(0.02)
+            await clock.advance(0.02)
             error = (await asyncio.wait_for(call, WAIT)).json()["result"]["error"]
             assert error["code"] == "TOOL_TIMEOUT"
             assert "--user-wait-limit" in error["message"]
@@ -532,7 +532,7 @@ def test_the_offline_agents_turn_waits_for_the_user_and_reports_a_denial() -> No
             await waiting(client, rid, True, reason="approval")
             await until(lambda: status_of(core, sid, rid) == "awaiting_approval",
                         "the approval to be shown")
-            clock.advance(0.9)  # three deadlines
+            await clock.advance(0.9)  # three deadlines
             assert status_of(core, sid, rid) == "awaiting_approval"
             assert not turn.done()
             await result(client, rid, {"error": {
@@ -563,7 +563,7 @@ def test_waits_for_the_user_together_are_bounded_by_the_user_wait_limit() -> Non
                 await waiting(client, rid, True, reason="a dialog is open")
                 await until(lambda: status_of(core, sid, rid) != "running",
                             "the dialog to be shown")
-                clock.advance(0.4)  # each wait under the limit
+                await clock.advance(0.4)  # each wait under the limit
                 await waiting(client, rid, False)
                 await until(lambda: status_of(core, sid, rid) in ("running", None),
                             "the dialog to close")

@@ -1,6 +1,6 @@
 """A scheduler whose clock moves only when a test says so (CPython and Pyodide alike):
-throttles, grace periods and Core's deadlines (``CoreConfig.clock``, tests/core) are
-tested by advancing it, never by sleeping."""
+the page session's throttles and grace periods are tested by advancing it, never by
+sleeping (Core's clock has its own: tests/core/clockkit.py)."""
 
 from __future__ import annotations
 

@@ -51,6 +51,7 @@ from pydantic import TypeAdapter, ValidationError
 from ...errors import PedelecError
 from ...results import is_error_result
 from ...text import excerpt
+from ..clock import Clock
 from ..offload import LARGE_CHARS, is_large, off_loop
 from .contract import Turn
 from .model import (
@@ -143,8 +144,8 @@ class AgUiAgent(ModelAgent):
     key_env = "--agent-header"  # where its credentials come from, for messages
 
     def __init__(self, url: str, headers: Sequence[tuple[str, str]],
-                 settings: ModelSettings) -> None:
-        super().__init__(public_url(url), settings, "", url)
+                 settings: ModelSettings, clock: Clock | None = None) -> None:
+        super().__init__(public_url(url), settings, "", url, clock)
         self._headers = list(headers)
         self._thread_id = ""
         self._turn_id = ""
@@ -152,13 +153,14 @@ class AgUiAgent(ModelAgent):
 
     @classmethod
     def from_spec(cls, url: str, headers: Sequence[tuple[str, str]], event_timeout: float,
-                  settings: ModelSettings | None = None) -> AgUiAgent:
+                  settings: ModelSettings | None = None, clock: Clock | None = None
+                  ) -> AgUiAgent:
         """The agent at ``url``: events at most ``event_timeout`` seconds apart, one
         attempt per run (a run may have effects on the agent's side: never sent twice)."""
         base = settings or ModelSettings.from_env()
         _tls()  # at start, not in a turn
         return cls(check_url(url), headers,
-                   replace(base, request_timeout=event_timeout, max_attempts=1))
+                   replace(base, request_timeout=event_timeout, max_attempts=1), clock)
 
     def secrets(self) -> list[str]:
         # the URL's password and query values are as secret as the headers (an error page

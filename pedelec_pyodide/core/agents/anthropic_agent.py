@@ -14,6 +14,7 @@ from typing import Any, cast
 import anthropic
 
 from ...results import is_error_result
+from ..clock import Clock
 from .model import (
     AgentUnavailable,
     Failure,
@@ -42,13 +43,14 @@ class AnthropicAgent(ModelAgent):
     key_env = "ANTHROPIC_API_KEY"
 
     @classmethod
-    def from_env(cls, model: str, settings: ModelSettings | None = None) -> AnthropicAgent:
+    def from_env(cls, model: str, settings: ModelSettings | None = None,
+                 clock: Clock | None = None) -> AnthropicAgent:
         """The agent configured by ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL``."""
         key = os.environ.get("ANTHROPIC_API_KEY", "").strip()
         if not key:
             raise AgentUnavailable(f"agent anthropic:{model} needs ANTHROPIC_API_KEY")
         base_url = os.environ.get("ANTHROPIC_BASE_URL", "").strip() or DEFAULT_BASE_URL
-        return cls(model, settings or ModelSettings.from_env(), key, base_url)
+        return cls(model, settings or ModelSettings.from_env(), key, base_url, clock)
 
     def tool_definitions(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{"name": tool["name"], "description": tool_description(tool),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ..clock import Clock
 from .contract import Agent
 from .offline import OfflineAgent
 
@@ -24,12 +25,14 @@ CORE_HEADERS = frozenset({
     "content-type", "expect", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade"})
 
 
-def make_agent(spec: str, *, headers: Sequence[tuple[str, str]] = (),
+def make_agent(spec: str, clock: Clock | None = None, *,
+               headers: Sequence[tuple[str, str]] = (),
                event_timeout: float = DEFAULT_EVENT_TIMEOUT) -> Agent:
     """``offline`` → :class:`OfflineAgent`; ``openai:MODEL`` / ``anthropic:MODEL`` → a model
-    adapter; ``ag-ui:URL`` → the AG-UI agent at URL, sent ``headers`` with every run, its
-    events at most ``event_timeout`` seconds apart. Anything else raises ``ValueError``
-    listing the accepted forms."""
+    adapter, waiting between retries on ``clock`` (Core's; the system's by default);
+    ``ag-ui:URL`` → the AG-UI agent at URL, sent ``headers`` with every run, its events at
+    most ``event_timeout`` seconds apart. Anything else raises ``ValueError`` listing the
+    accepted forms."""
     kind, colon, rest = spec.strip().partition(":")
     if headers and kind != "ag-ui":
         raise ValueError("--agent-header is for an AG-UI agent (--agent ag-ui:URL) only")
@@ -41,25 +44,25 @@ def make_agent(spec: str, *, headers: Sequence[tuple[str, str]] = (),
                 f"agent {spec!r} names no model: write {kind}:MODEL, "
                 f"e.g. {kind}:{MODEL_PROVIDERS[kind]}"
             )
-        return model_adapter(kind, rest.strip())
+        return model_adapter(kind, rest.strip(), clock)
     if kind == "ag-ui" and colon:
         from .ag_ui_agent import AgUiAgent  # ag-ui-protocol, only when asked for
 
-        return AgUiAgent.from_spec(rest, headers, event_timeout)
+        return AgUiAgent.from_spec(rest, headers, event_timeout, clock=clock)
     raise ValueError(f"unknown agent {spec!r}: use one of {ACCEPTED_SPECS}")
 
 
-def model_adapter(provider: str, model: str) -> Agent:
+def model_adapter(provider: str, model: str, clock: Clock | None = None) -> Agent:
     """The model adapter for ``provider`` (``openai`` or ``anthropic``), configured from the
     environment (keys, base URLs, ``PEDELEC_*`` limits: ``docs/how-to/models.md``). Raises
     :class:`AgentUnavailable` when its API key is missing, ``ValueError`` for a bad limit."""
     if provider == "openai":
         from .openai_agent import OpenAIAgent
 
-        return OpenAIAgent.from_env(model)
+        return OpenAIAgent.from_env(model, clock=clock)
     from .anthropic_agent import AnthropicAgent
 
-    return AnthropicAgent.from_env(model)
+    return AnthropicAgent.from_env(model, clock=clock)
 
 
 def parse_header(text: str) -> tuple[str, str]:

@@ -18,10 +18,8 @@ turn fails with its message); 429, 5xx and connection errors are first retried w
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +31,7 @@ from ... import strictjson
 from ...errors import PedelecError
 from ...results import INVALID_ARGS, TOOL_HANDLER_NOT_FOUND, tool_error
 from ...text import excerpt, lone_surrogate_at, not_unicode, quote
+from ..clock import Clock, SystemClock
 from ..log import log_event
 from ..offload import LARGE_CHARS, off_loop
 from .contract import AgentInfo, StepLimitExceeded, ToolCallRequest, Turn
@@ -118,8 +117,9 @@ def scrub(text: str, secrets: list[str]) -> str:
     return text
 
 
-def retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
+def retry_after(headers: Mapping[str, str], now: float) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds, or an HTTP date: from
+    ``now``, wall-clock seconds)."""
     raw_ms = headers.get("retry-after-ms")
     if raw_ms is not None:
         try:
@@ -134,7 +134,7 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     except ValueError:
         pass
     try:
-        return max(parsedate_to_datetime(raw).timestamp() - time.time(), 0.0)
+        return max(parsedate_to_datetime(raw).timestamp() - now, 0.0)
     except (TypeError, ValueError):
         return None
 
@@ -150,8 +150,9 @@ def api_message(body: object) -> str | None:
 
 
 def status_failure(provider: str, key_env: str, status: int, body: object,
-                   headers: Mapping[str, str]) -> Failure:
-    """What an HTTP error status from the provider means for the turn."""
+                   headers: Mapping[str, str], now: float) -> Failure:
+    """What an HTTP error status from the provider means for the turn (``now``: wall-clock
+    seconds, for a ``retry-after`` date)."""
     said = api_message(body)
     detail = f": {said}" if said else ""
     if status == 401:
@@ -161,12 +162,12 @@ def status_failure(provider: str, key_env: str, status: int, body: object,
         return Failure(f"{provider} refused access (HTTP 403){detail}", retryable=False)
     if status == 429:
         return Failure(f"{provider} is rate limiting requests (HTTP 429){detail}",
-                       retryable=True, retry_after=retry_after(headers))
+                       retryable=True, retry_after=retry_after(headers, now))
     if status < 400:  # an error event in a stream that had started well
         return Failure(f"{provider} reported an error in its answer{detail}", retryable=True)
     if status >= 500:
         return Failure(f"{provider} failed (HTTP {status}){detail}", retryable=True,
-                       retry_after=retry_after(headers))
+                       retry_after=retry_after(headers, now))
     return Failure(f"{provider} refused the request (HTTP {status}){detail}", retryable=False)
 
 
@@ -330,9 +331,11 @@ class ModelAgent(ABC):
     provider: ClassVar[str]
     key_env: ClassVar[str]
 
-    def __init__(self, model: str, settings: ModelSettings, api_key: str, base_url: str
-                 ) -> None:
+    def __init__(self, model: str, settings: ModelSettings, api_key: str, base_url: str,
+                 clock: Clock | None = None) -> None:
         self.model = model
+        #: Core's clock: the waits between retries, and how long each request took
+        self.clock = clock or SystemClock()
         self.settings = settings
         self._api_key = api_key
         self.base_url = base_url
@@ -433,7 +436,7 @@ class ModelAgent(ABC):
         attempt = 0
         while True:
             attempt += 1
-            started = time.perf_counter()
+            started = self.clock.monotonic()
             try:
                 answer = await self.answer(sent, tools, reply.say)
             except Exception as exc:
@@ -443,7 +446,7 @@ class ModelAgent(ABC):
                 message = scrub(failure.message, self.secrets())
                 log_event("agent.request_failed", provider=self.provider, model=self.model,
                           attempt=attempt, error=message,
-                          ms=(time.perf_counter() - started) * 1000)
+                          ms=(self.clock.monotonic() - started) * 1000)
                 if not failure.retryable or reply.said_in_answer:
                     raise ModelError(message) from None
                 if attempt >= settings.max_attempts:
@@ -456,7 +459,7 @@ class ModelAgent(ABC):
                         f"{message} (asked to wait {delay:g} s more, beyond the retry budget "
                         f"of {settings.retry_budget:g} s)") from None
                 waited += delay
-                await asyncio.sleep(delay)
+                await self.clock.sleep(delay)
                 continue
             # names and ids, kept in the history
             where = lone_surrogate_at([*answer.before, answer.message])
@@ -467,7 +470,7 @@ class ModelAgent(ABC):
             log_event("agent.request", provider=self.provider, model=self.model,
                       attempt=attempt, calls=len(answer.calls),
                       input=answer.usage.input_tokens, output=answer.usage.output_tokens,
-                      ms=(time.perf_counter() - started) * 1000)
+                      ms=(self.clock.monotonic() - started) * 1000)
             return answer
 
     # --- history and usage -----------------------------------------------------------------
@@ -537,7 +540,7 @@ def sdk_failure(agent: ModelAgent, exc: Exception, *, status_error: type[Excepti
         status = int(getattr(exc, "status_code", 0))
         headers = getattr(getattr(exc, "response", None), "headers", {})
         return status_failure(agent.provider, agent.key_env, status,
-                              getattr(exc, "body", None), headers)
+                              getattr(exc, "body", None), headers, agent.clock.time())
     where = public_url(agent.base_url)
     if isinstance(exc, timeout_error):
         return Failure(

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import openai
 
+from ..clock import Clock
 from .model import (
     AgentUnavailable,
     Failure,
@@ -40,7 +41,8 @@ class OpenAIAgent(ModelAgent):
     key_env = "OPENAI_API_KEY"
 
     @classmethod
-    def from_env(cls, model: str, settings: ModelSettings | None = None) -> OpenAIAgent:
+    def from_env(cls, model: str, settings: ModelSettings | None = None,
+                 clock: Clock | None = None) -> OpenAIAgent:
         """The agent configured by ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``."""
         key = os.environ.get("OPENAI_API_KEY", "").strip()
         base_url = os.environ.get("OPENAI_BASE_URL", "").strip()
@@ -49,7 +51,7 @@ class OpenAIAgent(ModelAgent):
                 f"agent openai:{model} needs OPENAI_API_KEY (or OPENAI_BASE_URL for a local "
                 "OpenAI-compatible server such as Ollama: http://127.0.0.1:11434/v1)")
         return cls(model, settings or ModelSettings.from_env(), key or NO_KEY,
-                   base_url or DEFAULT_BASE_URL)
+                   base_url or DEFAULT_BASE_URL, clock)
 
     def tool_definitions(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [

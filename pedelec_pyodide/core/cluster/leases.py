@@ -16,6 +16,7 @@ import logging
 import secrets
 
 from ..background import background_failed
+from ..clock import wait, wait_for
 from ..log import log_event
 from ..sessions import Registry
 from ..sessions.registry import NO_SESSION_HASH
@@ -43,6 +44,7 @@ class Leases:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self.store = registry.store
+        self.clock = registry.config.clock
         self.node = registry.node
         # sessions taken over by this node, waiting for their holder to let go of them
         self._handovers: dict[str, asyncio.Future[None]] = {}
@@ -121,7 +123,7 @@ class Leases:
                 await self.store.publish(
                     previous, HandOver(session=session_id, to=self.node).encode())
                 try:
-                    await asyncio.wait_for(waiting, HANDOVER_SECONDS)
+                    await wait_for(self.clock, waiting, HANDOVER_SECONDS)
                 except TimeoutError:
                     log_event("session.holder_silent", session=session_id, node=previous)
             finally:
@@ -151,10 +153,9 @@ class Leases:
         holder = await self.store.holder(session_id)
         vacant = holder is None
         if vacant:
-            loop = asyncio.get_running_loop()
-            end = loop.time() + VACANT_SECONDS
-            while loop.time() < end:
-                await asyncio.sleep(_VACANT_POLL)
+            end = self.clock.monotonic() + VACANT_SECONDS
+            while self.clock.monotonic() < end:
+                await self.clock.sleep(_VACANT_POLL)
                 if await self.store.holder(session_id) is not None:
                     return False
         elif holder != self.node:
@@ -193,7 +194,7 @@ class Leases:
         A take-over of it under way here ends first (``to`` then loads what it stored)."""
         under_way = self._taking.get(session_id)
         if under_way is not None:
-            await asyncio.wait([under_way], timeout=HANDOVER_SECONDS)
+            await wait(self.clock, [under_way], HANDOVER_SECONDS)
         session = self.registry.sessions.get(session_id)
         if session is not None:
             session.hand_over(resumed=True)
@@ -206,7 +207,7 @@ class Leases:
         of the node's connections to it fails, and a lease has no time to lose."""
         quick = False  # the round before failed: this one comes at once
         while True:
-            await asyncio.sleep(_VACANT_POLL if quick else LEASE_SECONDS / 3)
+            await self.clock.sleep(_VACANT_POLL if quick else LEASE_SECONDS / 3)
             retried, quick = quick, False
             try:
                 renewal = await self.store.renew(list(self.registry.sessions), self.node,
@@ -266,13 +267,12 @@ class Leases:
         holder whose lease lapsed meanwhile takes it back at its first renewal after."""
         waiting, self._stored_at_start = set(self._stored_at_start), []
         missing_since: dict[str, float] = {}
-        loop = asyncio.get_running_loop()
         while waiting:
             waiting -= self.registry.sessions.keys()
             looked = list(waiting)
             try:
                 held = await self.store.holders(looked)
-                now = loop.time()
+                now = self.clock.monotonic()
                 due = []
                 for session_id, holder in zip(looked, held, strict=True):
                     if holder not in (None, self.node):  # (this node's: taken, not restored)
@@ -286,7 +286,7 @@ class Leases:
             except Exception as exc:  # out of reach, refused: looked at afresh later
                 background_failed("take_vacant", exc)
                 missing_since.clear()
-            await asyncio.sleep(_VACANT_POLL)
+            await self.clock.sleep(_VACANT_POLL)
 
     async def _take(self, session_ids: list[str]) -> None:
         """Take the leases of ``session_ids`` still missing (the store's conditional

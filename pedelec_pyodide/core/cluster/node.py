@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import logging
 import secrets
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Generic, TypeVar
@@ -85,6 +84,7 @@ class Node:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self.store = registry.store
+        self.clock = registry.config.clock
         #: this node's name, its inbox's channel and the holder of its leases
         self.name = registry.node
         self.leases = Leases(registry)
@@ -134,7 +134,7 @@ class Node:
         waits for its reply."""
         ask = self._asked[asked.ask_id]
         await self.store.publish(ask.node, ask.message)
-        ask.sent = time.monotonic()
+        ask.sent = self.clock.monotonic()
 
     async def tell(self, node: str, message: NodeMessage) -> None:
         """Publish ``message`` to ``node``, no reply expected (nor is it sent again)."""
@@ -151,14 +151,14 @@ class Node:
         answering (:meth:`_on_message`) and answers a later one from the same request
         (the call's key), which runs once."""
         while True:
-            await asyncio.sleep(RESEND_SECONDS / 2)
-            now = time.monotonic()
+            await self.clock.sleep(RESEND_SECONDS / 2)
+            now = self.clock.monotonic()
             try:
                 for ask in list(self._asked.values()):
                     if ask.sent is None or now - ask.sent < ask.gap or ask.future.done():
                         continue
                     await self.store.publish(ask.node, ask.message)
-                    ask.sent = time.monotonic()
+                    ask.sent = self.clock.monotonic()
                     ask.gap = min(2 * ask.gap, RESEND_MAX_SECONDS)
             except Exception as exc:  # out of reach, refused: again next time
                 background_failed("resend", exc)
@@ -208,7 +208,7 @@ class Node:
             leases.renew_forever(), self._resend(), leases.take_vacant())]
         try:
             await read_forever("inbox", lambda: self.store.inbox(self.name),
-                               lambda text: self._on_message(text))
+                               lambda text: self._on_message(text), self.clock)
         finally:
             for task in background:
                 task.cancel()

@@ -41,7 +41,6 @@ import contextlib
 import logging
 import math
 import secrets
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -49,6 +48,7 @@ from typing import Any, TypeVar
 from ... import protocol
 from ...errors import PedelecError
 from ...results import is_error_result, tool_error
+from ..clock import wait
 from ..log import log_event
 from ..sessions import (
     MAX_PROGRESS_MESSAGE_CHARS,
@@ -211,13 +211,14 @@ class ToolRelay:
         registry, node = self.registry, self.node
         key = _KEY_PREFIX + secrets.token_hex(16)
         ask_id = new_ask_id()  # the same wherever and however often it is relayed
-        deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
+        clock = node.clock
+        deadline = clock.monotonic() + ROUTE_LIMIT_SECONDS
         forward = None if on_progress is None else _rising(on_progress)
         watch = self._watching[key] = _Watch()
         found = holder
         sent = False  # the call may have reached a node: a cancel must follow it
         try:
-            while time.monotonic() < deadline:
+            while clock.monotonic() < deadline:
                 # held here: no need to ask Redis (a session this node lost is handed over)
                 if session_id in registry.sessions:
                     holder = node.name
@@ -227,7 +228,7 @@ class ToolRelay:
                     holder = await node.store.holder(session_id)
                 if holder is None or holder == node.name:
                     if not await node.leases.adopt(session_id):
-                        await asyncio.sleep(ADOPT_RETRY_SECONDS)
+                        await clock.sleep(ADOPT_RETRY_SECONDS)
                         continue
                     session = registry.get(session_id)
                     if session is None or session.closed:
@@ -247,7 +248,7 @@ class ToolRelay:
                     if reply is None:
                         continue
                     if reply.moved:  # the holder is still taking it over, or let go
-                        await asyncio.sleep(ADOPT_RETRY_SECONDS)
+                        await clock.sleep(ADOPT_RETRY_SECONDS)
                         continue
                     result = reply.result
                 if not _moved(result):
@@ -270,18 +271,18 @@ class ToolRelay:
         passed on meanwhile; None once another node (or none) holds the session, or at
         ``deadline``. Sent again until its reply comes (:meth:`Node.send`): a copy is
         not run twice."""
-        node = self.node
+        node, clock = self.node, self.node.clock
         with node.asking(holder, message, kind) as reply:
             await node.send(reply)
-            checked = time.monotonic()
-            while (left := deadline - time.monotonic()) > 0:
+            checked = clock.monotonic()
+            while (left := deadline - clock.monotonic()) > 0:
                 either: list[asyncio.Future[Any]] = [reply.future]
                 wake = None if watch is None else asyncio.ensure_future(watch.woken.wait())
                 if wake is not None:
                     either.append(wake)
                 try:
-                    await asyncio.wait(either, timeout=min(LEASE_SECONDS / 3, left),
-                                       return_when=asyncio.FIRST_COMPLETED)
+                    await wait(clock, either, min(LEASE_SECONDS / 3, left),
+                               return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     if wake is not None:
                         wake.cancel()
@@ -292,8 +293,8 @@ class ToolRelay:
                         await on_progress(watch.latest)
                 if reply.future.done():
                     return reply.future.result()
-                if time.monotonic() - checked >= LEASE_SECONDS / 3:
-                    checked = time.monotonic()
+                if clock.monotonic() - checked >= LEASE_SECONDS / 3:
+                    checked = clock.monotonic()
                     if not await node.leases.still_held(session_id, holder):
                         return None  # it died or let go: routed again
         return None
@@ -323,10 +324,10 @@ class ToolRelay:
         """Cancel call ``key`` wherever the session is held, again after its holder died
         or let go, until applied or :data:`ROUTE_LIMIT_SECONDS`; nobody holding it: this
         node takes the session and cancels it here."""
-        node = self.node
-        deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
+        node, clock = self.node, self.node.clock
+        deadline = clock.monotonic() + ROUTE_LIMIT_SECONDS
         message = McpCancel(ask=new_ask_id(), sender=node.name, key=key, session=session_id)
-        while time.monotonic() < deadline:
+        while clock.monotonic() < deadline:
             pause = ADOPT_RETRY_SECONDS
             try:
                 holder = node.name if session_id in self.registry.sessions else (
@@ -346,7 +347,7 @@ class ToolRelay:
             except StoreError as exc:  # Redis out of reach: the cancel waits for it
                 log_event("cluster.failed", level=logging.WARNING, error=str(exc))
                 pause = LEASE_SECONDS / 3
-            await asyncio.sleep(pause)
+            await clock.sleep(pause)
         log_event("mcp.cancel_dropped", level=logging.WARNING, session=session_id,
                   why=f"no node took it within {ROUTE_LIMIT_SECONDS:g} s")
 
@@ -355,7 +356,7 @@ class ToolRelay:
         then end (none outlives Core's store)."""
         tasks = list(self._cancelling.values())
         if tasks:
-            await asyncio.wait(tasks, timeout=_STOP_SECONDS)
+            await wait(self.node.clock, tasks, _STOP_SECONDS)
             for task in tasks:
                 task.cancel()
 
@@ -424,7 +425,7 @@ class ToolRelay:
             return False
         if not _cancel_keyed(session, key_hash(session_id, key)):
             self._was_cancelled(key)  # drops what is past its time
-            self._cancelled[key] = time.monotonic()
+            self._cancelled[key] = self.node.clock.monotonic()
             if len(self._cancelled) > MAX_CANCELS:
                 self._cancelled.popitem(last=False)
         return True
@@ -433,7 +434,7 @@ class ToolRelay:
         """Whether ``key`` was cancelled here before its call came (entries past
         :data:`ROUTE_LIMIT_SECONDS` are forgotten first, the oldest first)."""
         cancelled = self._cancelled
-        horizon = time.monotonic() - ROUTE_LIMIT_SECONDS
+        horizon = self.node.clock.monotonic() - ROUTE_LIMIT_SECONDS
         while cancelled and next(iter(cancelled.values())) < horizon:
             cancelled.popitem(last=False)
         return key in cancelled

@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import re
 import secrets
-import time
 from collections import OrderedDict
 from typing import Any
 
@@ -36,6 +35,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ... import strictjson
+from ..clock import wait
 from ..http.control import (
     PAYLOAD_TOO_LARGE,
     RETRY_AFTER_SECONDS,
@@ -134,15 +134,16 @@ class ClusterRouter:
         until an answer or :data:`ROUTE_LIMIT_SECONDS`; nobody holding it: this node.
         None once ``gone`` is done (the caller hung up), the node running it told."""
         node = self.node
-        deadline = time.monotonic() + ROUTE_LIMIT_SECONDS
-        while time.monotonic() < deadline and not gone.done():
+        clock = node.clock
+        deadline = clock.monotonic() + ROUTE_LIMIT_SECONDS
+        while clock.monotonic() < deadline and not gone.done():
             try:
                 holder = self._holders.get(session_id)
                 if holder is None:
                     holder = await node.store.holder(session_id)
                 if holder is None or holder == node.name:
                     if not await node.leases.adopt(session_id):
-                        await asyncio.sleep(ADOPT_RETRY_SECONDS)
+                        await clock.sleep(ADOPT_RETRY_SECONDS)
                         continue
                     status, answer = await run_here(core, request, gone)
                     if gone.done():
@@ -176,10 +177,10 @@ class ClusterRouter:
             await node.send(reply)
             # logged once it is on its way: the holder works on it meanwhile
             log_event("route.forward", session=session_id, node=holder)
-            while time.monotonic() < deadline:
+            while node.clock.monotonic() < deadline:
                 either: list[asyncio.Future[Any]] = [reply.future, gone]
-                await asyncio.wait(either, timeout=LEASE_SECONDS / 3,
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await wait(node.clock, either, LEASE_SECONDS / 3,
+                           return_when=asyncio.FIRST_COMPLETED)
                 if reply.future.done():
                     return reply.future.result()
                 if gone.done():  # best effort, as pub/sub is: a lost one cancels nothing

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import hmac
 import secrets
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -462,7 +461,8 @@ async def tool_call(request: Request) -> Response:
     _store_reachable(session)
     if not wait_for_page and session.connection is None:
         gone = session.disconnected_at
-        since = f" for {time.time() - gone:.0f} s" if gone is not None else ""
+        now = session.registry.config.clock.time()
+        since = f" for {now - gone:.0f} s" if gone is not None else ""
         raise ApiError(409, PAGE_NOT_CONNECTED, (
             f"session {session.id!r} has had no page connected{since} (it waits for its page "
             "to resume until --session-ttl): the connected ones are listed by "

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from ..clock import Clock, Timer
 from ..log import log_event
 
 #: the largest request head (request line and headers, with their line ends) Core takes
@@ -57,6 +58,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     #: seconds a head may take to arrive (``--header-timeout``; set by :func:`bounded_http`)
     header_timeout: float
+    #: Core's clock, which times these bounds (set by :func:`bounded_http`)
+    clock: Clock
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._phase: Phase = "idle"
@@ -75,9 +78,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         #: when the awaited head's time began (the connection's opening, or its first
         #: byte); None while no head is awaited or its first byte has not come
         self._head_since: float | None = None
-        self._deadline: asyncio.TimerHandle | None = None
+        self._deadline: Timer | None = None
         #: armed while a response waits for the client to read some of what is sent
-        self._stalled: asyncio.TimerHandle | None = None
+        self._stalled: Timer | None = None
         # last: httptools looks the chunk callbacks up when uvicorn makes the parser
         super().__init__(*args, **kwargs)
 
@@ -85,7 +88,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._head_since = self.loop.time()
+        self._head_since = self.clock.monotonic()
         self._arm_head_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -97,7 +100,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def pause_writing(self) -> None:
         super().pause_writing()
         if self._stalled is None:
-            self._stalled = self.loop.call_later(self.header_timeout, self._stop_sending)
+            self._stalled = self.clock.call_later(self.header_timeout, self._stop_sending)
 
     def resume_writing(self) -> None:
         super().resume_writing()
@@ -114,7 +117,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._head_since is None and self._phase != "body":
-            self._head_since = self.loop.time()  # the first byte of the next request
+            self._head_since = self.clock.monotonic()  # the first byte of the next request
         self._dropped = False
         if self._refusing:
             return  # what follows a refused head is never read
@@ -149,7 +152,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._phase = "head"
         if self._head_since is None:  # pipelined behind the request that just ended
-            self._head_since = self.loop.time()
+            self._head_since = self.clock.monotonic()
 
     def on_headers_complete(self) -> None:
         self._phase = "body"
@@ -198,7 +201,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self.transport.close()
             return
         # the handshake (the app accepting or refusing) is owed within the head's time too
-        self.loop.call_later(self.header_timeout, self._handshake_done, upgraded)
+        self.clock.call_later(self.header_timeout, self._handshake_done, upgraded)
 
     def _handshake_done(self, upgraded: asyncio.BaseProtocol) -> None:
         if not getattr(upgraded, "handshake_complete", True) and not self.transport.is_closing():
@@ -218,7 +221,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             # answered before its body was read: the rest of it is owed within the
             # keep-alive timeout, however slowly it comes
             self._disarm()
-            self._deadline = self.loop.call_later(self.timeout_keep_alive, self._expire)
+            self._deadline = self.clock.call_later(self.timeout_keep_alive, self._expire)
 
     # --- the bounds -------------------------------------------------------------------------
 
@@ -229,8 +232,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def _arm_head_deadline(self) -> None:
         if self._deadline is None and self._head_since is not None:
-            self._deadline = self.loop.call_at(self._head_since + self.header_timeout,
-                                               self._expire)
+            left = self._head_since + self.header_timeout - self.clock.monotonic()
+            self._deadline = self.clock.call_later(left, self._expire)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -274,11 +277,13 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         return self.client[0] if self.client else None
 
 
-def bounded_http(header_timeout: float) -> type[BoundedHttpProtocol]:
-    """The protocol class to give uvicorn (``http=``) for this ``--header-timeout``."""
+def bounded_http(header_timeout: float, clock: Clock) -> type[BoundedHttpProtocol]:
+    """The protocol class to give uvicorn (``http=``) for this ``--header-timeout``, timed
+    by Core's ``clock``."""
 
     class Protocol(BoundedHttpProtocol):
         pass
 
     Protocol.header_timeout = header_timeout
+    Protocol.clock = clock
     return Protocol

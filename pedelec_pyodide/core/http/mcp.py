@@ -198,7 +198,8 @@ class McpEndpoint:
     async def _hear_changes(self) -> None:
         """On a shared store: the tool changes of pages other nodes hold."""
         if self.registry.store.shared:
-            await read_forever("tool_changes", self.relay.tool_changes, self._tools_changed)
+            await read_forever("tool_changes", self.relay.tool_changes, self._tools_changed,
+                               self.registry.config.clock)
 
     def _tools_changed(self, session_id: str) -> None:
         for listener in list(self._remote.get(session_id, {}).values()):

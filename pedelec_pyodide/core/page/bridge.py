@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from starlette.websockets import WebSocket
 
 from ... import protocol
+from ..clock import wait_for
 from ..cluster import Node
 from ..log import log_event
 from ..offload import LARGE_CHARS
@@ -102,7 +103,8 @@ class BridgeConnection:
                 await send({"type": "websocket.send", "text": frame})
             if page.closing is not None:
                 code, reason = page.closing
-                await asyncio.wait_for(
+                await wait_for(
+                    self.registry.config.clock,
                     send({"type": "websocket.close", "code": code, "reason": reason}),
                     CLOSE_WAIT)
                 page.ended()
@@ -143,7 +145,7 @@ class BridgeConnection:
             flusher = self._flusher
             if flusher is not None:  # let the last frames (and a close) go out
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.shield(flusher), 2.0)
+                    await wait_for(self.registry.config.clock, asyncio.shield(flusher), 2.0)
             page.disconnected()
 
     async def receive(self, data: str | bytes) -> bool:

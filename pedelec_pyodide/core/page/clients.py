@@ -16,6 +16,7 @@ import ipaddress
 import threading
 from collections import OrderedDict
 
+from ..clock import Clock
 from .ratelimit import TokenBucket
 
 #: the client of a connection whose address the server does not know (a Unix socket)
@@ -42,9 +43,10 @@ class PatternBudgets:
     """Per client: characters of regular expressions Core has not checked before that it
     checks for the client, ``rate`` a second with a burst of ``burst``."""
 
-    def __init__(self, rate: float, burst: float) -> None:
+    def __init__(self, rate: float, burst: float, clock: Clock) -> None:
         self.rate = rate
         self.burst = burst
+        self.clock = clock
         self._lock = threading.Lock()
         self._live: dict[str, tuple[TokenBucket, int]] = {}  # bucket, connections
         # buckets of clients with no connection left, until full again (oldest first:
@@ -58,7 +60,8 @@ class PatternBudgets:
                 self._idle.popitem(last=False)
             held = self._live.get(client)
             if held is None:
-                bucket = self._idle.pop(client, None) or TokenBucket(self.rate, self.burst)
+                bucket = self._idle.pop(client, None) or TokenBucket(self.rate, self.burst,
+                                                                     self.clock)
                 self._live[client] = (bucket, 1)
                 return bucket
             self._live[client] = (held[0], held[1] + 1)

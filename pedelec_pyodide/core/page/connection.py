@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Literal, NamedTuple, Protocol
@@ -112,7 +111,6 @@ class PageConnection:
     """Speaks protocol v1 with one page; a :class:`~.sessions.Connection` for its session."""
 
     def __init__(self, registry: Registry, output: Output,
-                 clock: Callable[[], float] = time.monotonic,
                  bucket: TokenBucket | None = None, *, client: str) -> None:
         self.registry = registry
         self._output = output
@@ -120,7 +118,8 @@ class PageConnection:
         self.max_bytes = config.max_frame_bytes
         #: the rate limit; shared with the WebSocket protocol under the connection, which
         #: charges the frames that are not messages (bridge.py)
-        self.bucket = bucket or TokenBucket(config.rate_limit, float(config.rate_burst), clock)
+        self.bucket = bucket or TokenBucket(config.rate_limit, float(config.rate_burst),
+                                            config.clock)
         #: the client (clients.client_key) this connection is from
         self.client = client
         # its client's budget for checking new regular expressions, until disconnected

@@ -10,8 +10,8 @@ are charged by the character to its own bucket (:mod:`.clients`).
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
+
+from ..clock import Clock
 
 
 class TokenBucket:
@@ -21,17 +21,16 @@ class TokenBucket:
 
     __slots__ = ("_lock", "burst", "clock", "rate", "refilled", "tokens")
 
-    def __init__(self, rate: float, burst: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, rate: float, burst: float, clock: Clock) -> None:
         self.rate = rate
         self.burst = burst
         self.clock = clock
         self.tokens = burst
-        self.refilled = clock()
+        self.refilled = clock.monotonic()
         self._lock = threading.Lock()
 
     def _refill(self) -> None:
-        now = self.clock()
+        now = self.clock.monotonic()
         self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
         self.refilled = now
 

@@ -44,6 +44,7 @@ from uvicorn.server import ServerState
 from websockets.frames import Frame
 from websockets.http11 import Request
 
+from ..clock import Clock, Timer, wait_for
 from ..config import CoreConfig
 from ..log import log_event
 from .connection import CLOSE_POLICY
@@ -72,6 +73,7 @@ def bounded_websocket(config: CoreConfig) -> type[BoundedWebSocket]:
     class Configured(BoundedWebSocket):
         rate = config.rate_limit
         burst = float(config.rate_burst)
+        clock = config.clock
 
     return Configured
 
@@ -81,17 +83,20 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
 
     rate: ClassVar[float] = 200.0
     burst: ClassVar[float] = 400.0
+    #: Core's clock, which times the app's deadlines and the closes (set by
+    #: :func:`bounded_websocket`)
+    clock: ClassVar[Clock]
 
     def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:
         super().__init__(config, server_state, app_state, _loop)
         #: the connection's rate limit, which the app charges its messages to
-        self.bucket = TokenBucket(self.rate, self.burst)
+        self.bucket = TokenBucket(self.rate, self.burst, self.clock)
         self._unread: bytes | None = None  # what a read brought that is not parsed yet
         self._unread_at = 0
         self._next_slice: asyncio.Handle | None = None  # the step that parses the next one
-        self._deadline: asyncio.TimerHandle | None = None
-        self._reaper: asyncio.TimerHandle | None = None
+        self._deadline: Timer | None = None
+        self._reaper: Timer | None = None
         self._cut_off = False  # closed here: nothing more is parsed
         self._lost = False  # the socket is gone: what is left is read, nothing written
 
@@ -101,7 +106,7 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         """Close the connection (1008 ``reason``, logged as ``event``) in ``seconds``
         unless :meth:`cancel_deadline` comes first."""
         self.cancel_deadline()
-        self._deadline = self.loop.call_later(seconds, self._expire, event, reason)
+        self._deadline = self.clock.call_later(seconds, self._expire, event, reason)
 
     def cancel_deadline(self) -> None:
         if self._deadline is not None:
@@ -228,7 +233,7 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         if closing and not self.writable.is_set():
             # the close frame would wait behind bytes the client does not read
             try:
-                await asyncio.wait_for(self.writable.wait(), CLOSE_GRACE)
+                await wait_for(self.clock, self.writable.wait(), CLOSE_GRACE)
             except TimeoutError:
                 self.close_sent = True
                 self.transport.abort()
@@ -236,6 +241,8 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         await super().send(message)
         if closing and self.close_timer is not None:  # no answer to the close: drop it
             self.close_timer.cancel()
+            # uvicorn's own timer, armed again: on the loop, as uvicorn arms, cancels and
+            # types it (its keep-alive pings run on the loop's time too)
             self.close_timer = self.loop.call_later(self.close_timeout, self.transport.abort)
             # uvicorn reads on for the answer: it may be here
             if self._unread is not None and self._next_slice is None:
@@ -263,7 +270,7 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         transport = self.transport
         if (self._reaper is None and transport.is_closing()
                 and transport.get_write_buffer_size()):
-            self._reaper = self.loop.call_later(CLOSE_GRACE, transport.abort)
+            self._reaper = self.clock.call_later(CLOSE_GRACE, transport.abort)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True

@@ -21,11 +21,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import time
 from collections import OrderedDict
 from typing import Any
 
 from ...errors import PedelecError
+from ..clock import Clock
 from ..store import (
     TOOL_CALL,
     TURN,
@@ -78,7 +78,8 @@ def claim(callers: CallerMemory, session_id: str, key: str, kind: KeyKind,
     digest = fingerprint(kind, asked)
     known = callers.key(hashed)
     if known is None:
-        return None, IdempotencyRecord(hashed, session_id, kind, digest, "", time.time())
+        return None, IdempotencyRecord(hashed, session_id, kind, digest, "",
+                                        callers.clock.time())
     if known.kind != kind or known.fingerprint != digest:
         raise KeyReused(known)
     return known, None
@@ -87,8 +88,9 @@ def claim(callers: CallerMemory, session_id: str, key: str, kind: KeyKind,
 class CallerMemory:
     """One session's keys and kept results, bounded in count and in time (see above)."""
 
-    def __init__(self, store: Store, limit: int, retention: float) -> None:
+    def __init__(self, store: Store, limit: int, retention: float, clock: Clock) -> None:
         self._store = store
+        self.clock = clock  # when a key was claimed, a result kept; what is past retention
         self._limit = limit
         self._retention = retention
         # finished requests made outside turns, oldest first, in two lots of at most
@@ -119,7 +121,7 @@ class CallerMemory:
 
     def keep(self, request: RequestRecord) -> None:
         """A request made outside any turn has its result: keep it, in the store too."""
-        request.finished_at = time.time()
+        request.finished_at = self.clock.time()
         lot = self.results if request.id in self._callers_targets else self.others
         lot[request.id] = request
         self._store.save_request(request)
@@ -173,7 +175,7 @@ class CallerMemory:
     def sweep(self) -> None:
         """Forget what is past its retention or over the count, oldest first: each call
         does work only for what it forgets."""
-        horizon = time.time() - self._retention
+        horizon = self.clock.time() - self._retention
         for results in (self.results, self.others):
             while results:
                 request = next(iter(results.values()))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
@@ -45,14 +44,14 @@ class TrackedRequest:
                  "started", "status", "timer", "timer_due", "waited", "watchers")
 
     def __init__(self, record: RequestRecord, frame: str | None, idle: float,
-                 limit: float) -> None:
+                 limit: float, started: float) -> None:
         self.record = record
         # the checked ``tool.request`` frame, once made (re-sends reuse it)
         self.frame = frame
         self.future: asyncio.Future[tuple[Any, str]] = (
             asyncio.get_running_loop().create_future()
         )
-        self.started = time.perf_counter()
+        self.started = started  # monotonic (Core's clock): its ``waitedMs``
         self.timer: Timer | None = None
         self.timer_due = 0.0  # wall-clock: when ``timer`` fires
         self.idle = idle  # seconds: the call's timeout

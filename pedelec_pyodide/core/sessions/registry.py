@@ -13,12 +13,12 @@ import asyncio
 import hmac
 import logging
 import secrets
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 
 from ..agents.contract import Agent
 from ..background import spawn
+from ..clock import wait, wait_for
 from ..config import CoreConfig
 from ..log import log_event
 from ..page.clients import PatternBudgets
@@ -65,7 +65,7 @@ class Registry:
         # bytes queued for all connections, and each client's budget for new patterns
         self.outboxes = Outboxes(config.max_queued_total_bytes)
         self.patterns = PatternBudgets(config.pattern_rate, PATTERN_BURST_SECONDS
-                                       * config.pattern_rate)
+                                       * config.pattern_rate, config.clock)
         # this process's name as a node of the cluster sharing the store (Redis): the
         # holder of its sessions' leases (cluster.Node does the rest)
         self.node = secrets.token_hex(8)
@@ -104,7 +104,7 @@ class Registry:
         token = secrets.token_urlsafe(32)
         record = SessionRecord(
             id=session_id or secrets.token_urlsafe(18), token_hash=hash_token(token),
-            tools=metadata.tools_json, history="[]", created_at=time.time(),
+            tools=metadata.tools_json, history="[]", created_at=config.clock.time(),
         )
         session = CoreSession(self, record, metadata.client_json, metadata.names)
         session.resume_token = token
@@ -185,21 +185,21 @@ class Registry:
     async def shutdown(self, timeout: float = SHUTDOWN_SECONDS) -> None:
         """Cancel running turns (they end ``cancelled``), stop timers, flush the store:
         all within ``timeout`` seconds, whatever the store is doing."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        clock = self.config.clock
+        deadline = clock.monotonic() + timeout
         runners = [s.turn for s in self.sessions.values() if s.turn is not None]
         for runner in runners:
             runner.cancel("Core is shutting down")
         tasks = [r.task for r in runners if r.task is not None]
         if tasks:
-            await asyncio.wait(tasks, timeout=timeout)
+            await wait(clock, tasks, timeout)
         for session in self.sessions.values():
             session.close()
         try:
-            await self.store.flush(timeout=max(0.0, deadline - loop.time()))
+            await self.store.flush(timeout=max(0.0, deadline - clock.monotonic()))
             if self.store.shared:  # other nodes take its sessions over at once
-                await asyncio.wait_for(asyncio.gather(*(
+                await wait_for(clock, asyncio.gather(*(
                     self.store.release(session_id, self.node) for session_id in self.sessions
-                )), max(0.0, deadline - loop.time()))
+                )), max(0.0, deadline - clock.monotonic()))
         except (StoreError, TimeoutError) as exc:
             log_event("store.shutdown_failed", level=logging.WARNING, error=str(exc))

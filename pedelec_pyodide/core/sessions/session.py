@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -19,6 +18,7 @@ from typing import Any, Protocol
 from ... import protocol
 from ...results import TOOL_CANCELLED, TOOL_TIMEOUT, tool_error
 from ..agents.contract import Agent
+from ..clock import Timer
 from ..config import CoreConfig
 from ..log import log_event
 from ..store import (
@@ -126,8 +126,8 @@ class CoreSession:
         # idempotency keys and the results of requests made outside turns
         config = registry.config
         self.callers = CallerMemory(registry.store, config.kept_results,
-                                    config.result_retention)
-        self._expiry: asyncio.TimerHandle | None = None
+                                    config.result_retention, config.clock)
+        self._expiry: Timer | None = None
         # when the page's connection went away (epoch seconds); None while it is connected
         # and before its first connection
         self.disconnected_at: float | None = None
@@ -216,10 +216,10 @@ class CoreSession:
 
     def await_resume(self) -> None:
         """Disconnected: expire after the TTL, or sooner if Core needs the room."""
-        self.disconnected_at = time.time()
+        clock = self.registry.config.clock
+        self.disconnected_at = clock.time()
         self.registry.waits(self)
-        self._expiry = asyncio.get_running_loop().call_later(
-            self.registry.config.session_ttl, self.expire)
+        self._expiry = clock.call_later(self.registry.config.session_ttl, self.expire)
 
     def send(self, frame: str) -> bool:
         connection = self.connection
@@ -374,7 +374,7 @@ class CoreSession:
             idle = config.timeout_for(record.tool)
         if limit is None:
             limit = record.deadline + config.max_total_for(idle) - idle
-        pending = TrackedRequest(record, frame, idle, limit)
+        pending = TrackedRequest(record, frame, idle, limit, config.clock.monotonic())
         self.pending[record.id] = pending
         self._schedule(pending)
         limit = self.registry.config.max_pending
@@ -492,7 +492,7 @@ class CoreSession:
         if now < pending.due(self.registry.config.user_wait_limit):
             self._schedule(pending)
             return
-        seconds = max(0.0, time.perf_counter() - pending.started)
+        seconds = max(0.0, self.registry.config.clock.monotonic() - pending.started)
         away = self.connection is None
         why = (" (no page was connected: its tab may be closed, or reloading; a session's "
                "`connected` says whether its page is there)" if away else "")
@@ -536,7 +536,7 @@ class CoreSession:
             self.registry.store.save_request(record)
         log_event("tool.result", session=self.id, toolRequestId=record.id, tool=record.tool,
                   handledBy=handled_by, outcome=how,
-                  ms=(time.perf_counter() - pending.started) * 1000)
+                  ms=(self.registry.config.clock.monotonic() - pending.started) * 1000)
         if not pending.future.done():
             pending.future.set_result((result, handled_by))
         pending.wake()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any, NamedTuple
 
 from ... import protocol
@@ -83,7 +82,8 @@ class TurnRunner:
         self._cancel_reason = "the turn was cancelled"
         self._ending = False  # its end is decided and being stored: too late to cancel
         self._abandoned = False  # its session moved to another node, which carries it on
-        self._started = time.perf_counter()
+        self.clock = session.registry.config.clock
+        self._started = self.clock.monotonic()
 
     # --- the Turn protocol ------------------------------------------------------------
 
@@ -270,7 +270,7 @@ class TurnRunner:
         log_event("turn.end", session=session.id, turn=record.id, status=record.status,
                   steps=self.steps, calls=len(record.tool_calls),
                   code=None if record.error is None else record.error["code"],
-                  ms=(time.perf_counter() - self._started) * 1000,
+                  ms=(self.clock.monotonic() - self._started) * 1000,
                   **{f"usage_{key.removesuffix('_tokens')}": value
                      for key, value in self.usage.items()})
 
@@ -284,7 +284,7 @@ class TurnRunner:
             args = (await off_loop(args.value) if len(args.text) > LARGE_CHARS
                     else args.value())
         return self._record(pending.record, call_id, result, handled_by,
-                            (time.perf_counter() - pending.started) * 1000, args)
+                            (self.clock.monotonic() - pending.started) * 1000, args)
 
     def _record(self, request: RequestRecord, call_id: str | None, result: Any,
                 handled_by: str, duration_ms: float, args: Any) -> ToolCallOutcome:
@@ -431,7 +431,7 @@ async def _check_text(text: str, what: str) -> None:
 def start_turn(session: CoreSession, turn_id: str, text: str) -> TurnRunner:
     """Start a turn; the caller has checked that none is running."""
     record = TurnRecord(id=turn_id, session_id=session.id, text=text, status="running",
-                        created_at=time.time())
+                        created_at=session.registry.config.clock.time())
     runner = TurnRunner(session, record, session.registry.agent_factory())
     session.turn = runner
     session.registry.store.save_turn(record)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from ..clock import Clock
 from ..log import log_event
 from .errors import (
     STORE_FAILED,
@@ -109,14 +110,15 @@ def parse_store(url: str) -> StoreSpec:
     return StoreSpec("sqlite", str(Path(path).expanduser()))
 
 
-async def check_reachable(url: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> None:
+async def check_reachable(url: str, timeout: float = DEFAULT_STORE_TIMEOUT,
+                          clock: Clock | None = None) -> None:
     """Raise :class:`StoreUnavailable` if the store ``url`` names cannot be reached within
     ``timeout`` seconds (Core checks before it announces its URL; a file is opened then)."""
     spec = parse_store(url)
     if spec.kind == "redis":
         from .redis import RedisStore
 
-        store = RedisStore(spec.target, timeout)
+        store = RedisStore(spec.target, timeout, clock=clock)
         try:
             await store.reachable()
         finally:
@@ -124,13 +126,15 @@ async def check_reachable(url: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> N
 
 
 def open_store(url: str, timeout: float = DEFAULT_STORE_TIMEOUT,
-               cluster_secret: str | None = None) -> Store:
-    """The store ``url`` names (see :func:`parse_store`); an SQLite file is created
-    ``0600`` when missing; Redis is connected to when first used, its messages between
-    nodes sealed with ``cluster_secret`` (a store of one process has no use for it)."""
+               cluster_secret: str | None = None, clock: Clock | None = None) -> Store:
+    """The store ``url`` names (see :func:`parse_store`), on Core's ``clock`` (the
+    system's by default); an SQLite
+    file is created ``0600`` when missing; Redis is connected to when first used, its
+    messages between nodes sealed with ``cluster_secret`` (a store of one process has no
+    use for it)."""
     spec = parse_store(url)
     if spec.kind == "memory":
-        return MemoryStore()
+        return MemoryStore(clock)
     if spec.kind == "redis":
         from .redis import RedisStore
 
@@ -138,5 +142,5 @@ def open_store(url: str, timeout: float = DEFAULT_STORE_TIMEOUT,
             log_event("cluster.unauthenticated", level=logging.WARNING, hint=(
                 "no --cluster-secret: any client that can publish on this Redis can act "
                 "as a node of the cluster (set PEDELEC_CLUSTER_SECRET on every node)"))
-        return RedisStore(spec.target, timeout, cluster_secret)
-    return SQLiteStore(spec.target, timeout)
+        return RedisStore(spec.target, timeout, cluster_secret, clock)
+    return SQLiteStore(spec.target, timeout, clock)

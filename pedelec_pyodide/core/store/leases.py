@@ -10,9 +10,10 @@ the Redis store keeps them in Redis, where every node of the cluster sees them.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import NamedTuple
+
+from ..clock import Clock
 
 #: most leases one renewal names (a node renews its sessions in chunks of this many)
 RENEW_CHUNK = 500
@@ -33,7 +34,8 @@ class Renewal(NamedTuple):
 class LocalLeases:
     """Leases and inboxes in this process's memory, with the Redis store's rules."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         # session id -> (node, monotonic expiry); bounded by the sessions Core holds
         self._leases: dict[str, tuple[str, float]] = {}
         self._inboxes: dict[str, list[asyncio.Queue[str]]] = {}
@@ -61,19 +63,19 @@ class LocalLeases:
         held = self._leases.get(session_id)
         if held is None:
             return None
-        if held[1] <= time.monotonic():
+        if held[1] <= self.clock.monotonic():
             del self._leases[session_id]
             return None
         return held[0]
 
     async def claim(self, session_id: str, node: str, ttl: float) -> str | None:
         previous = self._live(session_id)
-        self._leases[session_id] = (node, time.monotonic() + ttl)
+        self._leases[session_id] = (node, self.clock.monotonic() + ttl)
         return previous
 
     async def renew(self, session_ids: list[str], node: str, ttl: float) -> Renewal:
         renewal = Renewal([], [])
-        until = time.monotonic() + ttl
+        until = self.clock.monotonic() + ttl
         for session_id in session_ids:
             held = self._live(session_id)
             if held not in (node, None):

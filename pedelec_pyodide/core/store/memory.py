@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ..clock import Clock, SystemClock
 from .leases import LocalLeases
 from .records import (
     RECENT_TURNS,
@@ -21,6 +22,9 @@ class MemoryStore(LocalLeases):
     label = "memory"
     problem: str | None = None
     unavailable = False
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        super().__init__(clock or SystemClock())
 
     async def load(self) -> Snapshot:
         return Snapshot()

@@ -135,7 +135,7 @@ class RequestRecord:
     index: int
     tool: str
     args: Any
-    deadline: float  # wall-clock (time.time()) seconds
+    deadline: float  # wall-clock seconds (Core's clock.time())
     result: Any = None
     handled_by: str | None = None  # set once the result is in
     # wall-clock time the result came in; kept (outside turns) until the retention ends

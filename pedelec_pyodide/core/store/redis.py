@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -42,6 +41,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from ... import strictjson
+from ..clock import Clock
 from ..log import log_event
 from ..offload import LARGE_CHARS
 from . import rows
@@ -134,9 +134,9 @@ class RedisStore(QueuedStore):
     shared = True
 
     def __init__(self, url: str, timeout: float = DEFAULT_STORE_TIMEOUT,
-                 secret: str | None = None) -> None:
+                 secret: str | None = None, clock: Clock | None = None) -> None:
         target, cluster = check_url(url)
-        super().__init__(public_url(url), timeout)
+        super().__init__(public_url(url), timeout, clock)
         self.prefix = f"pedelec:{cluster}:"
         # each call has a deadline (the socket's), and fails rather than retrying: the
         # writer decides what to try again
@@ -147,7 +147,7 @@ class RedisStore(QueuedStore):
         self._renew = self._redis.register_script(_RENEW)
         self._release_lease = self._redis.register_script(_RELEASE)
         # the cluster secret's seal of the messages between nodes (None: unsealed)
-        self.seal = None if secret is None else Seal(secret)
+        self.seal = None if secret is None else Seal(secret, self.clock)
 
     def _key(self, kind: str, session_id: str = "") -> str:
         return f"{self.prefix}{kind}:{session_id}" if session_id else f"{self.prefix}{kind}"
@@ -157,7 +157,7 @@ class RedisStore(QueuedStore):
         Redis refused (WRONGTYPE, OOM, NOREPLICAS, MISCONF...) as StoreRefused: callers
         see only StoreErrors."""
         try:  # a deadline, not wait_for: no task per command (a crossing call makes four)
-            async with asyncio.timeout(2 * self.timeout):
+            async with self.clock.timeout(2 * self.timeout):
                 return await make()
         except _UNREACHABLE as exc:
             raise StoreUnavailable(f"cannot reach {self.label} ({reason(exc)})") from None
@@ -177,14 +177,14 @@ class RedisStore(QueuedStore):
 
     async def _patiently(self, make: Callable[[], Awaitable[_T]]) -> _T:
         """``make()``, tried again until the store's deadline while Redis is out of reach."""
-        deadline = time.monotonic() + self.timeout
+        deadline = self.clock.monotonic() + self.timeout
         while True:
             try:
                 return await make()
             except StoreUnavailable:
-                if time.monotonic() >= deadline:
+                if self.clock.monotonic() >= deadline:
                     raise
-                await asyncio.sleep(0.1)
+                await self.clock.sleep(0.1)
 
     async def load_session(self, session_id: str) -> Snapshot:
         return await self._patiently(lambda: self._read([session_id]))
@@ -319,10 +319,10 @@ class RedisStore(QueuedStore):
                         if text is not None:
                             yield text
             except StoreUnavailable:
-                await asyncio.sleep(INBOX_POLL)  # subscribed again once Redis is back
+                await self.clock.sleep(INBOX_POLL)  # subscribed again once Redis is back
             except StoreRefused as exc:  # the writer does not see it: said here
                 log_event("store.inbox_failed", level=logging.WARNING, error=str(exc))
-                await asyncio.sleep(INBOX_POLL)
+                await self.clock.sleep(INBOX_POLL)
             finally:
                 with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
                     await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
@@ -378,7 +378,7 @@ class RedisStore(QueuedStore):
             pipe.delete(*(self._key(kind, sid) for kind in _SESSION_KEYS))
             pipe.zrem(self._key("sessions"), sid)
         elif op.kind == "request":
-            self._last_order = max(self._last_order + 1, time.time_ns() // 1000)
+            self._last_order = max(self._last_order + 1, int(self.clock.time() * 1_000_000))
             pipe.hset(self._key("requests", sid), target, _row(op))
             pipe.zadd(self._key("order", sid), {target: self._last_order})
         elif op.kind == "delete_request":

@@ -28,13 +28,12 @@ import hashlib
 import hmac
 import logging
 import secrets
-import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from ...errors import PedelecError
+from ..clock import Clock, SystemClock
 from ..log import log_event
 
 #: the first word of a sealed message (its format's version)
@@ -90,12 +89,11 @@ class _Sender:
 class Seal:
     """Seals what one Core process publishes and opens what it reads."""
 
-    def __init__(self, secret: str, *, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, secret: str, clock: Clock | None = None) -> None:
         self._key = hmac.new(check_secret(secret).encode(), b"pedelec cluster messages",
                              hashlib.sha256).digest()
-        self._clock = clock
-        self._monotonic = monotonic
+        # stamps are wall-clock (they cross nodes); quiet senders and log gaps monotonic
+        self._clock = clock or SystemClock()
         self._sender = secrets.token_hex(8).encode()
         self._next = 0
         self._senders: OrderedDict[bytes, _Sender] = OrderedDict()
@@ -112,7 +110,7 @@ class Seal:
     def seal(self, channel: str, message: str) -> bytes:
         """``message`` as published on ``channel``: ``p1 SENDER SEQ MS MAC MESSAGE``."""
         self._next += 1
-        head = b"%s %d %d" % (self._sender, self._next, round(self._clock() * 1000))
+        head = b"%s %d %d" % (self._sender, self._next, round(self._clock.time() * 1000))
         body = message.encode()
         return b" ".join((VERSION, head, self._mac(channel.encode(), head, body), body))
 
@@ -132,7 +130,7 @@ class Seal:
         head = b" ".join((sender, number, stamp))
         if not hmac.compare_digest(mac, self._mac(channel.encode(), head, body)):
             raise Refused("forged")
-        if abs(int(stamp) / 1000 - self._clock()) > CLOCK_WINDOW_SECONDS:
+        if abs(int(stamp) / 1000 - self._clock.time()) > CLOCK_WINDOW_SECONDS:
             raise Refused("stale")
         try:
             text = body.decode()
@@ -147,7 +145,7 @@ class Seal:
 
     def _take(self, sender: bytes, number: int) -> None:
         """Number ``number`` of ``sender`` once, within the window (or :class:`Refused`)."""
-        now = self._monotonic()
+        now = self._clock.monotonic()
         senders = self._senders
         while senders:  # forget the senders quiet for three windows (they died)
             oldest = next(iter(senders.values()))
@@ -178,7 +176,7 @@ class Seal:
     def refused(self, channel: str, reason: Refusal, size: int) -> None:
         """Say that a message read on ``channel`` was dropped (rate-limited)."""
         self.refusals[reason] += 1
-        self._refused.note(channel, reason, size, self._monotonic())
+        self._refused.note(channel, reason, size, self._clock.monotonic())
 
 
 class _RefusalLog:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..clock import Clock
 from ..log import log_event
 from . import rows
 from .errors import reason
@@ -184,9 +185,10 @@ class SQLiteStore(QueuedStore, LocalLeases):
     """SQLite in WAL mode; the file is created ``0600``. One process uses the file, so
     its leases are that process's (:class:`~.leases.LocalLeases`)."""
 
-    def __init__(self, path: str | Path, timeout: float = DEFAULT_STORE_TIMEOUT) -> None:
-        QueuedStore.__init__(self, str(path), timeout)
-        LocalLeases.__init__(self)
+    def __init__(self, path: str | Path, timeout: float = DEFAULT_STORE_TIMEOUT,
+                 clock: Clock | None = None) -> None:
+        QueuedStore.__init__(self, str(path), timeout, clock)
+        LocalLeases.__init__(self, self.clock)
         self.path = Path(path)
         _private(self.path)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)

@@ -25,6 +25,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
+from ..clock import Clock, SystemClock, wait, wait_for
 from ..log import log_event
 from .errors import (
     FlushTimeout,
@@ -84,9 +85,12 @@ class QueuedStore(ABC):
 
     durable = True
 
-    def __init__(self, label: str, timeout: float = DEFAULT_STORE_TIMEOUT) -> None:
+    def __init__(self, label: str, timeout: float = DEFAULT_STORE_TIMEOUT,
+                 clock: Clock | None = None) -> None:
         self.label = label
         self.timeout = timeout
+        #: the time of flushes' deadlines, retries and idle probes (Core's clock)
+        self.clock = clock or SystemClock()
         self._queue: deque[_Item] = deque()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -195,7 +199,7 @@ class QueuedStore(ABC):
             self._put(done)
             limit = self.timeout if timeout is None else timeout
             try:
-                await asyncio.wait_for(done, limit)
+                await wait_for(self.clock, done, limit)
             except TimeoutError:
                 why = self._unreachable or (f"{self.label} is locked by another process, "
                                             "slow or stuck")
@@ -219,18 +223,18 @@ class QueuedStore(ABC):
         self._put(None)
         self._closed = True
         limit = self.timeout if timeout is None else timeout
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + limit
+        deadline = self.clock.monotonic() + limit
         task = self._task
         if task is not None:
-            await asyncio.wait({task}, timeout=limit)
+            await wait(self.clock, {task}, limit)
             if not task.done():
                 task.cancel()
                 unwritten = sum(isinstance(item, Op) for item in self._queue)
                 log_event("store.close_timeout", level=logging.WARNING, seconds=limit,
                           unwritten=unwritten)
         try:  # whatever is left of the deadline, and a little for the sockets
-            await asyncio.wait_for(self._release(), max(0.1, deadline - loop.time()))
+            await wait_for(self.clock, self._release(),
+                           max(0.1, deadline - self.clock.monotonic()))
         except TimeoutError:
             log_event("store.release_timeout", level=logging.WARNING, store=self.label)
 
@@ -290,8 +294,8 @@ class QueuedStore(ABC):
             while True:
                 while not self._queue:
                     self._wakeup.clear()
-                    try:  # (asyncio.timeout: no task per wait, unlike wait_for)
-                        async with asyncio.timeout(PROBE_SECONDS):
+                    try:  # (a timeout block: no task per wait, unlike wait_for)
+                        async with self.clock.timeout(PROBE_SECONDS):
                             await self._wakeup.wait()
                     except TimeoutError:  # idle: is the store still there?
                         await self._idle_probe()
@@ -368,7 +372,7 @@ class QueuedStore(ABC):
                 if self._unreachable is None:
                     log_event("store.unreachable", level=logging.WARNING, error=str(exc))
                 self._unreachable = str(exc)
-                await asyncio.sleep(delay)
+                await self.clock.sleep(delay)
                 delay = min(2 * delay, RETRY_MAX_SECONDS)
                 continue
             if self._unreachable is not None:
