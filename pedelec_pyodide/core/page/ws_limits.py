@@ -43,6 +43,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from uvicorn.server import ServerState
 from websockets.frames import Frame
 from websockets.http11 import Request
+from websockets.protocol import State
 
 from ..config import CoreConfig
 from ..log import log_event
@@ -213,6 +214,23 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
             self.transport.abort()
         else:
             self.transport.close()
+
+    # --- writing without a task ------------------------------------------------------------
+
+    def can_send(self) -> bool:
+        """Whether a message may be written now, as :meth:`send` would write it without
+        waiting: open, and the client reading what it is sent (under the high-water mark)."""
+        return (self.writable.is_set() and self.handshake_complete and not self.close_sent
+                and self.initial_response is None and not self.disconnected
+                and not self.transport.is_closing() and self.conn.state is State.OPEN)
+
+    def send_texts(self, texts: list[str]) -> None:
+        """Write text messages at once, in one write to the socket (one system call for a
+        burst, e.g. a turn's delta and its next request); only when :meth:`can_send`."""
+        conn = self.conn
+        for text in texts:
+            conn.send_text(text.encode())
+        self.transport.write(b"".join(conn.data_to_send()))
 
     # --- closes that end ----------------------------------------------------------------
 
