@@ -49,7 +49,10 @@ class RawHTTP:
         self.writer: asyncio.StreamWriter | None = None
 
     async def request(self, method: str, path: str, body: bytes = b"") -> bytes:
-        if self.writer is None:
+        if self.writer is None or self.writer.is_closing() or (
+                self.reader is not None and self.reader.at_eof()):
+            # (again after Core's keep-alive timeout closed it, while the other Core ran)
+            self.close()
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         assert self.reader is not None
         self.writer.write(

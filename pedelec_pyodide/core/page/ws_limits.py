@@ -16,7 +16,10 @@ every byte) that adds, per connection:
 - **a bounded step**: a read is parsed in slices of :data:`SLICE_BYTES`, one slice per
   step of the event loop (reading paused meanwhile: a read of 256 KiB of pings was ~0.1 s
   in one step), and parsing stops once a message waits for the app, until the app takes
-  it (uvicorn's own back-pressure, slice by slice instead of read by read);
+  it (uvicorn's own back-pressure, slice by slice instead of read by read). The socket's
+  reading is paused only when more arrives while a message waits: uvicorn pauses and
+  resumes it for every message (two ``epoll_ctl`` calls), though a page that sent a
+  result mostly waits for what comes back;
 - **a deadline** the app may set (the bridge's hello deadline): past it the connection
   is closed, whatever the client sends meanwhile;
 - **closes that end**: a socket closed with bytes its client never reads is dropped
@@ -119,6 +122,10 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._unread is None:
+            if self.read_paused:  # a message waits for the app: this waits for it to take it
+                self._unread, self._unread_at = data, 0
+                self.transport.pause_reading()
+                return
             if len(data) <= SLICE_BYTES:
                 super().data_received(data)
                 return
@@ -156,6 +163,12 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         transport.pause_reading()
         if not self.read_paused:  # else receive() goes on once the app takes its message
             self._next_slice = self.loop.call_soon(self._feed)
+
+    def send_receive_event_to_app(self) -> None:
+        if not self.close_sent:  # (past its close, uvicorn drops the message)
+            # the message waits: parsing stops, the socket reads on (see data_received)
+            self.read_paused = True
+        super().send_receive_event_to_app()
 
     async def receive(self) -> ASGIReceiveEvent:
         message = await self.queue.get()
