@@ -226,8 +226,12 @@ class TurnRunner:
                       error=record.error["message"])
         self._ending = True
         config = session.registry.config
-        self._finish(None if self._history is None else await off_loop(
-            trimmed_history, self._history, config.max_history_bytes))
+        history = self._history
+        if history is not None:  # a short history costs less in place than a thread hop
+            history_json = (await off_loop(trimmed_history, history, config.max_history_bytes)
+                            if is_large(history)
+                            else trimmed_history(history, config.max_history_bytes))
+        self._finish(None if history is None else history_json)
         # The page hears of the end only once it is stored: a Core killed right after
         # sending it would otherwise come back with the turn still running, and run it
         # again while the page has moved on (its next turn.start refused TURN_BUSY).
@@ -236,7 +240,10 @@ class TurnRunner:
             await session.registry.store.flush(session.id, turn_key(session.id, record.id))
         except StoreError as exc:  # the page still hears the end; the operator, the failure
             log_event("store.failed", session=session.id, turn=record.id, error=str(exc))
-        frame = await off_loop(end_frame, record, config.max_frame_bytes)
+        # its text is all of the frame that may be long (the error is an excerpt)
+        frame = (await off_loop(end_frame, record, config.max_frame_bytes)
+                 if len(record.final_text or "") > LARGE_CHARS
+                 else end_frame(record, config.max_frame_bytes))
         if session.turn is self:
             session.turn = None
         if not session.closed:
