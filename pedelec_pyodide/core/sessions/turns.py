@@ -228,9 +228,9 @@ class TurnRunner:
         config = session.registry.config
         history = self._history
         if history is not None:  # a short history costs less in place than a thread hop
+            large = len(self._history_json) > LARGE_CHARS or is_large(history)
             history_json = (await off_loop(trimmed_history, history, config.max_history_bytes)
-                            if is_large(history)
-                            else trimmed_history(history, config.max_history_bytes))
+                            if large else trimmed_history(history, config.max_history_bytes))
         self._finish(None if history is None else history_json)
         # The page hears of the end only once it is stored: a Core killed right after
         # sending it would otherwise come back with the turn still running, and run it
