@@ -3,20 +3,24 @@
 ``pedelec serve`` runs in a process of its own (default options, memory store, offline
 agent; only the rate limit raised, so that the baseline's pings are not cut off: an
 awaited ``tool.result`` is never charged to it). From this process, on 127.0.0.1, with
-a raw HTTP/1.1 keep-alive client and simulated pages (websockets clients that answer
+a raw HTTP/1.1 keep-alive client and a simulated page (a websockets client that answers
 every ``tool.request`` at once), variants interleaved round by round:
 
 * ``health``: ``GET /pedelec/v1/health``;
-* ``ping``: a WebSocket ping and its pong, on a page's socket (after hello);
+* ``ping``: a WebSocket ping and its pong, on the page's socket (after hello);
 * ``call``: ``POST /pedelec/v1/sessions/{id}/tool-calls`` → the page → back;
 * ``turn 1``, ``turn 8``: ``POST .../turns`` whose text is 1 or 8 ``/call`` lines (one
-  agent step each); a step costs ``(turn 8 - turn 1) / 7``.
+  agent step each, a quarter as many of them per round); a step costs
+  ``(turn 8 - turn 1) / 7``.
 
-Printed: the ratios of the medians the issue sets goals for, a control-API call against
-``health + ping`` (the two hops it crosses) and an agent's step against ``ping``; the
-1-minute load average beside them (both processes share the machine's cores).
+Printed: each variant's median, and the ratios of the medians with goals: a control-API
+call against ``health + ping`` (the two hops it crosses) and an agent's step against
+``ping``; the 1-minute load average during the run (the machine's cores are shared by
+this process and the Cores). ``--before DIR`` runs a second Core from another checkout
+(a worktree of an earlier commit), interleaved with this one's: before and after in one
+run.
 
-Run: ``.venv/bin/python bench/core_paths.py [--rounds 15 --calls 200]``
+Run: ``.venv/bin/python bench/core_paths.py [--rounds 15 --calls 200] [--before DIR]``
 """
 
 from __future__ import annotations
@@ -33,7 +37,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import websockets
 from simpages import SimPage, core_process
+
+from pedelec_pyodide import protocol
 
 TOKEN = "bench"
 STEPS = 8
@@ -74,6 +81,22 @@ class RawHTTP:
 
 
 Variant = Callable[[], Awaitable[None]]
+REQUEST_HEAD = protocol.frame_head(protocol.ToolRequest)
+
+
+class Page(SimPage):
+    """:class:`SimPage`, decoding only the frames it answers: a turn's deltas and its end
+    are told by their head and skipped, so the page does the least any page would."""
+
+    async def _answer(self) -> None:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for frame in self.ws:
+                if isinstance(frame, str) and frame.startswith(REQUEST_HEAD):
+                    request = json.loads(frame)
+                    self.answered += 1
+                    await self.ws.send(json.dumps({
+                        "type": "tool.result", "toolRequestId": request["toolRequestId"],
+                        "result": {"echo": request["args"]}, "handledBy": "named"}))
 
 
 class Target:
@@ -81,7 +104,7 @@ class Target:
 
     def __init__(self, port: int) -> None:
         self.port = port
-        self.page = SimPage()
+        self.page = Page()
         self.http = RawHTTP(port)
 
     async def open(self) -> dict[str, tuple[Variant, int]]:
