@@ -37,12 +37,18 @@ def rss_kib(pid: int) -> int:
 
 
 @contextlib.contextmanager
-def core_process(token: str, *options: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    """``pedelec serve`` on a free loopback port: ``(process, port)``; stopped on exit."""
+def core_process(token: str, *options: str, source: str | None = None
+                 ) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """``pedelec serve`` on a free loopback port: ``(process, port)``; stopped on exit.
+    ``source``: a checkout whose ``pedelec_pyodide`` to run (another commit's, side by
+    side with this one's), instead of the installed one."""
+    env = dict(os.environ, PEDELEC_ADMIN_TOKEN=token)
+    if source is not None:
+        env["PYTHONPATH"] = source
     core = subprocess.Popen(
         [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port", "0",
          "--no-provision", "--quiet", *options],
-        stdout=subprocess.PIPE, text=True, env=dict(os.environ, PEDELEC_ADMIN_TOKEN=token))
+        stdout=subprocess.PIPE, text=True, env=env, cwd=source)
     try:
         assert core.stdout is not None
         url = core.stdout.readline().split(": ", 1)[1].strip()

@@ -56,8 +56,9 @@ def is_large(value: Any) -> bool:
                 pending.extend(item)
         elif isinstance(item, int):
             budget -= item.bit_length() // 3 + 1  # digits, roughly
-        else:  # float, bool, None
-            budget -= 5
+        else:  # float, bool, None; JSON Core keeps as text (store.JsonText): its length
+            text = getattr(item, "text", None)
+            budget -= len(text) if isinstance(text, str) else 5
         if budget < 0:
             return True
     return False

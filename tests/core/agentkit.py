@@ -99,6 +99,9 @@ class FakeTurn:
         self.said.append(text)
         self.events.append("say")
 
+    def remember(self, entry: dict[str, Any]) -> None:
+        self.history.append(entry)
+
     @property
     def calls(self) -> list[tuple[str, Any]]:
         return [(call.tool, call.args) for batch in self.batches for call in batch]

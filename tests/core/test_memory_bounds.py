@@ -45,7 +45,7 @@ from pedelec_pyodide.core.sessions import (
     TOO_MANY_PENDING,
     TOO_MANY_SESSIONS,
 )
-from pedelec_pyodide.core.sessions.turns import trimmed_history
+from pedelec_pyodide.core.sessions.turns import appended_history, trimmed_history
 
 MIB = 1024 * 1024
 TOKEN = "memory-test-token"
@@ -172,6 +172,18 @@ def test_history_is_trimmed_by_whole_turns_oldest_first() -> None:
     offline = [{"agent": "offline", "turn_id": f"t{n}", "user": "u" * 100} for n in range(5)]
     limit = len(json.dumps(offline[-2:], separators=(",", ":")))
     assert json.loads(trimmed_history(offline, limit)) == offline[-2:]
+
+
+def test_an_agent_that_only_adds_to_its_history_appends_as_text_within_the_bound() -> None:
+    """The offline agent never reads its history: its turn's entry is appended to the
+    kept text (nothing decoded); over the bound, the whole is trimmed as above."""
+    kept = [{"agent": "offline", "turn_id": f"t{n}", "user": "u" * 100} for n in range(3)]
+    new = [{"agent": "offline", "turn_id": "t3", "user": "\U0001f600 wide"}]
+    text = trimmed_history(kept, 10_000)
+    appended = appended_history(text, new, 10_000)
+    assert appended is not None and json.loads(appended) == kept + new
+    assert json.loads(appended_history("[]", new, 10_000) or "") == new
+    assert appended_history(text, new, len(text) + 10) is None  # over: trimmed instead
 
 
 def test_the_offline_agents_history_stays_within_its_bytes() -> None:

@@ -75,6 +75,11 @@ class Turn(Protocol):
         """Stream a piece of the reply to the page (``turn.delta``)."""
         ...
 
+    def remember(self, entry: dict[str, Any]) -> None:
+        """Add ``entry`` to ``history`` without reading it: an agent that never reads its
+        history spares Core decoding it every turn (the same as ``history.append``)."""
+        ...
+
 
 class Agent(Protocol):
     async def run(self, turn: Turn) -> str:

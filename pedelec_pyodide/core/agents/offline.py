@@ -654,7 +654,7 @@ class OfflineAgent:
             for line in message.calls:  # one step each: they run in exactly this order
                 await self._call(turn, reply, calls, line)
         text = reply.text
-        turn.history.append(
+        turn.remember(
             {
                 "agent": "offline",
                 "turn_id": turn.turn_id,

@@ -45,6 +45,7 @@ from ..http.control import (
     authorize,
     hung_up,
 )
+from ..http.hangup import EXTENSION, HangUp, hang_up_of
 from ..log import log_event
 from ..sessions import SESSION_MOVED
 from ..store import StoreError
@@ -112,12 +113,18 @@ class ClusterRouter:
             body=body.decode("utf-8", "surrogateescape"), route_key=own_key)
         # the router's own key is the router's alone: a caller who hangs up cancels the
         # call, as on one node (a caller's own key keeps it running for its retry)
-        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        gone = asyncio.ensure_future(hung_up(Request(scope, receive))) if own_key else never
+        hang_up = hang_up_of(scope) if own_key else None
+        if hang_up is not None:  # Core's own protocol tells: no task watches
+            gone = hang_up.done()
+        elif own_key:
+            gone = asyncio.ensure_future(hung_up(Request(scope, receive)))
+        else:
+            gone = asyncio.get_running_loop().create_future()  # never done
         try:
             answered = await self._route(scope["app"], match.group(1), request, gone)
         finally:
-            gone.cancel()
+            if hang_up is None:
+                gone.cancel()
         if answered is None:
             return  # nobody to answer
         status, answer = answered
@@ -259,6 +266,8 @@ async def run_here(core: Starlette, request: HttpCall, hung_up: asyncio.Future[N
                    ) -> tuple[int, str]:
     """``request`` through Core's routes on this node (not forwarded again), its caller
     hanging up once ``hung_up`` is done."""
+    hang_up = HangUp()  # the control API hears of it from the scope, as from a socket
+    hung_up.add_done_callback(lambda done: None if done.cancelled() else hang_up.hung_up())
     scope: Scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "app": core,
         "method": request.method, "path": request.path,
@@ -266,6 +275,7 @@ async def run_here(core: Starlette, request: HttpCall, hung_up: asyncio.Future[N
             "latin-1"), "root_path": "", "scheme": "http", "server": None, "client": None,
         "headers": [(n.encode("latin-1"), v.encode("latin-1")) for n, v in request.headers],
         ROUTE_KEY: request.route_key,
+        "extensions": {EXTENSION: hang_up},
     }
     body = request.body.encode("utf-8", "surrogateescape")
     sent = False

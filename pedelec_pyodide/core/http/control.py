@@ -50,6 +50,7 @@ from ..store import (
     TurnRecord,
     dump_json,
 )
+from .hangup import hang_up_of
 
 UNAUTHORIZED = "UNAUTHORIZED"
 BAD_REQUEST = "BAD_REQUEST"
@@ -203,14 +204,46 @@ async def hung_up(request: Request) -> None:
         pass
 
 
-async def _answered(request: Request, future: asyncio.Future[Any]) -> bool:
-    """Wait for ``future`` (never cancelling it); False if the caller hung up first."""
-    hangup = asyncio.ensure_future(hung_up(request))
+def _gone(request: Request) -> tuple[asyncio.Future[None], bool]:
+    """A future done once the caller has hung up, and whether it is a task of its own
+    (cancel it when done with it): only where Core's own protocols do not tell
+    (:mod:`.hangup`)."""
+    hang_up = hang_up_of(request.scope)
+    if hang_up is not None:
+        return hang_up.done(), False
+    return asyncio.ensure_future(hung_up(request)), True
+
+
+async def _answered(request: Request, session: CoreSession, pending: TrackedRequest, *,
+                    cancels: bool) -> bool:
+    """Wait for the request's result; False if the caller hung up first. ``cancels``: a
+    hang-up cancels the request (``tool.cancel`` to the page); else it runs on, its future
+    shared with retries and never cancelled here."""
+    future = pending.future
+    gone, watching = _gone(request)
     try:
-        await asyncio.wait((future, hangup), return_when=asyncio.FIRST_COMPLETED)
+        if cancels and not watching:
+            # Nobody else awaits this future (no key: no retry can find it), so it is
+            # awaited as it is, and the hang-up resolves it: one event-loop step less
+            # than waiting for either.
+            def hang_up(_: asyncio.Future[None]) -> None:
+                session.cancel_request(pending, "the caller hung up")
+
+            gone.add_done_callback(hang_up)
+            try:
+                await future
+            finally:
+                gone.remove_done_callback(hang_up)
+            return not gone.done()
+        await asyncio.wait((future, gone), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        hangup.cancel()
-    return future.done()
+        if watching:
+            gone.cancel()
+    if future.done():
+        return True
+    if cancels:
+        session.cancel_request(pending, "the caller hung up")
+    return False
 
 
 def _request_state(session: CoreSession, request_id: str) -> dict[str, Any]:
@@ -305,14 +338,15 @@ class _EventStream(Response):
                 await send({"type": "http.response.body", "more_body": True, "body": event})
 
         pump = asyncio.ensure_future(events())
-        hangup = asyncio.ensure_future(hung_up(self.request))
+        gone, watching = _gone(self.request)
         try:
-            await asyncio.wait((pump, hangup), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((pump, gone), return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:  # Core is stopping and gave up waiting for us
             self._gone(pending, "Core is stopping")
             raise
         finally:
-            hangup.cancel()
+            if watching:
+                gone.cancel()
             pump.cancel()
         if pump.done() and not pump.cancelled() and pump.exception() is None:
             return True
@@ -336,17 +370,16 @@ async def _tool_answer(request: Request, session: CoreSession, request_id: str, 
         return _EventStream(request, session, request_id, keyed=keyed)
     pending = session.pending.get(request_id)
     if pending is not None:
+        # a router's own key (cluster/routing.py) serves only that router: its caller hung
+        # up there, so the request goes as an unkeyed one's does
+        cancels = not keyed or bool(request.scope.get(ROUTE_KEY))
         try:
-            answered = await _answered(request, pending.future)
+            answered = await _answered(request, session, pending, cancels=cancels)
         except asyncio.CancelledError:  # Core is stopping and gave up waiting for us
             if not keyed:
                 session.cancel_request(pending, "Core is stopping")
             raise
         if not answered:
-            # a router's own key (cluster/routing.py) serves only that router: its caller hung
-            # up there, so the request goes as an unkeyed one's does
-            if not keyed or request.scope.get(ROUTE_KEY):
-                session.cancel_request(pending, "the caller hung up")
             return JSONResponse(_request_state(session, request_id), status_code=202)
         result, handled_by = pending.future.result()
         await _stored(request, session, request_id, keyed=keyed)

@@ -26,18 +26,23 @@ read") is cut off. uvicorn's ``timeout_keep_alive`` closes a connection idle bet
 requests; a response complete while its request's body is still arriving (a refusal sent
 before the body was read) leaves the rest of that body the same timeout, however slowly
 it trickles in.
+
+Hang-ups: each request's scope holds a :class:`~.hangup.HangUp` that the connection's
+loss completes, so a handler that waits hears of its caller going without a task of its
+own reading ``receive()``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..clock import Clock, Timer
 from ..log import log_event
+from .hangup import EXTENSION, HangUp, hang_up_of
 
 #: the largest request head (request line and headers, with their line ends) Core takes
 MAX_HEAD_BYTES = 64 * 1024
@@ -95,6 +100,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._disarm()
         if self._stalled is not None:
             self._stalled.cancel()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            hang_up = hang_up_of(cast(dict[str, Any], cycle.scope))
+            if hang_up is not None:
+                hang_up.hung_up()
         super().connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -168,6 +178,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                 with contextlib.suppress(ValueError):  # llhttp checked it; only a slice size
                     length = int(value)
         self._body_left = None if self._chunked else length
+        scope = cast(dict[str, Any], self.scope)  # uvicorn's TypedDict has no extensions
+        scope.setdefault("extensions", {})[EXTENSION] = HangUp(self.flow.resume_reading)
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:

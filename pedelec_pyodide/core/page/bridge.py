@@ -31,6 +31,9 @@ from .ws_limits import frame_guard
 
 # how long Core offers a close frame to a page before it stops waiting for the page to read
 CLOSE_WAIT = 10.0
+#: frames queued in one step of the event loop go out in one write of about this many
+#: characters at most (a page's burst: one system call; a larger one: one copy at a time)
+WRITE_BATCH_CHARS = 64 * 1024
 #: frames longer than this (characters) are parsed off the event loop. Parsing is linear,
 #: but a 1 MiB hello of tiny subschemas or patterns takes ~0.5 s to check: the other
 #: connections and /health must not wait for it (a thread gives the loop the GIL every
@@ -82,11 +85,46 @@ class BridgeConnection:
             client=client_key(None if address is None else address.host))
         self._awaiting_hello = True
         self._flusher: asyncio.Task[None] | None = None
+        self._write_planned = False  # a call of _write_out is on its way
 
     # --- the Output side ----------------------------------------------------------------
 
     def wake(self) -> None:
-        if self._flusher is None:
+        if self._flusher is not None or self._write_planned:
+            return  # what is under way sends this frame too, in order
+        if self.guard is None or self.page.closing is not None:
+            self._flusher = asyncio.ensure_future(self._flush())
+        else:  # at the end of this step, the frames queued in it together
+            self._write_planned = True
+            asyncio.get_running_loop().call_soon(self._write_out)
+
+    def _write_out(self) -> None:
+        """Write what the outbox holds at once, without a task: one write per
+        :data:`WRITE_BATCH_CHARS`. What cannot go now (the page reads too slowly, a close
+        to send) is left to :meth:`_flush`, which waits."""
+        self._write_planned = False
+        page = self.page
+        guard = self.guard
+        if self._flusher is not None or guard is None or not page.open:
+            return
+        drained = False
+        try:
+            while not drained and page.closing is None and guard.can_send():
+                frames: list[str] = []
+                size = 0
+                while size < WRITE_BATCH_CHARS:
+                    frame = page.next_frame()
+                    if frame is None:
+                        drained = True
+                        break
+                    frames.append(frame)
+                    size += len(frame)
+                if frames:
+                    guard.send_texts(frames)
+        except Exception:  # the peer is gone; the receive loop sees the disconnect
+            page.ended()
+            return
+        if not drained or page.closing is not None:
             self._flusher = asyncio.ensure_future(self._flush())
 
     def abort(self) -> None:
@@ -142,6 +180,8 @@ class BridgeConnection:
                     break
                 del message, data  # an idle connection keeps no frame (each up to MiBs)
         finally:
+            if self._write_planned:  # the frames queued last, before they are dropped
+                self._write_out()
             flusher = self._flusher
             if flusher is not None:  # let the last frames (and a close) go out
                 with contextlib.suppress(Exception):

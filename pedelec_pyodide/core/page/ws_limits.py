@@ -16,7 +16,10 @@ every byte) that adds, per connection:
 - **a bounded step**: a read is parsed in slices of :data:`SLICE_BYTES`, one slice per
   step of the event loop (reading paused meanwhile: a read of 256 KiB of pings was ~0.1 s
   in one step), and parsing stops once a message waits for the app, until the app takes
-  it (uvicorn's own back-pressure, slice by slice instead of read by read);
+  it (uvicorn's own back-pressure, slice by slice instead of read by read). The socket's
+  reading is paused only when more arrives while a message waits: uvicorn pauses and
+  resumes it for every message (two ``epoll_ctl`` calls), though a page that sent a
+  result mostly waits for what comes back;
 - **a deadline** the app may set (the bridge's hello deadline): past it the connection
   is closed, whatever the client sends meanwhile;
 - **closes that end**: a socket closed with bytes its client never reads is dropped
@@ -43,6 +46,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from uvicorn.server import ServerState
 from websockets.frames import Frame
 from websockets.http11 import Request
+from websockets.protocol import State
 
 from ..clock import Clock, Timer, wait_for
 from ..config import CoreConfig
@@ -123,6 +127,10 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._unread is None:
+            if self.read_paused:  # a message waits for the app: this waits for it to take it
+                self._unread, self._unread_at = data, 0
+                self.transport.pause_reading()
+                return
             if len(data) <= SLICE_BYTES:
                 super().data_received(data)
                 return
@@ -160,6 +168,12 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         transport.pause_reading()
         if not self.read_paused:  # else receive() goes on once the app takes its message
             self._next_slice = self.loop.call_soon(self._feed)
+
+    def send_receive_event_to_app(self) -> None:
+        if not self.close_sent:  # (past its close, uvicorn drops the message)
+            # the message waits: parsing stops, the socket reads on (see data_received)
+            self.read_paused = True
+        super().send_receive_event_to_app()
 
     async def receive(self) -> ASGIReceiveEvent:
         message = await self.queue.get()
@@ -218,6 +232,23 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
             self.transport.abort()
         else:
             self.transport.close()
+
+    # --- writing without a task ------------------------------------------------------------
+
+    def can_send(self) -> bool:
+        """Whether a message may be written now, as :meth:`send` would write it without
+        waiting: open, and the client reading what it is sent (under the high-water mark)."""
+        return (self.writable.is_set() and self.handshake_complete and not self.close_sent
+                and self.initial_response is None and not self.disconnected
+                and not self.transport.is_closing() and self.conn.state is State.OPEN)
+
+    def send_texts(self, texts: list[str]) -> None:
+        """Write text messages at once, in one write to the socket (one system call for a
+        burst, e.g. a turn's delta and its next request); only when :meth:`can_send`."""
+        conn = self.conn
+        for text in texts:
+            conn.send_text(text.encode())
+        self.transport.write(b"".join(conn.data_to_send()))
 
     # --- closes that end ----------------------------------------------------------------
 

@@ -163,8 +163,27 @@ def checked_request_frame(request: protocol.ToolRequest, max_frame_bytes: int) -
         raise protocol.ProtocolError(
             protocol.FRAME_TOO_DEEP, f"the args nest deeper than {protocol.MAX_DEPTH}"
         ) from None
-    protocol.parse_server_frame(frame, max_bytes=max_frame_bytes)
+    if not _surely_taken(frame, request, max_frame_bytes):
+        protocol.parse_server_frame(frame, max_bytes=max_frame_bytes)  # the page's verdict
     return frame
+
+
+def _surely_taken(frame: str, request: protocol.ToolRequest, max_frame_bytes: int) -> bool:
+    """Whether the page's parse of ``frame`` (Core's strict encoding of ``request``, so
+    JSON without NaN) surely takes it, from checks at C speed: within the size limit, too
+    few brackets to nest too deep, no lone surrogate (none raw, no ``\\ud`` escape), a
+    string for a tool name (the ids are Core's own). Only a frame that fails one is parsed
+    as the page would, for its exact refusal: most are checked without decoding them."""
+    if not isinstance(request.tool, str) or "\\ud" in frame or "\\uD" in frame:
+        return False
+    if frame.count("[") + frame.count("{") > protocol.MAX_DEPTH:
+        return False
+    if frame.isascii():
+        return len(frame) <= max_frame_bytes
+    try:
+        return len(frame.encode("utf-8")) <= max_frame_bytes
+    except UnicodeEncodeError:  # a raw lone surrogate
+        return False
 
 
 def checked_call(tool: str, args: Any, max_frame_bytes: int,

@@ -21,6 +21,7 @@ from ..agents.contract import Agent
 from ..clock import Timer
 from ..config import CoreConfig
 from ..log import log_event
+from ..offload import LARGE_CHARS
 from ..store import (
     RECENT_TURNS,
     STORE_FAILED,
@@ -329,8 +330,15 @@ class CoreSession:
         """Flush the store before ``opened`` go out (with the writes of ``keys``, e.g.
         their turn's). If it cannot take them, each is answered ``STORE_FAILED`` and never
         sent: a page must not run what a restart of Core would not know of."""
+        store = self.registry.store
+        if not store.durable and not any(
+                len(pending.frame or "") > LARGE_CHARS for pending in opened):
+            # a store that keeps nothing has nothing to wait for; only a large step yields
+            # to the loop there, as every store's flush does (other clients' work comes
+            # in between), not every call
+            return
         try:
-            await self.registry.store.flush(*(pending.id for pending in opened), *keys)
+            await store.flush(*(pending.id for pending in opened), *keys)
         except StoreError as exc:
             log_event("store.requests_failed", session=self.id, requests=len(opened),
                       error=str(exc))

@@ -35,6 +35,7 @@ from ..store import (
     char_width,
     dump_json,
     kept_json,
+    kept_size,
     turn_key,
 )
 from .codes import SESSION_MOVED
@@ -70,6 +71,8 @@ class TurnRunner:
         # history of earlier calls)
         self._history_json = session.record.history
         self._history: list[dict[str, Any]] | None = None
+        # entries remembered (:meth:`remember`) while the history was not decoded
+        self._remembered: list[dict[str, Any]] = []
         self.max_steps = session.registry.config.max_steps
         self.steps = 0
         self.usage: dict[str, int] = {}
@@ -96,12 +99,20 @@ class TurnRunner:
     @property
     def history(self) -> list[dict[str, Any]]:
         if self._history is None:
-            self._history = json.loads(self._history_json)
+            self._history = json.loads(self._history_json) + self._remembered
+            self._remembered = []
         return self._history
 
     @history.setter
     def history(self, entries: list[dict[str, Any]]) -> None:
         self._history = entries
+        self._remembered = []
+
+    def remember(self, entry: dict[str, Any]) -> None:
+        if self._history is not None:
+            self._history.append(entry)
+        else:  # appended to the kept text at the turn's end (appended_history)
+            self._remembered.append(entry)
 
     async def call_tools(self, calls: list[ToolCallRequest]) -> list[ToolCallOutcome]:
         if self.steps >= self.max_steps:
@@ -227,8 +238,7 @@ class TurnRunner:
                       error=record.error["message"])
         self._ending = True
         config = session.registry.config
-        self._finish(None if self._history is None else await off_loop(
-            trimmed_history, self._history, config.max_history_bytes))
+        self._finish(await self._kept_history(config.max_history_bytes))
         # The page hears of the end only once it is stored: a Core killed right after
         # sending it would otherwise come back with the turn still running, and run it
         # again while the page has moved on (its next turn.start refused TURN_BUSY).
@@ -237,12 +247,33 @@ class TurnRunner:
             await session.registry.store.flush(session.id, turn_key(session.id, record.id))
         except StoreError as exc:  # the page still hears the end; the operator, the failure
             log_event("store.failed", session=session.id, turn=record.id, error=str(exc))
-        frame = await off_loop(end_frame, record, config.max_frame_bytes)
+        # its text is all of the frame that may be long (the error is an excerpt)
+        frame = (await off_loop(end_frame, record, config.max_frame_bytes)
+                 if len(record.final_text or "") > LARGE_CHARS
+                 else end_frame(record, config.max_frame_bytes))
         if session.turn is self:
             session.turn = None
         if not session.closed:
             session.send_turn_end(record, frame)
         return record
+
+    async def _kept_history(self, limit: int) -> str | None:
+        """The history's JSON text to keep after this turn (None: the agent neither read
+        nor added to it). Short work happens in place, where a thread hop would cost more;
+        a pass over a long history off the event loop."""
+        history = self._history
+        if history is not None:  # the agent read it: trimmed whole
+            large = len(self._history_json) > LARGE_CHARS or is_large(history)
+            return (await off_loop(trimmed_history, history, limit) if large
+                    else trimmed_history(history, limit))
+        entries = self._remembered
+        if not entries:
+            return None
+        kept = (await off_loop(appended_history, self._history_json, entries, limit)
+                if is_large(entries) else appended_history(self._history_json, entries, limit))
+        if kept is None:  # over its bound: the whole decoded and trimmed, by whole turns
+            kept = await off_loop(_trimmed_with, self._history_json, entries, limit)
+        return kept
 
     def _finish(self, history: str | None) -> None:
         """Cancel what is pending, clear the journal, store the turn and the agent's
@@ -361,6 +392,24 @@ def trimmed_history(history: list[dict[str, Any]], limit: int) -> str:
             if start == len(texts) or turn is None or _turn_of(history[start]) != turn:
                 break
     return "[" + ",".join(texts[start:]) + "]"
+
+
+def appended_history(history_json: str, entries: list[dict[str, Any]], limit: int
+                     ) -> str | None:
+    """The kept history's text with ``entries`` appended as text, without decoding what
+    is kept (an agent that only adds to its history pays for its new entries, not the
+    whole); None when that is over ``limit`` (see :func:`trimmed_history`)."""
+    texts, _ = _kept_texts(entries)
+    joined = ",".join(texts)
+    text = (history_json[:-1] + ("," if history_json != "[]" else "") + joined + "]")
+    return text if kept_size(text) <= limit else None
+
+
+def _trimmed_with(history_json: str, entries: list[dict[str, Any]], limit: int) -> str:
+    """:func:`trimmed_history` of the kept history and ``entries``, down to three
+    quarters of ``limit``: the turns after it append as text again for a while, rather
+    than each decoding the whole to drop its oldest turn."""
+    return trimmed_history(json.loads(history_json) + entries, limit * 3 // 4)
 
 
 def _kept_texts(history: list[dict[str, Any]]) -> tuple[list[str], int]:

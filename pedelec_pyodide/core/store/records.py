@@ -86,6 +86,12 @@ def kept_size(text: str) -> int:
     return max(len(text.encode("utf-8", "surrogatepass")), char_width(text) * len(text))
 
 
+_MARKER_BYTES = 8
+# a JsonText's placeholder as the encoder writes it: one pattern for every marker (a
+# pattern per marker was compiled anew by every dump of a value holding JsonText)
+_PLACEHOLDER = re.compile(rf'"\\u0000([0-9a-f]{{{2 * _MARKER_BYTES}}})(\d+)\\u0000"')
+
+
 def dump_json(value: Any, *, ascii: bool = False) -> str:
     """Compact JSON text (:func:`~pedelec_pyodide.strictjson.encode`: NaN and the
     infinities refused, no page or model could read them back), as Core keeps metadata
@@ -94,22 +100,27 @@ def dump_json(value: Any, *, ascii: bool = False) -> str:
     if isinstance(value, JsonText):
         return value.text
     kept: list[str] = []
+    marker = ""  # made with the first JsonText: a value without one costs no randomness
 
     def raw(item: Any) -> str:
+        nonlocal marker
         if not isinstance(item, JsonText):
             raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
+        if not marker:
+            marker = secrets.token_hex(_MARKER_BYTES)  # no value can have guessed it
         kept.append(item.text)
         return f"\0{marker}{len(kept) - 1}\0"
 
-    marker = secrets.token_hex(8)  # no value can have guessed it
     text = strictjson.encoder(ascii=ascii, default=raw).encode(value)
     if not kept:
         return text
+
+    def kept_text(found: re.Match[str]) -> str:
+        # a value's own string shaped like a placeholder has not this call's marker
+        return kept[int(found[2])] if found[1] == marker else found[0]
+
     # each placeholder string, with its quotes, becomes the text it stands for
-    pieces = re.split(f'"\\\\u0000{marker}(\\d+)\\\\u0000"', text)
-    for index in range(1, len(pieces), 2):
-        pieces[index] = kept[int(pieces[index])]
-    return "".join(pieces)
+    return _PLACEHOLDER.sub(kept_text, text)
 
 
 @dataclass

@@ -1,0 +1,208 @@
+"""Core's common paths against the socket round trips they cannot avoid, on one Core.
+
+``pedelec serve`` runs in a process of its own (default options, memory store, offline
+agent; only the rate limit raised, so that the baseline's pings are not cut off: an
+awaited ``tool.result`` is never charged to it). From this process, on 127.0.0.1, with
+a raw HTTP/1.1 keep-alive client and a simulated page (a websockets client that answers
+every ``tool.request`` at once), variants interleaved round by round:
+
+* ``health``: ``GET /pedelec/v1/health``;
+* ``ping``: a WebSocket ping and its pong, on the page's socket (after hello);
+* ``call``: ``POST /pedelec/v1/sessions/{id}/tool-calls`` → the page → back;
+* ``turn 1``, ``turn 8``: ``POST .../turns`` whose text is 1 or 8 ``/call`` lines (one
+  agent step each, a quarter as many of them per round); a step costs
+  ``(turn 8 - turn 1) / 7``.
+
+Printed: each variant's median, and the ratios of the medians with goals: a control-API
+call against ``health + ping`` (the two hops it crosses) and an agent's step against
+``ping``; the 1-minute load average during the run (the machine's cores are shared by
+this process and the Cores). ``--before DIR`` runs a second Core from another checkout
+(a worktree of an earlier commit), interleaved with this one's: before and after in one
+run.
+
+Run: ``.venv/bin/python bench/core_paths.py [--rounds 15 --calls 200] [--before DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import websockets
+from simpages import SimPage, core_process
+
+from pedelec_pyodide import protocol
+
+TOKEN = "bench"
+STEPS = 8
+
+
+class RawHTTP:
+    """One keep-alive HTTP/1.1 connection on asyncio streams (a client library would
+    dominate the figures)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> bytes:
+        if self.writer is None or self.writer.is_closing() or (
+                self.reader is not None and self.reader.at_eof()):
+            # (again after Core's keep-alive timeout closed it, while the other Core ran)
+            self.close()
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        assert self.reader is not None
+        self.writer.write(
+            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = head.split(b" ", 2)[1]
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        answer = await self.reader.readexactly(length)
+        if status != b"200":
+            raise RuntimeError(f"{method} {path}: {head!r} {answer[:200]!r}")
+        return answer
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+Variant = Callable[[], Awaitable[None]]
+REQUEST_HEAD = protocol.frame_head(protocol.ToolRequest)
+
+
+class Page(SimPage):
+    """:class:`SimPage`, decoding only the frames it answers: a turn's deltas and its end
+    are told by their head and skipped, so the page does the least any page would."""
+
+    async def _answer(self) -> None:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for frame in self.ws:
+                if isinstance(frame, str) and frame.startswith(REQUEST_HEAD):
+                    request = json.loads(frame)
+                    self.answered += 1
+                    await self.ws.send(json.dumps({
+                        "type": "tool.result", "toolRequestId": request["toolRequestId"],
+                        "result": {"echo": request["args"]}, "handledBy": "named"}))
+
+
+class Target:
+    """One Core process, its page and its HTTP connection: the variants measured on it."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.page = Page()
+        self.http = RawHTTP(port)
+
+    async def open(self) -> dict[str, tuple[Variant, int]]:
+        """The variants, each with its share of a round's calls (a turn is 1 or 8)."""
+        page, http = self.page, self.http
+        await page.open(f"ws://127.0.0.1:{self.port}/pedelec/v1/bridge")
+        sid = page.session_id
+        call_body = json.dumps({"tool": "update_counter", "args": {"delta": 2}}).encode()
+        line = '/call update_counter {"delta": 2}'
+        turn_bodies = {n: json.dumps({"text": "\n".join([line] * n)}).encode()
+                       for n in (1, STEPS)}
+
+        async def health() -> None:
+            await http.request("GET", "/pedelec/v1/health")
+
+        async def ping() -> None:
+            await (await page.ws.ping())
+
+        async def call() -> None:
+            answer = json.loads(await http.request(
+                "POST", f"/pedelec/v1/sessions/{sid}/tool-calls", call_body))
+            assert answer["result"] == {"echo": {"delta": 2}}, answer
+
+        def turn(n: int) -> Variant:
+            async def run() -> None:
+                answer = json.loads(await http.request(
+                    "POST", f"/pedelec/v1/sessions/{sid}/turns", turn_bodies[n]))
+                assert answer["status"] == "completed" and len(answer["toolCalls"]) == n, answer
+            return run
+
+        return {"health": (health, 1), "ping": (ping, 1), "call": (call, 1),
+                "turn 1": (turn(1), 4), f"turn {STEPS}": (turn(STEPS), 4)}
+
+    async def close(self) -> None:
+        self.http.close()
+        await self.page.close()
+
+
+def report(label: str, p50: dict[str, float]) -> tuple[float, float]:
+    """Print one Core's medians and the two goals' ratios; return those ratios."""
+    floor = p50["health"] + p50["ping"]
+    step = (p50[f"turn {STEPS}"] - p50["turn 1"]) / (STEPS - 1)
+    print(f"{label}: p50 of each")
+    for name, value in p50.items():
+        print(f"  {name:8s} {value * 1e6:8.1f} us")
+    print(f"  step     {step * 1e6:8.1f} us   (turn {STEPS} - turn 1) / {STEPS - 1}")
+    call_ratio, step_ratio = p50["call"] / floor, step / p50["ping"]
+    print(f"  control-API call / (health + ping) = {call_ratio:.2f}x   (goal <= 1.3x)")
+    print(f"  agent step / ping                  = {step_ratio:.2f}x   (goal <= 1.5x)")
+    return call_ratio, step_ratio
+
+
+async def main(rounds: int, calls: int, before: str | None) -> None:
+    options = ("--rate-limit", "1000000", "--rate-burst", "1000000")
+    with contextlib.ExitStack() as stack:
+        cores = {"this tree": stack.enter_context(core_process(TOKEN, *options))[1]}
+        if before is not None:
+            cores[f"before ({before})"] = stack.enter_context(
+                core_process(TOKEN, *options, source=before))[1]
+        targets = {label: Target(port) for label, port in cores.items()}
+        variants = {label: await target.open() for label, target in targets.items()}
+        samples = {(label, name): [] for label, named in variants.items() for name in named}
+        for named in variants.values():  # warm up
+            for fn, _ in named.values():
+                for _ in range(50):
+                    await fn()
+        loads = [os.getloadavg()]
+        for _ in range(rounds):
+            for label, named in variants.items():
+                for name, (fn, share) in named.items():
+                    for _ in range(max(1, calls // share)):
+                        started = time.perf_counter()
+                        await fn()
+                        samples[label, name].append(time.perf_counter() - started)
+            loads.append(os.getloadavg())
+        for target in targets.values():
+            await target.close()
+
+    print(f"{rounds} rounds of {calls} calls per variant (a turn: a quarter of that), "
+          "variants and Cores interleaved")
+    ratios = {label: report(label, {name: statistics.median(samples[label, name])
+                                    for name in named})
+              for label, named in variants.items()}
+    if before is not None:
+        (now_call, now_step), (then_call, then_step) = ratios.values()
+        print(f"this tree / before: call ratio {now_call / then_call:.2f}, "
+              f"step ratio {now_step / then_step:.2f}")
+    ones = [one for one, _, _ in loads]
+    print(f"1-minute load average {min(ones):.2f} to {max(ones):.2f} during the run "
+          f"({os.cpu_count()} cores, shared by this process and the Cores)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--before", metavar="DIR",
+                        help="also run the Core of this checkout (e.g. a worktree of an "
+                        "earlier commit), interleaved with this one's")
+    options = parser.parse_args()
+    asyncio.run(main(options.rounds, options.calls, options.before))
