@@ -128,14 +128,16 @@ def call_run(tool: str, args: str, call_id: str = "call-1") -> list[bytes]:
             sse({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"})]
 
 
-Ending = Literal["close", "break", "hang"]
+Ending = Literal["close", "break", "hang", "hold"]
 
 
 @dataclass
 class Script:
     """One answer: a status, a content type, body pieces (chunked), then how it ends:
     ``close`` (the last chunk, then closed), ``break`` (closed in the middle of a chunk),
-    ``hang`` (open, silent, until the server stops)."""
+    ``hang`` (open, silent, until the server stops), ``hold`` (open, silent, until the
+    client closes the connection: :attr:`ScriptedAgent.holding`, then
+    :attr:`ScriptedAgent.let_go`)."""
 
     pieces: list[bytes]
     end: Ending = "close"
@@ -153,6 +155,9 @@ class ScriptedAgent:
     requests: list[dict[str, Any]] = field(default_factory=list)
     server: asyncio.Server | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    #: set once a ``hold`` script's pieces are sent; ``let_go`` once its client closed
+    holding: asyncio.Event = field(default_factory=asyncio.Event)
+    let_go: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def url(self) -> str:
@@ -190,6 +195,11 @@ class ScriptedAgent:
                 writer.write(b"0\r\n\r\n")
             elif script.end == "break":
                 writer.write(b"10\r\nonly part")
+            elif script.end == "hold":
+                await writer.drain()
+                self.holding.set()
+                await reader.read()  # until the client closes the connection
+                self.let_go.set()
             else:
                 await writer.drain()
                 await self.stopping.wait()

@@ -460,62 +460,30 @@ def test_make_agent_reads_ag_ui_specs() -> None:
 def test_a_turn_waits_for_nothing_once_the_agent_has_failed() -> None:
     """The agent's socket is closed when a run fails: the server sees its client go."""
     async def main() -> None:
-        gone = asyncio.Event()
-
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
-                         + sse({"type": "RUN_ERROR", "message": "no"}))
-            await writer.drain()
-            await reader.read()  # until Core closes the connection
-            gone.set()
-            writer.close()
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        try:
-            url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
-            async with running_core(ag_ui(url)) as core:
-                page = await Page(counter_session()[0]).connect(core.ws_url)
-                with pytest.raises(TurnError):
-                    await page.session.send_text("go")
-                await asyncio.wait_for(gone.wait(), WAIT)
-        finally:
-            server.close()
-            await server.wait_closed()
+        scripts = [Script([sse({"type": "RUN_ERROR", "message": "no"})], end="hold")]
+        async with ScriptedAgent(scripts) as agent, running_core(ag_ui(agent.url)) as core:
+            page = await Page(counter_session()[0]).connect(core.ws_url)
+            with pytest.raises(TurnError):
+                await page.session.send_text("go")
+            await asyncio.wait_for(agent.let_go.wait(), WAIT)
 
     run(main())
 
 
 def test_cancelling_the_turn_closes_the_run_it_is_reading() -> None:
     async def main() -> None:
-        reading, gone = asyncio.Event(), asyncio.Event()
-
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
-                         + sse({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}))
-            await writer.drain()
-            reading.set()
-            await reader.read()  # until Core closes the connection
-            gone.set()
-            writer.close()
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        try:
-            url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
-            async with running_core(ag_ui(url)) as core:
-                client = await RawClient.open(core.ws_url)
-                await client.hello([tool_meta("a")])
-                await client.send({"type": "turn.start", "turnId": "t1", "text": "go"})
-                await asyncio.wait_for(reading.wait(), WAIT)
-                await client.send({"type": "turn.cancel", "turnId": "t1"})
-                end = await next_of(client, "turn.end")
-                assert end["status"] == "cancelled"
-                await asyncio.wait_for(gone.wait(), WAIT)
-                await client.close()
-        finally:
-            server.close()
-            await server.wait_closed()
+        started = sse({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})
+        async with ScriptedAgent([Script([started], end="hold")]) as agent, \
+                running_core(ag_ui(agent.url)) as core:
+            client = await RawClient.open(core.ws_url)
+            await client.hello([tool_meta("a")])
+            await client.send({"type": "turn.start", "turnId": "t1", "text": "go"})
+            await asyncio.wait_for(agent.holding.wait(), WAIT)
+            await client.send({"type": "turn.cancel", "turnId": "t1"})
+            end = await next_of(client, "turn.end")
+            assert end["status"] == "cancelled"
+            await asyncio.wait_for(agent.let_go.wait(), WAIT)
+            await client.close()
 
     run(main())
 

@@ -2,21 +2,10 @@
 // (tests/core/aguikit.py: its AGUIAdapter with an offline FunctionModel), behind a Core
 // started with --agent ag-ui:URL, and that agent calls the page's Python tool.
 import { spawn } from "node:child_process";
-import { createServer } from "node:net";
 import { createInterface } from "node:readline";
 import { expect, test } from "@playwright/test";
-import { PYODIDE, openPage, startCore } from "./helpers.js";
+import { PYODIDE, freePort, openPage, startCore } from "./helpers.js";
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** The Pydantic AI agent on a free loopback port: `{ url, stop() }` once it listens. */
 async function startAgent() {

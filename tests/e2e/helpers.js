@@ -2,6 +2,7 @@
 import {
   callTool as kitCallTool, coreAt, openPage as kitOpenPage, waitForReady as kitWaitForReady,
 } from "../../web/testing.js";
+import { createServer } from "node:net";
 import { APP_PORT, DEMO_PORT, PYODIDE, SNAPSHOT, TOKEN } from "../../playwright.config.js";
 
 /** Whether this run's pages start from Core's memory snapshot (PEDELEC_E2E_SNAPSHOT), and
@@ -28,4 +29,16 @@ export function consoleOf(page) {
   const lines = [];
   page.on("console", (m) => lines.push({ type: m.type(), text: m.text(), url: m.location().url }));
   return lines;
+}
+
+/** A free loopback port, for a Core (or an agent) a spec starts and stops itself. */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once("error", reject);
+    probe.listen(0, "127.0.0.1", () => {
+      const { port } = probe.address();
+      probe.close(() => resolve(port));
+    });
+  });
 }

@@ -6,13 +6,12 @@ import { execFile, spawn } from "node:child_process";
 import {
   cpSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync,
 } from "node:fs";
-import { createServer } from "node:net";
 import { homedir, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { expect, test } from "@playwright/test";
 import {
   CORE_READY_TIMEOUT_MS, LOADER_TIMEOUT_MS, PAGE_START_TIMEOUT_MS, STATE_TIMEOUT_MS,
-  PYODIDE, TOOL_CALL_TIMEOUT_MS, app, coreWebServer, openPage, runPython, startCore,
+  PYODIDE, TOOL_CALL_TIMEOUT_MS, app, coreWebServer, freePort, openPage, runPython, startCore,
 } from "./helpers.js";
 import * as kit from "../../web/testing.js";
 
@@ -33,16 +32,6 @@ function copyCache(cache) {
   }
 }
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 test("on a fresh cache, startCore resolves only once pages can load, and a page then starts", async ({ page }) => {
   test.setTimeout(240_000);

@@ -3,11 +3,10 @@
 // WebMCP on (native; calls through Playwright's page.webmcp), and in "chromium", Chromium
 // as it ships, where each page gets the MCP-B polyfill first (and one test gets none:
 // nothing happens, nothing fails). The pages: tests/e2e/app/webmcp*.html.
-import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { expect, test } from "@playwright/test";
 import {
-  PYODIDE, SNAPSHOT, app, callTool, demo, callWebMCPTool, consoleOf, getSession, openPage, runPython,
+  PYODIDE, SNAPSHOT, app, callTool, demo, callWebMCPTool, consoleOf, freePort, getSession, openPage, runPython,
   startCore,
   waitForState, webmcpImplementation, webmcpTools,
 } from "./helpers.js";
@@ -51,15 +50,6 @@ function execute(page, name, input, { abortAfterMs, preAborted = false, raw = fa
   }, { name, input, abortAfterMs, preAborted, raw, nest });
 }
 
-/** A free loopback port (for a Core this file starts and stops itself). */
-function freePort() {
-  return new Promise((resolve) => {
-    const probe = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = probe.address();
-      probe.close(() => resolve(port));
-    });
-  });
-}
 
 test.describe("with WebMCP", () => {
   test.beforeEach(async ({ page }) => {
