@@ -401,7 +401,10 @@ def appended_history(history_json: str, entries: list[dict[str, Any]], limit: in
     whole); None when that is over ``limit`` (see :func:`trimmed_history`)."""
     texts, _ = _kept_texts(entries)
     joined = ",".join(texts)
-    text = (history_json[:-1] + ("," if history_json != "[]" else "") + joined + "]")
+    # a stored history is any JSON list (store/rows.py): whitespace may stand around its
+    # closing bracket, and an empty one may be "[ ]"
+    head = history_json.rstrip()[:-1].rstrip()
+    text = head + ("" if head.endswith("[") else ",") + joined + "]"
     return text if kept_size(text) <= limit else None
 
 
