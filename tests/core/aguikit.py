@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import uvicorn
+from corekit import config
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
@@ -26,8 +27,31 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from pedelec_pyodide import Session, define_tool
+
 WAIT = 10.0
 AGENT_PATH = "/agent"
+
+
+# --- a page and a Core for the agent ----------------------------------------------------
+
+
+def counter_session() -> tuple[Session, list[Any]]:
+    """A page with ``update_counter``; the args of each run of it."""
+    runs: list[Any] = []
+    counter = {"value": 0}
+
+    def update_counter(delta: int) -> dict[str, int]:
+        """Add delta to the counter and return its new value."""
+        runs.append({"delta": delta})
+        counter["value"] += delta
+        return {"value": counter["value"]}
+
+    return Session([define_tool(update_counter)]), runs
+
+
+def ag_ui(url: str, **options: Any) -> Any:
+    return config(agent=f"ag-ui:{url}", agent_factory=None, **options)
 
 
 # --- the Pydantic AI agent ---------------------------------------------------------------
@@ -116,6 +140,10 @@ def text_run(text: str) -> list[bytes]:
             sse({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": text}),
             sse({"type": "TEXT_MESSAGE_END", "messageId": "m"}),
             sse({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"})]
+
+
+def started() -> bytes:
+    return sse({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})
 
 
 def call_run(tool: str, args: str, call_id: str = "call-1") -> list[bytes]:

@@ -21,17 +21,19 @@ from aguikit import (
     AGENT_PATH,
     Script,
     ScriptedAgent,
+    ag_ui,
     call_run,
+    counter_session,
     pydantic_app,
     serving,
     sse,
+    started,
     text_run,
 )
 from corekit import (
     WAIT,
     Page,
     RawClient,
-    config,
     next_of,
     run,
     running_core,
@@ -39,30 +41,12 @@ from corekit import (
     tool_meta,
 )
 
-from pedelec_pyodide import Session, TurnError, define_tool
+from pedelec_pyodide import TurnError
 from pedelec_pyodide.core.agents.ag_ui_agent import MAX_EVENT_BYTES, MAX_STREAM_BYTES, sse_events
 from pedelec_pyodide.core.agents.factory import make_agent, parse_header
 from pedelec_pyodide.core.cli import build_parser, main
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts"
-
-
-def counter_session() -> tuple[Session, list[Any]]:
-    """A page with ``update_counter``; the args of each run of it."""
-    runs: list[Any] = []
-    counter = {"value": 0}
-
-    def update_counter(delta: int) -> dict[str, int]:
-        """Add delta to the counter and return its new value."""
-        runs.append({"delta": delta})
-        counter["value"] += delta
-        return {"value": counter["value"]}
-
-    return Session([define_tool(update_counter)]), runs
-
-
-def ag_ui(url: str, **options: Any) -> Any:
-    return config(agent=f"ag-ui:{url}", agent_factory=None, **options)
 
 
 # --- a real agent framework ---------------------------------------------------------------
@@ -298,10 +282,6 @@ def test_the_agent_gets_its_headers() -> None:
 # --- failures: the turn fails, naming the agent and why; Core stays healthy ---------------------
 
 
-def started() -> bytes:
-    return sse({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})
-
-
 FAILURES: dict[str, tuple[Script, str]] = {
     "run error": (Script([started(), sse({"type": "RUN_ERROR", "message": "model overloaded",
                                           "code": "OVERLOADED"})]),
@@ -472,8 +452,7 @@ def test_a_turn_waits_for_nothing_once_the_agent_has_failed() -> None:
 
 def test_cancelling_the_turn_closes_the_run_it_is_reading() -> None:
     async def main() -> None:
-        started = sse({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})
-        async with ScriptedAgent([Script([started], end="hold")]) as agent, \
+        async with ScriptedAgent([Script([started()], end="hold")]) as agent, \
                 running_core(ag_ui(agent.url)) as core:
             client = await RawClient.open(core.ws_url)
             await client.hello([tool_meta("a")])

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from core_process import RETRY, until_logged
 from corekit import (
     TOKEN,
@@ -37,11 +38,13 @@ from corekit import (
     run,
     running_core,
     tool_meta,
+    until,
 )
 from storekit import free_port, load_file
 
 from pedelec_pyodide import Session
 from pedelec_pyodide.core.cluster.relay import keyed_call
+from pedelec_pyodide.core.server import create_app
 from pedelec_pyodide.core.sessions.idempotency import IDEMPOTENCY_KEY_REUSED, key_hash
 from pedelec_pyodide.core.store import (
     RECENT_TURNS,
@@ -128,6 +131,58 @@ def test_a_caller_with_a_key_that_hangs_up_leaves_its_request_running() -> None:
                               "result": {"tool": "slow", "args": {"n": 1}}}
             assert page.frames("tool.cancel") == []
             assert gated.runs == Counter(slow=1)
+
+    run(main())
+
+
+async def _plain_core() -> Core:
+    """Core under plain uvicorn (h11, its own WebSocket protocol): no HangUp in the scope,
+    no frame guard: the hang-up is heard through receive(), frames go out by the task."""
+    cfg = config()
+    app = create_app(cfg)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http="h11",
+                                           log_level="warning"))
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    await until(lambda: server.started or task.done(), "uvicorn to start")
+    if task.done():
+        task.result()
+    port = server.servers[0].sockets[0].getsockname()[1]
+    http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=WAIT,
+                             headers={"Authorization": f"Bearer {cfg.admin_token}"})
+    return Core(server, task, port, http, app)
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_hang_up_under_another_server_is_heard_as_under_cores_own(keyed: bool) -> None:
+    async def main() -> None:
+        core = await _plain_core()
+        page = None
+        try:
+            gated = GatedTools("slow")
+            page = await Page(Session(gated.tools())).connect(core.ws_url)
+            sid = page.session.session_id
+            path = f"/pedelec/v1/sessions/{sid}/tool-calls"
+            headers = {"Idempotency-Key": "k-plain"} if keyed else {}
+            await hang_up(core.port, path, {"tool": "slow", "args": {}}, headers,
+                          lambda: asyncio.wait_for(gated.started["slow"].wait(), WAIT))
+            (sent,) = page.frames("tool.request")
+            rid = sent["toolRequestId"]
+            if not keyed:  # cancelled: the page is told
+                await page.wait_frame("tool.cancel")
+                (cancel,) = page.frames("tool.cancel")
+                assert cancel["toolRequestId"] == rid and "hung up" in cancel["reason"]
+                return
+            retry = asyncio.create_task(core.http.post(
+                path, json={"tool": "slow", "args": {}}, headers=headers))
+            gated.gates["slow"].set()
+            answer = (await asyncio.wait_for(retry, WAIT)).json()
+            assert answer["toolRequestId"] == rid and not page.frames("tool.cancel")
+            assert len(page.frames("tool.request")) == 1  # run once
+        finally:
+            if page is not None:
+                await page.drop()
+            await core.stop()
 
     run(main())
 

@@ -49,6 +49,7 @@ from pedelec_pyodide.core.agents.offline import (
     fill_args,
     render_result,
 )
+from pedelec_pyodide.core.sessions.turns import appended_history
 
 
 def run(agent: Agent, turn: FakeTurn) -> str:
@@ -773,3 +774,18 @@ def test_make_agent_rejects_other_specs_listing_the_accepted_forms(spec: str) ->
         f"unknown agent {spec!r}: use one of offline, openai:MODEL, anthropic:MODEL, "
         "ag-ui:URL"
     )
+
+
+# --- the history the offline agent appends to ------------------------------------------
+
+
+@pytest.mark.parametrize("kept", ["[ ]", "[]\n", ' [{"turn_id": "t0"}] ', '[{"turn_id": "t0"}\n]'])
+def test_appending_to_a_kept_history_not_in_compact_form_stays_json(kept: str) -> None:
+    """A stored history is taken as any JSON list of objects (store/rows.py), so it may
+    hold whitespace (a row written by hand or by another tool). Appending the offline
+    agent's entry as text must still give JSON, or the session's row is damaged at the
+    next start and the session lost."""
+    new = [{"agent": "offline", "turn_id": "t1", "user": "hi"}]
+    appended = appended_history(kept, new, 10_000)
+    assert appended is not None
+    assert json.loads(appended) == json.loads(kept) + new

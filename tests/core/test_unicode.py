@@ -359,6 +359,40 @@ def test_core_never_sends_a_request_frame_with_a_lone_surrogate() -> None:
     assert "\U0001f600" in checked_request_frame(fine, protocol.MAX_FRAME_BYTES)
 
 
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+_ARGS = [
+    {"\ud800": 1}, {"a": "\ud800"}, {"a": "\\ud800"}, {"\\ud800": 1}, {"a": "\udfff"},
+    {"a": "\U0001f600"}, {"a": 1e308}, {"a": 10**300}, {"a": "\x00\u2028"}, {1: 2},
+    {"a": "x" * (1 << 20)}, {"a": "\u00e9" * (1 << 19)},
+    *(_nested(d) for d in range(protocol.MAX_DEPTH - 2, protocol.MAX_DEPTH + 2)),
+]
+
+
+@pytest.mark.parametrize("tool", ["t", 5, None, "\ud800"])
+def test_the_fast_check_gives_the_pages_verdict(tool: object) -> None:
+    """Whatever the args or tool name, a frame is refused exactly when, and as, the
+    page's full parse of it refuses it."""
+    def verdict(check: Any) -> object:
+        try:
+            check()
+        except protocol.ProtocolError as exc:
+            return exc.code, exc.message
+        return "taken"
+
+    for args in _ARGS:
+        request = protocol.ToolRequest(tool_request_id="r" * 32, tool=tool,  # type: ignore[arg-type]
+                                       args=args)
+        full = verdict(lambda r=request: protocol.parse_server_frame(
+            r.encode(), max_bytes=1 << 20))
+        assert verdict(lambda r=request: checked_request_frame(r, 1 << 20)) == full
+
+
 def surrogate_transcript(provider: str) -> dict[str, Any]:
     """The recorded one-tool-call exchange, with the model's args ``{"delta": "\\ud800"}``,
     and the request that must follow: the call kept as ``{}``, its result an error."""

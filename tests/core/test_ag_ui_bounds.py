@@ -1,7 +1,6 @@
-"""An outside review of ``--agent ag-ui:URL``: a hostile or broken AG-UI agent must cost
-Core bounded time, memory and waiting; the operator's headers must not break the request.
-
-Each test here failed before its fix (or guards a behaviour the fixes touched)."""
+"""The bounds on ``--agent ag-ui:URL``: a hostile or broken AG-UI agent costs Core bounded
+time, memory and waiting; secrets it echoes are never shown; the operator's headers cannot
+break the request Core makes."""
 
 from __future__ import annotations
 
@@ -14,9 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from aguikit import Script, ScriptedAgent, call_run, sse, text_run
+from aguikit import Script, ScriptedAgent, ag_ui, call_run, counter_session, sse, started, text_run
 from corekit import WAIT, Page, run, running_core
-from test_ag_ui_agent import ag_ui, counter_session, started
 
 from pedelec_pyodide import TurnError, strictjson
 from pedelec_pyodide.core.agents import ag_ui_agent
