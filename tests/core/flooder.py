@@ -20,7 +20,9 @@ MOST = 200_000
 
 async def main(url: str) -> None:
     sent, code = 0, None
-    async with websockets.connect(url, max_size=None) as ws:
+    # max_queue=None: it reads all Core sends while it floods (the refusals, then the
+    # close), where websockets would stop reading after 16 messages nobody took
+    async with websockets.connect(url, max_size=None, max_queue=None) as ws:
         await ws.send(json.dumps({"type": "hello", "protocol": 1, "tools": []}))
         await ws.recv()
         print("ready", flush=True)

@@ -305,6 +305,25 @@ async def attack_pongs(ctx: Context) -> None:
     sock.abort()
 
 
+async def attack_messages_past_the_cut(ctx: Context) -> None:
+    """Small messages after hello, as fast as Core takes them, never reading: the rate
+    limit cuts the client off (1008), and what it sends after that must cost Core no more
+    parsing than before the cut (uvicorn reads on, for 10 s, waiting for a close answer)."""
+    sock = await RawSocket.open(ctx.core.port)
+    await sock.send_text(json.dumps({"type": "hello", "protocol": 1, "tools": []}))
+    await sock.next_text(ctx.scale.cap)  # welcome
+    cpu = cpu_seconds(ctx.core.pid)
+    unit = frame(Opcode.TEXT, b'{"type":"turn.cancel","turnId":"x"}')
+    sent = await flood(sock, unit, SCALE.fragments)
+    close = await sock.closed_by_core(ctx.scale.cap)
+    ctx.notes.append(f"Core took {sent:,} of {SCALE.fragments:,} messages "
+                     f"({cpu_seconds(ctx.core.pid) - cpu:.2f} s of its CPU); closed "
+                     f"{close.code if close else 'without a close frame'}")
+    if sent >= SCALE.fragments:
+        ctx.failures.append("Core took every message from a client it had cut off")
+    sock.abort()
+
+
 def pattern_update(budget: int) -> str:
     """A ``tools.update`` of about ``budget`` bytes whose schemas are costly patterns."""
     properties: dict[str, Any] = {}
@@ -394,6 +413,8 @@ WS_ATTACKS: list[tuple[Attack, tuple[str, ...]]] = [
     (Attack("pings_rate", "125-byte pings from a client that never reads",
             attack_pings_unread, rss_kind="never_reads"), ()),
     (Attack("pongs", "unsolicited pongs", attack_pongs), ()),
+    (Attack("messages_past_the_cut", "small messages after hello from a client that never "
+            "reads, past its cut-off", attack_messages_past_the_cut), ()),
     (Attack("patterns_before_hello", "tools.update frames of costly patterns before hello",
             attack_patterns_before_hello), ()),
 ]

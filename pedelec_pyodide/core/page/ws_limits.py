@@ -10,7 +10,9 @@ every byte) that adds, per connection:
 
 - **every frame counts**: pings, pongs and continuation frames are charged to the
   connection's rate limit, the :class:`~.ratelimit.TokenBucket` the app charges its
-  messages to; past the limit's cut-off the connection is closed (1008);
+  messages to, and so are messages past the close (uvicorn reads on for 10 s, for the
+  client's answer to it, and drops them); past the limit's cut-off the connection is
+  closed (1008), and nothing more it sends is parsed;
 - **no buffered pongs**: a ping from a client whose write buffer is over its high-water
   mark (it does not read what Core sends) closes the connection, its socket dropped;
 - **a bounded step**: a read is parsed in slices of :data:`SLICE_BYTES`, one slice per
@@ -126,6 +128,8 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
     # --- reading, slice by slice ---------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        if self._cut_off:  # what a client sends once it is cut off is not parsed
+            return
         if self._unread is None:
             if self.read_paused:  # a message waits for the app: this waits for it to take it
                 self._unread, self._unread_at = data, 0
@@ -161,7 +165,7 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
                 break
         if self._unread is None or at >= len(data) or transport.is_closing():
             self._unread = None
-            if not self.read_paused and not transport.is_closing():
+            if not self.read_paused and not transport.is_closing() and not self._cut_off:
                 transport.resume_reading()
             return
         self._unread_at = at
@@ -170,7 +174,12 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
             self._next_slice = self.loop.call_soon(self._feed)
 
     def send_receive_event_to_app(self) -> None:
-        if not self.close_sent:  # (past its close, uvicorn drops the message)
+        if self.close_sent:
+            # uvicorn drops the message, and reads on for the client's answer to the
+            # close (10 s): charged here, the app no longer charging it, so a client cut
+            # off for flooding is not parsed for those 10 s at the rate it sends
+            self._counted("messages past the close")
+        else:
             # the message waits: parsing stops, the socket reads on (see data_received)
             self.read_paused = True
         super().send_receive_event_to_app()
@@ -182,18 +191,18 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
             if self._unread is not None:
                 if self._next_slice is None:
                     self._feed()
-            else:
+            elif not self._cut_off:
                 self.transport.resume_reading()
         return message
 
     # --- frames the app never sees --------------------------------------------------------
 
     def handle_cont(self, event: Frame) -> None:
-        if self._counted():
+        if self._counted("continuation"):
             super().handle_cont(event)
 
     def handle_ping(self) -> None:
-        if not self._counted() or self._lost:
+        if not self._counted("ping") or self._lost:
             return
         if not self.writable.is_set():  # over the high-water mark: it does not read
             log_event("bridge.not_reading", pong=True,
@@ -203,24 +212,33 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         super().handle_ping()
 
     def handle_pong(self, event: Frame) -> None:
-        if self._counted():
+        if self._counted("pong"):
             super().handle_pong(event)
 
-    def _counted(self) -> bool:
+    def _counted(self, frames: str) -> bool:
         """Charge one frame to the rate limit; False when the connection is (now) cut."""
         if self._cut_off:
             return False
         bucket = self.bucket
         if bucket.flooded(bucket.spend()):
-            log_event("bridge.flood", frames="control or continuation")
+            log_event("bridge.flood", frames=frames)
             self._cut("rate limit exceeded")
             return False
         return True
 
     def _cut(self, reason: str) -> None:
         """Close now: a close frame (1008) for a client that reads, and the socket in any
-        case (dropped at once if bytes are still unsent: the client does not read)."""
+        case (dropped at once if bytes are still unsent: the client does not read). Past
+        a close frame already sent, reading stops and the write side is shut (the client
+        reads the close, then the end), and the close timer drops the socket: closed now
+        with bytes unread, it would be reset, and the close frame lost."""
         self._unread = None
+        if self.close_sent:
+            self._cut_off = True
+            self.transport.pause_reading()
+            if not self._lost and not self.transport.is_closing():
+                self.transport.write_eof()
+            return
         self._cut_off = self.close_sent = True
         self.conn.fail(CLOSE_POLICY, reason)
         self.queue.put_nowait({"type": "websocket.disconnect", "code": CLOSE_POLICY,
