@@ -489,44 +489,59 @@ async def connect(
 # --- the page's JS API (web/pedelec-pyodide.js) -------------------------------------------
 
 
-def _call_event(call: ToolCall) -> dict[str, Any]:
-    return {
+def _call_event(call: ToolCall) -> str:
+    # the result is JSON text already (encoded once, to check it): spliced in, not
+    # encoded again
+    head = json.dumps({
         "toolRequestId": call.tool_request_id,
         "turnId": call.turn_id,
         "tool": call.tool,
         "args": call.args,
-        "result": call.result,
         "handledBy": call.handled_by,
         "durationMs": round(call.duration_ms, 3),
         "source": call.source,
-    }
+    }, ensure_ascii=False)
+    return f'{head[:-1]}, "result": {call.result_json}}}'
 
 
-def _event_for(session: Session, event: Any) -> tuple[str, dict[str, Any]] | None:
-    if isinstance(event, SessionState):
-        return "statechange", {"state": event.value, "id": session.session_id}
-    if isinstance(event, ToolCall):
-        return "toolcall", _call_event(event)
-    if isinstance(event, protocol.TurnDelta):
-        return "delta", {"turnId": event.turn_id, "text": event.text}
-    if isinstance(event, protocol.TurnEnd):
-        return "turnend", {"turnId": event.turn_id, "status": event.status,
-                           "text": event.text, "error": event.error}
-    if isinstance(event, protocol.Welcome):
-        return "welcome", {"id": event.session_id, "resumed": event.resumed,
-                           "state": session.state.value}
-    if isinstance(event, protocol.Error):
-        return "error", {"code": event.code, "message": event.message}
-    if isinstance(event, ToolProgress):
-        return "toolprogress", {"toolRequestId": event.tool_request_id, "tool": event.tool,
-                                "turnId": event.turn_id, "progress": event.progress,
-                                "total": event.total, "message": event.message,
-                                "source": event.source}
-    if isinstance(event, ToolStatus):
-        return "toolstatus", {"toolRequestId": event.tool_request_id, "tool": event.tool,
-                              "turnId": event.turn_id, "status": event.status,
-                              "source": event.source}
-    return None
+#: the page's JS event each kind of session event becomes
+_EVENT_TYPES: dict[type, str] = {
+    SessionState: "statechange",
+    ToolCall: "toolcall",
+    protocol.TurnDelta: "delta",
+    protocol.TurnEnd: "turnend",
+    protocol.Welcome: "welcome",
+    protocol.Error: "error",
+    ToolProgress: "toolprogress",
+    ToolStatus: "toolstatus",
+}
+
+
+def _event_json(session: Session, kind: str, event: Any) -> str:
+    """The ``detail`` of the page's JS event ``kind`` (see :data:`_EVENT_TYPES`), as JSON."""
+    if kind == "toolcall":
+        return _call_event(event)
+    detail: dict[str, Any]
+    if kind == "statechange":
+        detail = {"state": event.value, "id": session.session_id}
+    elif kind == "toolstatus":
+        detail = {"toolRequestId": event.tool_request_id, "tool": event.tool,
+                  "turnId": event.turn_id, "status": event.status, "source": event.source}
+    elif kind == "toolprogress":
+        detail = {"toolRequestId": event.tool_request_id, "tool": event.tool,
+                  "turnId": event.turn_id, "progress": event.progress, "total": event.total,
+                  "message": event.message, "source": event.source}
+    elif kind == "delta":
+        detail = {"turnId": event.turn_id, "text": event.text}
+    elif kind == "turnend":
+        detail = {"turnId": event.turn_id, "status": event.status, "text": event.text,
+                  "error": event.error}
+    elif kind == "welcome":
+        detail = {"id": event.session_id, "resumed": event.resumed,
+                  "state": session.state.value}
+    else:  # error
+        detail = {"code": event.code, "message": event.message}
+    return json.dumps(detail, ensure_ascii=False)
 
 
 class PageSession:
@@ -539,6 +554,14 @@ class PageSession:
     with ``document.modelContext`` (``webmcpregister``, ``webmcpunregister``).
     ``namespace`` is the globals of the page's Python blocks (``session`` is bound
     there).
+
+    Session events cost the page's one thread on every tool call (the event built, its
+    JSON, the JS call, ``JSON.parse``, ``dispatchEvent``), so with ``"events"`` in the
+    options (the loader's list of the types its JS listens to) only those are emitted,
+    and :meth:`listen` adds a type when the page's JS first listens to it; with no
+    listened type the session is not even subscribed to. Without ``"events"``, every
+    type is emitted. The JS reads the session's state and id when asked
+    (:meth:`state`, :meth:`session_id`), not from events.
 
     Approvals: unless the page's Python registers ``session.on_approval``, a request that
     needs approval is an ``approval`` event for the page's JS, answered by
@@ -555,7 +578,12 @@ class PageSession:
                                       default_approver=self._ask_page)
         self.namespace: dict[str, Any] = {"__name__": "__main__", "session": self.session}
         self._emit = emit
-        self._unsubscribe = self.session.subscribe(self._forward)
+        events = options.get("events")
+        # None: every type (no list given)
+        self._wanted: set[str] | None = None if events is None else {str(e) for e in events}
+        self._unsubscribe: Callable[[], None] | None = None
+        if self._wanted is None or self._wanted:
+            self._unsubscribe = self.session.subscribe(self._forward)
         self._is_ready = False
         self._ready_waiters: list[asyncio.Future[None]] = []
         # tool request id -> the request and the JS decision awaited: (approved, reason,
@@ -663,11 +691,27 @@ class PageSession:
         grace period. False if it is not in flight."""
         return self._webmcp is not None and self._webmcp.abort(str(call_id))
 
+    def listen(self, kind: str) -> None:
+        """The page's JS listens to events of type ``kind`` from now on."""
+        if self._wanted is None:
+            return
+        self._wanted.add(str(kind))
+        if self._unsubscribe is None and not self.session.closed:
+            self._unsubscribe = self.session.subscribe(self._forward)
+
+    def state(self) -> str:
+        """``session.state`` for the page's JS."""
+        return self.session.state.value
+
+    def session_id(self) -> str | None:
+        """``session.id`` for the page's JS: Core's session id (None before the first)."""
+        return self.session.session_id
+
     def _forward(self, event: Any) -> None:
-        found = _event_for(self.session, event)
-        if found is not None:
-            kind, detail = found
-            self._emit(kind, json.dumps(detail, ensure_ascii=False))
+        kind = _EVENT_TYPES.get(type(event))
+        wanted = self._wanted
+        if kind is not None and (wanted is None or kind in wanted):
+            self._emit(kind, _event_json(self.session, kind, event))
 
     async def connect(self) -> str:
         """Connect; returns ``{"id", "state"}`` as JSON."""
@@ -700,7 +744,9 @@ class PageSession:
         # closed first: the page hears the requests it settles and the state ``closed``
         # (on which the WebMCP registrations go)
         self.session.close()
-        self._unsubscribe()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
 
 
 class _Registrar:

@@ -570,6 +570,56 @@ async def test_the_pages_send_text_answers_json_without_a_python_class_path(
     }}
 
 
+def test_the_page_emits_only_the_event_types_its_js_listens_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loader says which types its JS listens to (``events``) and each new one
+    (``listen``): only those are emitted, and with none the session has no listener (its
+    per-call events are not even built). State and id are read when asked."""
+    import sys
+    from types import SimpleNamespace
+    from urllib.parse import urlsplit
+
+    from pedelec_pyodide.browser import PageSession
+
+    def url(text: str, base: str | None = None) -> SimpleNamespace:  # the JS URL class
+        parts = urlsplit(text)
+        return SimpleNamespace(protocol=f"{parts.scheme}:", host=parts.netloc,
+                               pathname=parts.path or "/", search="")
+
+    monkeypatch.setitem(sys.modules, "js", SimpleNamespace(URL=SimpleNamespace(new=url)))
+    emitted: list[tuple[str, Any]] = []
+    page = PageSession("http://127.0.0.1:1",
+                       lambda kind, detail: emitted.append((kind, json.loads(detail))),
+                       '{"storage": false, "events": []}')
+    page.session.add_tool(define_tool(name="t", description="d", args_schema={"type": "object"},
+                                      handler=lambda args: {"ok": args["n"]}))
+    assert page.session._listeners == []
+    core = connected(page.session)
+    assert page.state() == "idle" and page.session_id() == "s1"
+    page.session.receive(request("r1", "t", {"n": 1}))
+    assert emitted == [] and core.of_type("tool.result")[-1]["result"] == {"ok": 1}
+
+    page.listen("toolcall")
+    page.listen("toolcall")
+    page.session.receive(request("r2", "t", {"n": 2}, turn_id="turn-1"))
+    (kind, detail), = emitted
+    assert kind == "toolcall"
+    assert detail == {"toolRequestId": "r2", "turnId": "turn-1", "tool": "t",
+                      "args": {"n": 2}, "handledBy": "inline",
+                      "durationMs": detail["durationMs"], "source": "core",
+                      "result": {"ok": 2}}
+    page.listen("statechange")
+    page.listen("toolstatus")
+    page.session.receive(request("r3", "t", {"n": 3}))
+    assert [kind for kind, _ in emitted[1:]] == [
+        "statechange", "toolstatus", "toolstatus", "toolcall", "statechange"]
+    assert emitted[1][1] == {"state": "waiting_tool_result", "id": "s1"}
+    page.close()
+    assert page.state() == "closed"
+    assert emitted[-1] == ("statechange", {"state": "closed", "id": "s1"})
+
+
 async def test_a_first_connection_closed_1013_before_its_welcome_backs_off_and_resumes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
