@@ -291,6 +291,84 @@ def test_storage_ledger_rewrites_one_small_chunk_per_request() -> None:
     assert max(written) <= 32 * 36  # one chunk: 32 ids of 32 characters, quoted, with ", "
 
 
+def test_storage_ledger_costs_a_request_one_write_to_start_one_to_finish_and_no_read() -> None:
+    """On a tool call's path (Chromium: ~15-30 µs a storage call from Python): a request
+    the tab never recorded is looked up in memory; its start is one write (its chunk,
+    which says it started), its result one more."""
+    calls: list[tuple[str, str]] = []
+
+    class Recording(DictStorage):
+        def getItem(self, key: str) -> str | None:
+            calls.append(("get", key))
+            return super().getItem(key)
+
+        def setItem(self, key: str, value: str) -> None:
+            calls.append(("set", key))
+            super().setItem(key, value)
+
+    storage = Recording()
+    ledger = StorageLedger(storage, "p:")
+    ledger.start("warm", "t")  # the first chunk, and the index naming it
+    calls.clear()
+    assert ledger.get("q1") is None and not ledger.was_started("q1")
+    assert not ledger.was_approved("q1")
+    ledger.start("q1", "t")
+    ledger.finish("q1", "7", "named")
+    assert calls == [("set", "p:index:0"), ("set", "p:q1")]
+    calls.clear()
+    assert ledger.get("q1") == ("7", "named") and ledger.was_started("q1")
+    assert calls == [("get", "p:q1")]
+
+    reloaded = StorageLedger(storage, "p:")
+    assert reloaded.get("q1") == ("7", "named") and reloaded.was_started("q1")
+    assert reloaded.get("warm") is None and reloaded.was_started("warm")
+
+
+def test_storage_ledger_reads_what_an_earlier_version_wrote() -> None:
+    """Chunks that were lists of ids, entries that say what they are: a page reloaded
+    onto a new version keeps its requests' states."""
+    storage = DictStorage()
+    storage.setItem("p:index", json.dumps({"first": 0, "next": 1}))
+    storage.setItem("p:index:0", json.dumps(["done", "running", "asked"]))
+    storage.setItem("p:done", json.dumps({"result": "1", "handledBy": "named"}))
+    storage.setItem("p:running", json.dumps({"tool": "t"}))
+    storage.setItem("p:asked", json.dumps({"approved": True, "tool": "t"},
+                                          separators=(",", ":")))
+    ledger = StorageLedger(storage, "p:")
+    assert ledger.get("done") == ("1", "named") and ledger.was_started("done")
+    assert ledger.get("running") is None and ledger.was_started("running")
+    assert ledger.was_approved("asked") and not ledger.was_started("asked")
+    ledger.start("new", "t")  # rewrites the earlier chunk: its entries still say
+    reloaded = StorageLedger(storage, "p:")
+    assert reloaded.was_started("running") and not reloaded.was_started("asked")
+    assert reloaded.was_approved("asked") and reloaded.was_started("new")
+    assert reloaded.get("done") == ("1", "named")
+
+
+def test_a_damaged_index_still_finds_the_results_stored_before() -> None:
+    storage = DictStorage()
+    StorageLedger(storage, "p:").finish("q1", "1", "named")
+    storage.setItem("p:index", "{not json")
+    damaged = StorageLedger(storage, "p:")
+    assert damaged.get("q1") == ("1", "named") and damaged.was_started("q1")
+
+
+def test_an_approved_request_answered_without_running_is_never_run_once_its_result_gave_way(
+) -> None:
+    """Approved, then answered before it ran (cancelled): a result like any other, which
+    may give way to room; it must not be left "approved" (a reload would run it)."""
+    storage = QuotaStorage(quota=10_000)
+    ledger = StorageLedger(storage, "p:")
+    ledger.approve("q0", "t")
+    big = json.dumps("x" * 2_000)
+    ledger.finish("q0", big, "named")
+    for n in range(1, 8):
+        ledger.start(f"q{n}", "t")
+        ledger.finish(f"q{n}", big, "named")
+    reloaded = StorageLedger(storage, "p:")
+    assert reloaded.get("q0") is None and reloaded.was_started("q0")
+
+
 def test_storage_ledger_takes_over_an_earlier_index_and_survives_a_damaged_one() -> None:
     storage = DictStorage()
     old_ids = [f"old{n}" for n in range(10)]
