@@ -41,9 +41,6 @@ from .webmcp import MAX_INPUT_BYTES, WebMCP
 
 logger = logging.getLogger("pedelec_pyodide")
 
-#: WebSocket ``readyState`` of an open socket.
-_OPEN = 1
-
 
 __all__ = ["CoreUnreachableError", "OriginRefusedError", "PageSession", "bridge_of", "connect",
            "create_session"]
@@ -253,6 +250,9 @@ class CoreLink:
         self._storage = storage
         self._prefix = prefix
         self._socket: Any = None
+        # the open socket's send (its JS method, taken once: every tool result goes through
+        # it), None while no connection is open
+        self._send_frame: Callable[[str], Any] | None = None
         self._handler: Any = None
         self._welcomed: asyncio.Future[None] | None = None
         self._failures = 0
@@ -264,10 +264,10 @@ class CoreLink:
     # Transport -----------------------------------------------------------------------
 
     def send(self, frame: str) -> None:
-        socket = self._socket
-        if socket is None or socket.readyState != _OPEN:
+        send = self._send_frame
+        if send is None:
             raise ConnectionError("the connection to Core is not open")
-        socket.send(frame)
+        send(frame)
 
     # lifecycle -----------------------------------------------------------------------
 
@@ -306,6 +306,7 @@ class CoreLink:
                 logger.warning("ignoring a binary frame from Core")
         elif kind == "open":
             self.connections += 1
+            self._send_frame = self._socket.send
             if not self.session.closed:
                 self.session.connection_made(self, self)
         elif kind == "close":
@@ -314,7 +315,7 @@ class CoreLink:
 
     def _detach(self) -> None:
         socket, handler = self._socket, self._handler
-        self._socket = self._handler = None
+        self._socket = self._handler = self._send_frame = None
         if socket is not None:
             socket.onopen = socket.onmessage = socket.onclose = socket.onerror = None
         if handler is not None:
@@ -382,6 +383,7 @@ class CoreLink:
             logger.warning("Core refused the hello (%s: %s)", error.code, error.message)
             self._refused = True
             socket = self._socket
+            self._send_frame = None
             if socket is not None:
                 socket.close(4000, "retrying without resume")
         elif self._welcomed is not None and not self._welcomed.done():
@@ -389,6 +391,7 @@ class CoreLink:
                 f"Core at {self.url} refused the session: {error.code}: {error.message}"
             ))
             socket = self._socket
+            self._send_frame = None
             if socket is not None:
                 socket.close(1000, "refused")
 

@@ -148,7 +148,11 @@ class StorageLedger:
 
     def __init__(self, storage: Storage, prefix: str,
                  max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
-        self._storage = storage
+        # the storage's methods, taken once (in the page each is a JS method: looking it up again
+        # on every call costs more than the call)
+        self._get_item = storage.getItem
+        self._set_item = storage.setItem
+        self._remove_item = storage.removeItem
         self._prefix = prefix
         self.max_entries = max_entries
         self._chunk_size = max(1, min(INDEX_CHUNK, max_entries // 4))
@@ -228,16 +232,16 @@ class StorageLedger:
             self._evict(new_chunk=len(chunk) == 1)
 
     def _evict(self, *, new_chunk: bool) -> None:
-        storage, chunks = self._storage, self._chunks
+        remove, chunks = self._remove_item, self._chunks
         changed = new_chunk
         while len(self._chunk_of) > self.max_entries:
             for old in chunks.pop(0):
                 del self._chunk_of[old]
                 if old in self._results:
                     self._results.discard(old)
-                    storage.removeItem(self._prefix + old)
+                    remove(self._prefix + old)
                 self._shrunk.discard(old)
-            storage.removeItem(self._chunk_key(self._first))
+            remove(self._chunk_key(self._first))
             self._first += 1
             changed = True
         if changed:
@@ -248,7 +252,7 @@ class StorageLedger:
         """``setItem``, making room when the storage is full; raises if it cannot."""
         while True:
             try:
-                self._storage.setItem(key, value)
+                self._set_item(key, value)
                 return
             except Exception:  # QuotaExceededError (a JsException in the page)
                 if not self._shrink_oldest(keep):
@@ -266,13 +270,13 @@ class StorageLedger:
                     continue
                 self._shrunk.add(tool_request_id)
                 key = self._prefix + tool_request_id
-                if not str(self._storage.getItem(key) or "").startswith(_RESULT_PREFIX):
+                if not str(self._get_item(key) or "").startswith(_RESULT_PREFIX):
                     continue
                 if state == _STARTED_MARK:
-                    self._storage.removeItem(key)
+                    self._remove_item(key)
                     self._results.discard(tool_request_id)
                 else:
-                    self._storage.setItem(key, _STARTED)
+                    self._set_item(key, _STARTED)
                 return True
         return False
 
@@ -283,7 +287,7 @@ class StorageLedger:
         if tool_request_id not in self._results and (
                 self._complete or tool_request_id in self._chunk_of):
             return None  # nothing stored for it: not read
-        raw = self._storage.getItem(self._prefix + tool_request_id)
+        raw = self._get_item(self._prefix + tool_request_id)
         if not raw:
             return None
         try:
@@ -298,7 +302,7 @@ class StorageLedger:
             return state == _STARTED_MARK
         if state is None and self._complete:
             return False
-        raw = self._storage.getItem(self._prefix + tool_request_id)
+        raw = self._get_item(self._prefix + tool_request_id)
         if not raw:  # None, "", or JS null (a JsNull in Pyodide, not None)
             return False
         return not str(raw).startswith(_APPROVED_PREFIX)
@@ -309,7 +313,7 @@ class StorageLedger:
             return True
         if state is None and self._complete:
             return False
-        return bool(self._storage.getItem(self._prefix + tool_request_id))
+        return bool(self._get_item(self._prefix + tool_request_id))
 
 
 # a request's state in a StorageLedger chunk
@@ -333,7 +337,13 @@ def _read_chunk(stored: object) -> dict[str, str]:
 
 def _write_chunk(chunk: dict[str, str]) -> str:
     """``{"s": [started ids]}``, with ``"a"`` (approved) and ``"?"`` only when not empty."""
+    if set(chunk.values()) <= {_STARTED_MARK}:  # the common case, at C speed
+        return f'{{"{_STARTED_MARK}":{_COMPACT.encode(list(chunk))}}}'
     by_state: dict[str, list[str]] = {_STARTED_MARK: []}
     for tool_request_id, state in chunk.items():
         by_state.setdefault(state, []).append(tool_request_id)
-    return json.dumps(by_state, separators=(",", ":"))
+    return _COMPACT.encode(by_state)
+
+
+# built once: json.dumps with separators= builds a new encoder on every call
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
