@@ -561,9 +561,9 @@ class PageSession:
     Session events cost the page's one thread on every tool call (the event built, its
     JSON, the JS call, ``JSON.parse``, ``dispatchEvent``), so with ``"events"`` in the
     options (the loader's list of the types its JS listens to) only those are emitted,
-    and :meth:`listen` adds a type when the page's JS first listens to it; with no
-    listened type the session is not even subscribed to. Without ``"events"``, every
-    type is emitted. The JS reads the session's state and id when asked
+    and :meth:`listen` adds a type when the page's JS first listens to it; the session
+    builds only the events of those types (none at all when none is listened to).
+    Without ``"events"``, every type is emitted. The JS reads the session's state and id when asked
     (:meth:`state`, :meth:`session_id`), not from events.
 
     Approvals: unless the page's Python registers ``session.on_approval``, a request that
@@ -585,8 +585,7 @@ class PageSession:
         # None: every type (no list given)
         self._wanted: set[str] | None = None if events is None else {str(e) for e in events}
         self._unsubscribe: Callable[[], None] | None = None
-        if self._wanted is None or self._wanted:
-            self._unsubscribe = self.session.subscribe(self._forward)
+        self._subscribe()
         self._is_ready = False
         self._ready_waiters: list[asyncio.Future[None]] = []
         # tool request id -> the request and the JS decision awaited: (approved, reason,
@@ -696,11 +695,25 @@ class PageSession:
 
     def listen(self, kind: str) -> None:
         """The page's JS listens to events of type ``kind`` from now on."""
-        if self._wanted is None:
+        wanted = self._wanted
+        if wanted is None or kind in wanted:
             return
-        self._wanted.add(str(kind))
-        if self._unsubscribe is None and not self.session.closed:
+        wanted.add(str(kind))
+        if not self.session.closed:
+            self._subscribe()
+
+    def _subscribe(self) -> None:
+        """(Again) to the session events the page's JS listens to: only those are built."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        wanted = self._wanted
+        if wanted is None:
             self._unsubscribe = self.session.subscribe(self._forward)
+            return
+        kinds = [cls for cls, kind in _EVENT_TYPES.items() if kind in wanted]
+        if kinds:
+            self._unsubscribe = self.session.subscribe(self._forward, kinds=kinds)
 
     def state(self) -> str:
         """``session.state`` for the page's JS."""
