@@ -1,156 +1,222 @@
 #!/usr/bin/env node
-// Where one tool call's time goes in the page (Chromium, the real sessionStorage and the
-// loader's event forwarding): `tool.request` frames are handed to the page's WebSocket
-// handler (the proxy Python gave the socket) from JS, as the browser would, with the
-// socket's `send` swapped for a stub; each figure is µs per call, the median of rounds of
-// `n` calls, the variants interleaved. Pieces are also timed alone, from Python.
-// Usage: node bench/page-profile.mjs [rounds] [n]   (starts and stops its own Core)
+// Where one tool call's time goes in the page (bench/page/calls.html in Chromium: the real
+// sessionStorage, the loader's event forwarding), in two parts:
+// 1. In the flow: `echo` calls through Core's control API, Python and plain JS alternating
+//    (as bench/page-calls.mjs); in the page, each WebSocket's message handler and its send
+//    are timed from JS, and the pieces of Python's handler by wrapping them (perf_counter).
+//    Figures are means per call: Chromium coarsens clocks to 100 µs (with jitter) in a page
+//    that is not cross-origin isolated, so single readings say little and medians less.
+// 2. In a loop: `n` tool.request frames handed to the socket's handler from JS, the socket's
+//    send swapped for a stub, with pieces switched off one at a time (variants interleaved,
+//    µs per call, median of the rounds); then pieces timed alone. Warm caches: a loop costs
+//    several times less than the same work in the flow, where each call runs cold.
+// Usage: node bench/page-profile.mjs [calls] [rounds] [n]   (starts and stops its own Core)
 import { chromium } from "playwright";
-import { openPage, runPython, startCore } from "../web/testing.js";
+import { callTool, openPage, runPython, startCore } from "../web/testing.js";
 import { execFileSync } from "node:child_process";
 import { loadavg } from "node:os";
 
-const rounds = Number(process.argv[2] ?? 9);
-const n = Number(process.argv[3] ?? 500);
+const calls = Number(process.argv[2] ?? 400);
+const rounds = Number(process.argv[3] ?? 7);
+const n = Number(process.argv[4] ?? 500);
 execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.build.provision", ".cache/bench"], { stdio: "ignore" });
 const core = await startCore({
   app: "bench/page", port: 8798, pedelec: ".venv/bin/pedelec", pyodide: ".cache/bench/pyodide", args: ["--quiet"],
 });
 const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox", "--disable-gpu"] });
+const load = () => loadavg().map((x) => x.toFixed(2)).join(" ");
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const mean = (xs) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
 
-// Python in the page: the variants' switches, and the pieces timed alone.
-const setup = `
+// Part 1, in the page before its scripts: each WebSocket's message handler and send, timed.
+function timeSockets() {
+  const Native = WebSocket;
+  window.benchSockets = [];
+  window.WebSocket = function (url, protocols) {
+    const socket = protocols === undefined ? new Native(url) : new Native(url, protocols);
+    const times = { handler: [], send: [] };
+    window.benchSockets.push(times);
+    const send = socket.send.bind(socket);
+    socket.send = (data) => { const t0 = performance.now(); send(data); times.send.push(performance.now() - t0); };
+    const setter = Object.getOwnPropertyDescriptor(Native.prototype, "onmessage").set;
+    let current = null;
+    Object.defineProperty(socket, "onmessage", {
+      get: () => current,
+      set: (handler) => {
+        current = handler;
+        setter.call(socket, handler && ((event) => {
+          const t0 = performance.now();
+          try { return handler.call(socket, event); } finally { times.handler.push(performance.now() - t0); }
+        }));
+      },
+    });
+    return socket;
+  };
+  window.WebSocket.prototype = Native.prototype;
+  Object.assign(window.WebSocket, { CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3 });
+}
+
+// Part 1, in Python: the pieces of the handler, wrapped where the handler finds them.
+const wrapPieces = `
+import time
+from pedelec_pyodide import browser, dispatch, session as session_module, tools
+PIECES = {}
+
+def timed(owner, name, label):
+    inner = getattr(owner, name)
+    clock = time.perf_counter
+    spent = PIECES.setdefault(label, [0.0])
+    def wrapper(*args, **kwargs):
+        t0 = clock()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[0] += clock() - t0
+    setattr(owner, name, wrapper)
+
+ledger = session._engine.ledger
+timed(type(session), "receive", "all of it (session.receive)")
+timed(session_module.protocol, "parse_server_frame", "parse + check the frame")
+for method in ("get", "was_started", "was_approved", "start", "finish"):
+    timed(ledger, method, "delivery ledger (sessionStorage)")
+timed(tools.Tool, "validate", "validate the args")
+timed(dispatch, "encode_result", "check + encode the result")
+timed(browser.CoreLink, "send", "send the tool.result (the socket's send)")
+timed(type(session), "_emit", "session events (built, sent to the page's JS)")
+"ok"`;
+
+try {
+  const page = await browser.newPage();
+  await page.addInitScript(timeSockets);
+  const { sessionId } = await openPage(page, `${core.url}/calls.html`);
+  const jsSessionId = await page.waitForFunction(() => window.jsSessionId).then((h) => h.jsonValue());
+  const sessions = { python: sessionId, js: jsSessionId };
+  const call = async (name, value) => {
+    const t0 = performance.now();
+    const { result } = await callTool(core, sessions[name], "echo", { value });
+    if (result?.value !== value) throw new Error(`${name}: unexpected result ${JSON.stringify(result)}`);
+    return performance.now() - t0;
+  };
+  for (let i = 0; i < 30; i += 1) for (const name of ["python", "js"]) await call(name, i);
+  await runPython(page, wrapPieces);
+  await page.evaluate(() => { for (const times of window.benchSockets) { times.handler.length = 0; times.send.length = 0; } });
+  const client = { python: [], js: [] };
+  for (let i = 0; i < calls; i += 1) {
+    for (const name of i % 2 ? ["js", "python"] : ["python", "js"]) client[name].push(await call(name, i));
+  }
+  const pieces = await runPython(page, `{label: spent[0] / ${calls} * 1e6 for label, spent in PIECES.items()}`);
+  const sockets = await page.evaluate(() => window.benchSockets.map((t) => ({ handler: t.handler, send: t.send, count: t.handler.length })));
+  // the JS session's socket is opened first (a module script), the page's Python's second
+  const [jsSocket, pySocket] = sockets.filter((s) => s.count >= calls);
+  const pyHandler = mean(pySocket.handler) * 1000;
+  console.log(`in the flow (load ${load()}): ${calls} calls each, client p50 python ${median(client.python).toFixed(2)} ms, `
+    + `js ${median(client.js).toFixed(2)} ms, ratio ${(median(client.python) / median(client.js)).toFixed(2)}x`);
+  console.log(`  the socket's message handler, mean µs per call: python ${pyHandler.toFixed(0)}, js ${(mean(jsSocket.handler) * 1000).toFixed(0)} `
+    + `(the socket's send: python ${(mean(pySocket.send) * 1000).toFixed(0)}, inside the handler; js ${(mean(jsSocket.send) * 1000).toFixed(0)}, just after it)`);
+  const all = pieces["all of it (session.receive)"];
+  let named = 0;
+  for (const [label, us] of Object.entries(pieces)) {
+    if (label.startsWith("all of it")) continue;
+    named += us;
+    console.log(`    ${label.padEnd(48)} ${us.toFixed(0).padStart(5)} µs ${(100 * us / pyHandler).toFixed(0).padStart(3)} %`);
+  }
+  console.log(`    ${"the rest of session.receive (dispatch, handler)".padEnd(48)} ${(all - named).toFixed(0).padStart(5)} µs ${(100 * (all - named) / pyHandler).toFixed(0).padStart(3)} %`);
+  console.log(`    ${"the crossing into Python (the event's proxy)".padEnd(48)} ${(pyHandler - all).toFixed(0).padStart(5)} µs ${(100 * (pyHandler - all) / pyHandler).toFixed(0).padStart(3)} %`);
+  await page.close();
+
+  // Part 2: in a loop, on a fresh page.
+  const loopPage = await browser.newPage();
+  await openPage(loopPage, `${core.url}/calls.html`);
+  await runPython(loopPage, "import jsonschema");  // imported after ready: not timed
+  await runPython(loopPage, `
 import json, statistics, time
 import js
 from pyodide.ffi import create_proxy
 from pedelec_pyodide import protocol
-from pedelec_pyodide import browser
 from pedelec_pyodide.browser import bridge_of
-if hasattr(browser, "_event_json"):
-    event_json = lambda event: browser._event_json(session, "toolstatus", event)
-else:  # before the events were gated
-    event_json = lambda event: json.dumps(browser._event_for(session, event)[1], ensure_ascii=False)
 from pedelec_pyodide.ledger import MemoryLedger
 from pedelec_pyodide.results import encode_result
-from pedelec_pyodide.dispatch import ToolStatus
 
 link = bridge_of(session)
 engine = session._engine
 echo_tool = engine.tools["echo"]
-real = {"socket": link._socket, "listeners": list(session._listeners), "ledger": engine.ledger,
+real = {"socket": link._socket, "send": getattr(link, "_send_frame", None),
+        "listeners": list(session._listeners), "ledger": engine.ledger,
         "validator": echo_tool._validator}
 stub = js.eval("({readyState: 1, sent: 0, last: null, send(f) { this.sent++; this.last = f; }})")
 link._socket = stub
+if hasattr(link, "_send_frame"):
+    link._send_frame = stub.send
 js.window.benchStub = stub
 js.window.benchHandler = link._handler
 js.window.benchCrossing = create_proxy(lambda event: (event.type, event.data))
 
-page_session = real["listeners"][0].listener.__self__
-real["emit"] = page_session._emit
-js_noop = js.eval("(function (type, json) {})")
 def variant(name):
-    session._listeners[:] = [] if name in ("no listener", "memory ledger", "no validation") else [lambda event: None] if name == "py noop listener" else real["listeners"]
-    page_session._emit = js_noop if name == "JS emit noop" else real["emit"]
+    quiet = name in ("no listener", "memory ledger", "no validation")
+    listeners = [] if quiet else real["listeners"]
+    session._listeners[:] = listeners
+    if hasattr(session, "_rehear"):
+        session._rehear()
     engine.ledger = MemoryLedger() if name in ("memory ledger", "no validation") else real["ledger"]
     echo_tool._validator = (lambda args: []) if name == "no validation" else real["validator"]
 
-def restore():
-    variant("full")
-    link._socket = real["socket"]
-
-def per(fn, n=1000):
+def per(fn, count=1000):
     rounds = []
     for _ in range(7):
         t0 = time.perf_counter()
-        for _ in range(n):
+        for _ in range(count):
             fn()
-        rounds.append((time.perf_counter() - t0) / n * 1e6)
+        rounds.append((time.perf_counter() - t0) / count * 1e6)
     return round(statistics.median(rounds), 1)
 
 def pieces():
     variant("full")
     frame = json.dumps({"type": "tool.request", "toolRequestId": "piece-1", "turnId": None,
                         "tool": "echo", "args": {"value": 7}})
-    status = ToolStatus("piece-1", "echo", None, "running", "core")
-    forward = real["listeners"][0] if real["listeners"] else None
-    led = real["ledger"]
     return json.dumps({
-        "parse + check the frame (parse_server_frame)": per(lambda: protocol.parse_server_frame(frame)),
-        "validate args": per(lambda: echo_tool.validate({"value": 7})),
-        "encode + check the result (encode_result)": per(lambda: encode_result({"value": 7}, 1 << 20)),
-        "the tool.result frame (encode_tool_result)": per(lambda: protocol.encode_tool_result("piece-1", '{"value":7}', "inline")),
-        "ledger.get + was_started (2 getItem)": per(lambda: (led.get("nope"), led.was_started("nope"))),
-        "ledger.start (1 setItem)": per(lambda: led.start("piece-1", "echo")),
-        "ledger.finish (1 setItem)": per(lambda: led.finish("piece-1", '{"value":7}', "inline")),
-        "one event to the page's JS (toolstatus)": per(lambda: forward(status)) if forward else None,
-        "  of which its JSON": per(lambda: event_json(status)),
-        "send a str to a JS function (stub.send)": per(lambda: stub.send(frame)),
+        "parse + check the frame": per(lambda: protocol.parse_server_frame(frame)),
+        "validate the args": per(lambda: echo_tool.validate({"value": 7})),
+        "check + encode the result": per(lambda: encode_result({"value": 7}, 1 << 20)),
         "sessionStorage.setItem from Python": per(lambda: js.sessionStorage.setItem("pedelec:bench", "{}")),
         "sessionStorage.getItem from Python": per(lambda: js.sessionStorage.getItem("pedelec:bench")),
-        "perf_counter": per(time.perf_counter),
     })
-"ok"
-`;
-
-try {
-  const page = await browser.newPage();
-  await openPage(page, `${core.url}/calls.html`);
-  // warm up: jsonschema imported after ready, the validator built on its first call
-  await runPython(page, "import jsonschema");
-  await runPython(page, setup);
-  const run = async (variant, tag) => {
-    if (variant === "crossing only" || variant === "plain JS") {
-      return page.evaluate(({ variant, tag, n }) => {
-        const events = Array.from({ length: n }, (_, i) => ({ type: "message", data: JSON.stringify({
-          type: "tool.request", toolRequestId: `${tag}-${i}`, turnId: null, tool: "echo", args: { value: i } }) }));
-        const stub = window.benchStub;
-        const handle = variant === "crossing only" ? window.benchCrossing : (event) => {
-          const frame = JSON.parse(event.data);
-          const result = { value: frame.args.value };
-          stub.send(JSON.stringify({ type: "tool.result", toolRequestId: frame.toolRequestId, result, handledBy: "named" }));
-        };
-        const t0 = performance.now();
-        for (const event of events) handle(event);
-        return ((performance.now() - t0) / n) * 1000;
-      }, { variant, tag, n });
-    }
-    await runPython(page, `variant(${JSON.stringify(variant)})`);
-    return page.evaluate(({ tag, n }) => {
+"ok"`);
+  async function loop(variant, tag) {
+    if (variant !== "crossing only" && variant !== "plain JS") await runPython(loopPage, `variant(${JSON.stringify(variant)})`);
+    return loopPage.evaluate(({ variant, tag, n }) => {
       const events = Array.from({ length: n }, (_, i) => ({ type: "message", data: JSON.stringify({
         type: "tool.request", toolRequestId: `${tag}-${i}`, turnId: null, tool: "echo", args: { value: i } }) }));
       const stub = window.benchStub;
-      const handler = window.benchHandler;
+      const handle = variant === "crossing only" ? window.benchCrossing : variant === "plain JS" ? (event) => {
+        const frame = JSON.parse(event.data);
+        stub.send(JSON.stringify({ type: "tool.result", toolRequestId: frame.toolRequestId, result: { value: frame.args.value }, handledBy: "named" }));
+      } : window.benchHandler;
       const sent = stub.sent;
       const t0 = performance.now();
-      for (const event of events) handler(event);
+      for (const event of events) handle(event);
       const us = ((performance.now() - t0) / n) * 1000;
-      if (stub.sent - sent !== n) throw new Error(`expected ${n} results, got ${stub.sent - sent}: ${stub.last}`);
-      if (!stub.last.includes(`"result":{"value":${n - 1}}`)) throw new Error(`unexpected result ${stub.last}`);
+      if (variant !== "crossing only" && stub.sent - sent !== n) throw new Error(`${variant}: ${stub.sent - sent} results of ${n}: ${stub.last}`);
       return us;
-    }, { tag, n });
-  };
-  const variants = ["full", "py noop listener", "JS emit noop", "no listener", "memory ledger", "no validation", "crossing only", "plain JS"];
+    }, { variant, tag, n });
+  }
+  const variants = ["full", "no listener", "memory ledger", "no validation", "crossing only", "plain JS"];
   const times = Object.fromEntries(variants.map((v) => [v, []]));
   for (let r = 0; r < rounds; r += 1) {
-    for (const [i, variant] of variants.entries()) {
-      times[variant].push(await run(variant, `prof${r}-${i}`));
-    }
+    for (const [i, variant] of variants.entries()) times[variant].push(await loop(variant, `prof${r}-${i}`));
   }
-  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  console.log(`load average ${loadavg().map((x) => x.toFixed(2)).join(" ")}; µs per call, median of ${rounds} rounds of ${n}`);
-  for (const variant of variants) console.log(`  ${variant.padEnd(16)} ${median(times[variant]).toFixed(1)}`);
-  const pieces = JSON.parse(await runPython(page, "pieces()"));
-  Object.assign(pieces, await page.evaluate(() => {
-    const per = (fn, count = 1000) => { const t0 = performance.now(); for (let i = 0; i < count; i += 1) fn(i); return Math.round(((performance.now() - t0) / count) * 10000) / 10; };
-    return {
-      "sessionStorage.setItem from JS": per(() => sessionStorage.setItem("pedelec:bench", "{}")),
-      "sessionStorage.getItem from JS": per(() => sessionStorage.getItem("pedelec:bench")),
-      "CustomEvent + dispatchEvent (no listener) from JS": per(() => window.pedelec.session.dispatchEvent(new CustomEvent("nobody", { detail: {} }))),
-    };
-  }));
-  console.log("pieces alone (µs each, Python's perf_counter, median of 7 rounds of 1,000):");
-  for (const [name, us] of Object.entries(pieces)) console.log(`  ${name.padEnd(48)} ${us}`);
-  await runPython(page, "restore()");
+  console.log(`in a loop (load ${load()}): µs per call, median of ${rounds} rounds of ${n}`);
+  const notes = {
+    "full": "as the page is (its JS listens to toolcall)",
+    "no listener": "no session events at all",
+    "memory ledger": "and the delivery ledger in memory, not sessionStorage",
+    "no validation": "and no args validation",
+    "crossing only": "a Python function reading event.type and event.data",
+    "plain JS": "JSON.parse, the handler, JSON.stringify, send",
+  };
+  for (const variant of variants) console.log(`  ${variant.padEnd(14)} ${median(times[variant]).toFixed(1).padStart(6)}  ${notes[variant]}`);
+  const alone = JSON.parse(await runPython(loopPage, "pieces()"));
+  console.log("  pieces alone (µs each, median of 7 rounds of 1,000):");
+  for (const [label, us] of Object.entries(alone)) console.log(`    ${label.padEnd(40)} ${us}`);
 } finally {
   await browser.close();
   await core.stop();
