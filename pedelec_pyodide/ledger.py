@@ -187,13 +187,32 @@ class StorageLedger:
             for tool_request_id in chunk:
                 self._chunk_of[tool_request_id] = chunk
                 self._results.add(tool_request_id)
+        # the newest chunk's ids, each encoded, while all of them are started (see start)
+        self._newest_ids: list[str] | None = (
+            _encoded_ids(self._chunks[-1]) if self._chunks else None)
         for tool_request_id in earlier:
             self._mark(tool_request_id, _EARLIER)
             self._results.add(tool_request_id)
 
     def start(self, tool_request_id: str, tool: str) -> None:
-        if self._state(tool_request_id) != _STARTED_MARK:
+        chunk = self._chunk_of.get(tool_request_id)
+        if chunk is not None:
+            if chunk[tool_request_id] != _STARTED_MARK:
+                self._mark(tool_request_id, _STARTED_MARK)
+            return
+        newest, encoded = self._chunks[-1] if self._chunks else None, self._newest_ids
+        if newest is None or encoded is None or len(newest) >= self._chunk_size:
             self._mark(tool_request_id, _STARTED_MARK)
+            return
+        # A tool call's path: a new request joins the newest chunk, whose requests all
+        # started; its text grows by one id, encoded alone (not the chunk again).
+        newest[tool_request_id] = _STARTED_MARK
+        self._chunk_of[tool_request_id] = newest
+        encoded.append(_COMPACT.encode(tool_request_id))
+        self._set(self._chunk_key(self._first + len(self._chunks) - 1),
+                  f'{{"{_STARTED_MARK}":[{",".join(encoded)}]}}', tool_request_id)
+        if len(self._chunk_of) > self.max_entries:
+            self._evict(new_chunk=False)
 
     def finish(self, tool_request_id: str, result_json: str, handled_by: HandledBy) -> None:
         self._set(self._prefix + tool_request_id,
@@ -230,6 +249,7 @@ class StorageLedger:
         self._set(self._chunk_key(number), _write_chunk(chunk), tool_request_id)
         if added:
             self._evict(new_chunk=len(chunk) == 1)
+        self._newest_ids = _encoded_ids(chunks[-1]) if chunks else None
 
     def _evict(self, *, new_chunk: bool) -> None:
         remove, chunks = self._remove_item, self._chunks
@@ -333,6 +353,13 @@ def _read_chunk(stored: object) -> dict[str, str]:
         for tool_request_id in stored.get(state, ()):
             chunk[str(tool_request_id)] = state
     return chunk
+
+
+def _encoded_ids(chunk: dict[str, str]) -> list[str] | None:
+    """The chunk's ids, each as JSON, if every one is started; else None."""
+    if not set(chunk.values()) <= {_STARTED_MARK}:
+        return None
+    return [_COMPACT.encode(tool_request_id) for tool_request_id in chunk]
 
 
 def _write_chunk(chunk: dict[str, str]) -> str:

@@ -324,6 +324,52 @@ def test_storage_ledger_costs_a_request_one_write_to_start_one_to_finish_and_no_
     assert reloaded.get("warm") is None and reloaded.was_started("warm")
 
 
+@pytest.mark.parametrize(("max_entries", "seed"), [(7, 1), (13, 2), (100, 3), (1000, 4)])
+def test_storage_ledger_keeps_each_requests_state_across_reloads(max_entries: int,
+                                                                  seed: int) -> None:
+    """Approvals, starts and results in any order, chunks filling and evicted, reloads
+    between: what a reloaded ledger says of each recent request is what happened to it
+    (a MemoryLedger of the same bound says it too)."""
+    import random
+
+    rng = random.Random(seed)
+    storage = DictStorage()
+    ledger = StorageLedger(storage, "p:", max_entries=max_entries)
+    model = MemoryLedger(max_entries=max_entries)
+    ids: list[str] = []
+    for step in range(3 * max_entries):
+        if rng.random() < 0.1:
+            ledger = StorageLedger(storage, "p:", max_entries=max_entries)  # a reload
+        if ids and rng.random() < 0.3:
+            request_id = rng.choice(ids[-5:])
+        else:
+            request_id = f"q{step}"
+            ids.append(request_id)
+        if model.get(request_id) is not None:
+            continue  # answered: never recorded again
+        action = rng.choice(["approve", "start", "finish", "finish"])
+        if action == "approve" and not model.was_started(request_id):
+            ledger.approve(request_id, "t")
+            model.approve(request_id, "t")
+        elif action == "start":
+            ledger.start(request_id, "t")
+            model.start(request_id, "t")
+        elif action == "finish":
+            ledger.finish(request_id, f'"{request_id}"', "named")
+            model.finish(request_id, f'"{request_id}"', "named")
+        indexed = sum(len(json.loads(storage.items[key]).get("s", []))
+                      + len(json.loads(storage.items[key]).get("a", []))
+                      for key in storage.items if key.startswith("p:index:"))
+        assert indexed <= max_entries  # bounded at every step, not only once a chunk is new
+    reloaded = StorageLedger(storage, "p:", max_entries=max_entries)
+    recent = [i for i in ids if i in ids[-(max_entries - reloaded._chunk_size):]]
+    for request_id in recent:
+        assert reloaded.get(request_id) == model.get(request_id), request_id
+        assert reloaded.was_started(request_id) == model.was_started(request_id), request_id
+        assert reloaded.was_approved(request_id) == model.was_approved(request_id), request_id
+    assert len([k for k in storage.items if not k.startswith("p:index")]) <= max_entries
+
+
 def test_storage_ledger_reads_what_an_earlier_version_wrote() -> None:
     """Chunks that were lists of ids, entries that say what they are: a page reloaded
     onto a new version keeps its requests' states."""
