@@ -41,9 +41,6 @@ from .webmcp import MAX_INPUT_BYTES, WebMCP
 
 logger = logging.getLogger("pedelec_pyodide")
 
-#: WebSocket ``readyState`` of an open socket.
-_OPEN = 1
-
 
 __all__ = ["CoreUnreachableError", "OriginRefusedError", "PageSession", "bridge_of", "connect",
            "create_session"]
@@ -253,6 +250,9 @@ class CoreLink:
         self._storage = storage
         self._prefix = prefix
         self._socket: Any = None
+        # the open socket's send (its JS method, taken once: every tool result goes through
+        # it), None while no connection is open
+        self._send_frame: Callable[[str], Any] | None = None
         self._handler: Any = None
         self._welcomed: asyncio.Future[None] | None = None
         self._failures = 0
@@ -264,10 +264,10 @@ class CoreLink:
     # Transport -----------------------------------------------------------------------
 
     def send(self, frame: str) -> None:
-        socket = self._socket
-        if socket is None or socket.readyState != _OPEN:
+        send = self._send_frame
+        if send is None:
             raise ConnectionError("the connection to Core is not open")
-        socket.send(frame)
+        send(frame)
 
     # lifecycle -----------------------------------------------------------------------
 
@@ -306,6 +306,7 @@ class CoreLink:
                 logger.warning("ignoring a binary frame from Core")
         elif kind == "open":
             self.connections += 1
+            self._send_frame = self._socket.send
             if not self.session.closed:
                 self.session.connection_made(self, self)
         elif kind == "close":
@@ -314,7 +315,7 @@ class CoreLink:
 
     def _detach(self) -> None:
         socket, handler = self._socket, self._handler
-        self._socket = self._handler = None
+        self._socket = self._handler = self._send_frame = None
         if socket is not None:
             socket.onopen = socket.onmessage = socket.onclose = socket.onerror = None
         if handler is not None:
@@ -382,6 +383,7 @@ class CoreLink:
             logger.warning("Core refused the hello (%s: %s)", error.code, error.message)
             self._refused = True
             socket = self._socket
+            self._send_frame = None
             if socket is not None:
                 socket.close(4000, "retrying without resume")
         elif self._welcomed is not None and not self._welcomed.done():
@@ -389,6 +391,7 @@ class CoreLink:
                 f"Core at {self.url} refused the session: {error.code}: {error.message}"
             ))
             socket = self._socket
+            self._send_frame = None
             if socket is not None:
                 socket.close(1000, "refused")
 
@@ -489,44 +492,59 @@ async def connect(
 # --- the page's JS API (web/pedelec-pyodide.js) -------------------------------------------
 
 
-def _call_event(call: ToolCall) -> dict[str, Any]:
-    return {
+def _call_event(call: ToolCall) -> str:
+    # the result is JSON text already (encoded once, to check it): spliced in, not
+    # encoded again
+    head = json.dumps({
         "toolRequestId": call.tool_request_id,
         "turnId": call.turn_id,
         "tool": call.tool,
         "args": call.args,
-        "result": call.result,
         "handledBy": call.handled_by,
         "durationMs": round(call.duration_ms, 3),
         "source": call.source,
-    }
+    }, ensure_ascii=False)
+    return f'{head[:-1]}, "result": {call.result_json}}}'
 
 
-def _event_for(session: Session, event: Any) -> tuple[str, dict[str, Any]] | None:
-    if isinstance(event, SessionState):
-        return "statechange", {"state": event.value, "id": session.session_id}
-    if isinstance(event, ToolCall):
-        return "toolcall", _call_event(event)
-    if isinstance(event, protocol.TurnDelta):
-        return "delta", {"turnId": event.turn_id, "text": event.text}
-    if isinstance(event, protocol.TurnEnd):
-        return "turnend", {"turnId": event.turn_id, "status": event.status,
-                           "text": event.text, "error": event.error}
-    if isinstance(event, protocol.Welcome):
-        return "welcome", {"id": event.session_id, "resumed": event.resumed,
-                           "state": session.state.value}
-    if isinstance(event, protocol.Error):
-        return "error", {"code": event.code, "message": event.message}
-    if isinstance(event, ToolProgress):
-        return "toolprogress", {"toolRequestId": event.tool_request_id, "tool": event.tool,
-                                "turnId": event.turn_id, "progress": event.progress,
-                                "total": event.total, "message": event.message,
-                                "source": event.source}
-    if isinstance(event, ToolStatus):
-        return "toolstatus", {"toolRequestId": event.tool_request_id, "tool": event.tool,
-                              "turnId": event.turn_id, "status": event.status,
-                              "source": event.source}
-    return None
+#: the page's JS event each kind of session event becomes
+_EVENT_TYPES: dict[type, str] = {
+    SessionState: "statechange",
+    ToolCall: "toolcall",
+    protocol.TurnDelta: "delta",
+    protocol.TurnEnd: "turnend",
+    protocol.Welcome: "welcome",
+    protocol.Error: "error",
+    ToolProgress: "toolprogress",
+    ToolStatus: "toolstatus",
+}
+
+
+def _event_json(session: Session, kind: str, event: Any) -> str:
+    """The ``detail`` of the page's JS event ``kind`` (see :data:`_EVENT_TYPES`), as JSON."""
+    if kind == "toolcall":
+        return _call_event(event)
+    detail: dict[str, Any]
+    if kind == "statechange":
+        detail = {"state": event.value, "id": session.session_id}
+    elif kind == "toolstatus":
+        detail = {"toolRequestId": event.tool_request_id, "tool": event.tool,
+                  "turnId": event.turn_id, "status": event.status, "source": event.source}
+    elif kind == "toolprogress":
+        detail = {"toolRequestId": event.tool_request_id, "tool": event.tool,
+                  "turnId": event.turn_id, "progress": event.progress, "total": event.total,
+                  "message": event.message, "source": event.source}
+    elif kind == "delta":
+        detail = {"turnId": event.turn_id, "text": event.text}
+    elif kind == "turnend":
+        detail = {"turnId": event.turn_id, "status": event.status, "text": event.text,
+                  "error": event.error}
+    elif kind == "welcome":
+        detail = {"id": event.session_id, "resumed": event.resumed,
+                  "state": session.state.value}
+    else:  # error
+        detail = {"code": event.code, "message": event.message}
+    return json.dumps(detail, ensure_ascii=False)
 
 
 class PageSession:
@@ -539,6 +557,14 @@ class PageSession:
     with ``document.modelContext`` (``webmcpregister``, ``webmcpunregister``).
     ``namespace`` is the globals of the page's Python blocks (``session`` is bound
     there).
+
+    Session events cost the page's one thread on every tool call (the event built, its
+    JSON, the JS call, ``JSON.parse``, ``dispatchEvent``), so with ``"events"`` in the
+    options (the loader's list of the types its JS listens to) only those are emitted,
+    and :meth:`listen` adds a type when the page's JS first listens to it; the session
+    builds only the events of those types (none at all when none is listened to).
+    Without ``"events"``, every type is emitted. The JS reads the session's state and id when asked
+    (:meth:`state`, :meth:`session_id`), not from events.
 
     Approvals: unless the page's Python registers ``session.on_approval``, a request that
     needs approval is an ``approval`` event for the page's JS, answered by
@@ -555,7 +581,11 @@ class PageSession:
                                       default_approver=self._ask_page)
         self.namespace: dict[str, Any] = {"__name__": "__main__", "session": self.session}
         self._emit = emit
-        self._unsubscribe = self.session.subscribe(self._forward)
+        events = options.get("events")
+        # None: every type (no list given)
+        self._wanted: set[str] | None = None if events is None else {str(e) for e in events}
+        self._unsubscribe: Callable[[], None] | None = None
+        self._subscribe()
         self._is_ready = False
         self._ready_waiters: list[asyncio.Future[None]] = []
         # tool request id -> the request and the JS decision awaited: (approved, reason,
@@ -663,11 +693,41 @@ class PageSession:
         grace period. False if it is not in flight."""
         return self._webmcp is not None and self._webmcp.abort(str(call_id))
 
+    def listen(self, kind: str) -> None:
+        """The page's JS listens to events of type ``kind`` from now on."""
+        wanted = self._wanted
+        if wanted is None or kind in wanted:
+            return
+        wanted.add(str(kind))
+        if not self.session.closed:
+            self._subscribe()
+
+    def _subscribe(self) -> None:
+        """(Again) to the session events the page's JS listens to: only those are built."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        wanted = self._wanted
+        if wanted is None:
+            self._unsubscribe = self.session.subscribe(self._forward)
+            return
+        kinds = [cls for cls, kind in _EVENT_TYPES.items() if kind in wanted]
+        if kinds:
+            self._unsubscribe = self.session.subscribe(self._forward, kinds=kinds)
+
+    def state(self) -> str:
+        """``session.state`` for the page's JS."""
+        return self.session.state.value
+
+    def session_id(self) -> str | None:
+        """``session.id`` for the page's JS: Core's session id (None before the first)."""
+        return self.session.session_id
+
     def _forward(self, event: Any) -> None:
-        found = _event_for(self.session, event)
-        if found is not None:
-            kind, detail = found
-            self._emit(kind, json.dumps(detail, ensure_ascii=False))
+        kind = _EVENT_TYPES.get(type(event))
+        wanted = self._wanted
+        if kind is not None and (wanted is None or kind in wanted):
+            self._emit(kind, _event_json(self.session, kind, event))
 
     async def connect(self) -> str:
         """Connect; returns ``{"id", "state"}`` as JSON."""
@@ -700,7 +760,9 @@ class PageSession:
         # closed first: the page hears the requests it settles and the state ``closed``
         # (on which the WebMCP registrations go)
         self.session.close()
-        self._unsubscribe()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
 
 
 class _Registrar:

@@ -156,9 +156,13 @@ class Outbox(Protocol):
 
     def emit(self, event: Any) -> None: ...
 
-    @property
-    def listeners(self) -> list[Any]:
-        """The session's event listeners (events are built only when there are some)."""
+    def hearers(self, kind: type) -> list[Any]:
+        """The session's listeners that take events of class ``kind`` (the same list,
+        kept up to date): events are built only when there are some."""
+        ...
+
+    def state_hearers(self) -> list[Any]:
+        """Those that take the session's state changes (see :meth:`pending_changed`)."""
         ...
 
     def pending_changed(self, count: int) -> None: ...
@@ -372,8 +376,11 @@ class Engine:
         #: its JS ``approval`` event)
         self.default_approver: Approver | None = None
         self.inflight: dict[str, InFlight] = {}  # every request not yet answered
-        #: the session's listeners (the same list): events are built only for someone
-        self.listeners: list[Any] = outbox.listeners
+        # the session's listeners of each kind of event (the same lists): events are built
+        # only for someone
+        self.hears_status: list[Any] = outbox.hearers(ToolStatus)
+        self.hears_calls: list[Any] = outbox.hearers(ToolCall)
+        self.hears_state: list[Any] = outbox.state_hearers()
         self._local_ids = itertools.count(1)
 
     # --- starting a request ------------------------------------------------------------
@@ -432,8 +439,9 @@ class Engine:
         return self._call(rec)
 
     def _started(self, rec: InFlight) -> None:
-        if self.listeners:
+        if self.hears_state:
             self.outbox.pending_changed(len(self.inflight))
+        if self.hears_status:
             self.outbox.emit(ToolStatus(rec.tool_request_id, rec.tool, rec.turn_id, rec.status,
                                         rec.source))
 
@@ -534,7 +542,7 @@ class Engine:
             self.finish(rec, denial)
             return
         rec.status = "running"
-        if self.listeners:
+        if self.hears_status:
             self.outbox.emit(ToolStatus(rec.tool_request_id, rec.tool, rec.turn_id, "running",
                                         rec.source))
         self._call(rec)
@@ -615,7 +623,7 @@ class Engine:
         if reason is not None:
             reason = reason[:MAX_STATUS_TEXT]
         self.outbox.send_waiting(rec, waiting, reason)
-        if status and self.listeners:
+        if status and self.hears_status:
             self.outbox.emit(ToolStatus(rec.tool_request_id, rec.tool, rec.turn_id, rec.status,
                                         rec.source))
 
@@ -700,10 +708,14 @@ class Engine:
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
-        if counted and self.listeners:
-            self.outbox.emit(ToolStatus(request_id, rec.tool, rec.turn_id, "done", rec.source))
-            self.outbox.emit(rec.call())
-            self.outbox.pending_changed(len(self.inflight))
+        if counted:
+            if self.hears_status:
+                self.outbox.emit(ToolStatus(request_id, rec.tool, rec.turn_id, "done",
+                                            rec.source))
+            if self.hears_calls:
+                self.outbox.emit(rec.call())
+            if self.hears_state:
+                self.outbox.pending_changed(len(self.inflight))
         return rec
 
     # Delivery-ledger writes. One that fails (storage full or gone) costs that record,

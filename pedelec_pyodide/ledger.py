@@ -130,25 +130,44 @@ class StorageLedger:
     Bounded to ``max_entries``, oldest first. The ids are indexed in chunks of up to 32
     (``<prefix>index:<n>``, with ``<prefix>index`` naming the live chunks), so recording a
     request rewrites one small chunk, not an index of every id (that cost ~0.2 ms a call in
-    Chromium with 1,024 ids); the oldest chunk is evicted whole.
+    Chromium with 1,024 ids); the oldest chunk is evicted whole. A chunk also says which of
+    its requests were approved and which started (``{"s": [ids], "a": [ids]}``): starting
+    a request is one write, of its chunk, and a finished one's result is one more
+    (``<prefix><id>``). The index is read once, when the ledger is made, and kept in
+    memory: a request this tab has not recorded costs no read.
 
     When the storage is full (``QuotaExceededError``: a few results near the 1 MiB limit
     fill ``sessionStorage``), the oldest entries give up their stored results, oldest
     first, until the write fits. Such a request still counts as started: re-sent after a
     reload, it is run again only if its tool is resumable, else it is
     ``TOOL_OUTCOME_UNKNOWN``; it is never run twice by mistake.
+
+    Entries an earlier version wrote (chunks that are lists of ids, entries that say
+    ``{"tool"}`` or ``{"approved"}``) are read as they were meant.
     """
 
     def __init__(self, storage: Storage, prefix: str,
                  max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
-        self._storage = storage
+        # the storage's methods, taken once (in the page each is a JS method: looking it up again
+        # on every call costs more than the call)
+        self._get_item = storage.getItem
+        self._set_item = storage.setItem
+        self._remove_item = storage.removeItem
         self._prefix = prefix
         self.max_entries = max_entries
         self._chunk_size = max(1, min(INDEX_CHUNK, max_entries // 4))
         self._first = 0  # the number of the oldest chunk
-        self._chunks: list[list[str]] = []  # oldest first
-        self._known: set[str] = set()
+        # oldest first; each: id -> _APPROVED_MARK, _STARTED_MARK or _EARLIER (an earlier
+        # version's entry: its stored value says), in the order recorded
+        self._chunks: list[dict[str, str]] = []
+        self._chunk_of: dict[str, dict[str, str]] = {}  # id -> its chunk
+        # ids whose entry key may hold a result (finished here, or recorded before this
+        # ledger was made): only those are read, and removed on eviction
+        self._results: set[str] = set()
         self._shrunk: set[str] = set()  # entries whose stored result gave way to room
+        # False once the index was found damaged: its entries may be anywhere, so an id
+        # not indexed is looked up in the storage too
+        self._complete = True
         earlier: list[str] = []
         try:
             raw = storage.getItem(prefix + "index")
@@ -156,84 +175,139 @@ class StorageLedger:
             if isinstance(meta, dict):
                 self._first = int(meta["first"])
                 for number in range(self._first, int(meta["next"])):
-                    chunk = storage.getItem(self._chunk_key(number))
-                    self._chunks.append(json.loads(chunk) if chunk else [])
+                    stored = storage.getItem(self._chunk_key(number))
+                    self._chunks.append(_read_chunk(json.loads(stored) if stored else []))
             elif isinstance(meta, list):  # an earlier version's index: one list of ids
                 earlier = [str(tool_request_id) for tool_request_id in meta]
-            self._known = {str(id_) for chunk in self._chunks for id_ in chunk}
+            elif meta is not None:
+                raise ValueError("not an index")
         except (ValueError, TypeError, KeyError):  # not ours, or damaged: index afresh
-            self._first, self._chunks, self._known = 0, [], set()
+            self._first, self._chunks, self._complete = 0, [], False
+        for chunk in self._chunks:
+            for tool_request_id in chunk:
+                self._chunk_of[tool_request_id] = chunk
+                self._results.add(tool_request_id)
+        # the newest chunk's ids, each encoded, while all of them are started (see start)
+        self._newest_ids: list[str] | None = (
+            _encoded_ids(self._chunks[-1]) if self._chunks else None)
         for tool_request_id in earlier:
-            self._remember(tool_request_id)
+            self._mark(tool_request_id, _EARLIER)
+            self._results.add(tool_request_id)
 
     def start(self, tool_request_id: str, tool: str) -> None:
-        self._put(tool_request_id, json.dumps({"tool": tool}))
+        chunk = self._chunk_of.get(tool_request_id)
+        if chunk is not None:
+            if chunk[tool_request_id] != _STARTED_MARK:
+                self._mark(tool_request_id, _STARTED_MARK)
+            return
+        newest, encoded = self._chunks[-1] if self._chunks else None, self._newest_ids
+        if newest is None or encoded is None or len(newest) >= self._chunk_size:
+            self._mark(tool_request_id, _STARTED_MARK)
+            return
+        # A tool call's path: a new request joins the newest chunk, whose requests all
+        # started; its text grows by one id, encoded alone (not the chunk again).
+        newest[tool_request_id] = _STARTED_MARK
+        self._chunk_of[tool_request_id] = newest
+        encoded.append(_COMPACT.encode(tool_request_id))
+        self._set(self._chunk_key(self._first + len(self._chunks) - 1),
+                  f'{{"{_STARTED_MARK}":[{",".join(encoded)}]}}', tool_request_id)
+        if len(self._chunk_of) > self.max_entries:
+            self._evict(new_chunk=False)
 
     def finish(self, tool_request_id: str, result_json: str, handled_by: HandledBy) -> None:
-        self._put(tool_request_id, json.dumps({"result": result_json, "handledBy": handled_by}))
+        self._set(self._prefix + tool_request_id,
+                  json.dumps({"result": result_json, "handledBy": handled_by}),
+                  tool_request_id)
+        self._results.add(tool_request_id)
+        self._shrunk.discard(tool_request_id)  # a result stored now may give way later
+        # A request that never ran (no handler, invalid args, denied) is finished without
+        # a start: marked started with it, so that if its result gives way to room it is
+        # still never run again.
+        if self._state(tool_request_id) != _STARTED_MARK:
+            self._mark(tool_request_id, _STARTED_MARK)
 
     def approve(self, tool_request_id: str, tool: str) -> None:
-        self._put(tool_request_id, json.dumps({"approved": True, "tool": tool},
-                                               separators=(",", ":")))
+        if self._state(tool_request_id) != _STARTED_MARK:
+            self._mark(tool_request_id, _APPROVED_MARK)
 
-    def _put(self, tool_request_id: str, entry: str) -> None:
-        # A request that never ran (no handler, invalid args) is finished without a start.
-        self._set(self._prefix + tool_request_id, entry, tool_request_id)
-        self._shrunk.discard(tool_request_id)  # a result stored now may give way later
-        if tool_request_id not in self._known:
-            self._remember(tool_request_id)
+    def _state(self, tool_request_id: str) -> str | None:
+        chunk = self._chunk_of.get(tool_request_id)
+        return None if chunk is None else chunk[tool_request_id]
+
+    def _mark(self, tool_request_id: str, state: str) -> None:
+        """Record the request's state in its chunk (a new id goes in the newest)."""
+        chunks = self._chunks
+        chunk = self._chunk_of.get(tool_request_id)
+        added = chunk is None
+        if chunk is None:
+            if not chunks or len(chunks[-1]) >= self._chunk_size:
+                chunks.append({})
+            chunk = self._chunk_of[tool_request_id] = chunks[-1]
+        chunk[tool_request_id] = state
+        number = self._first + next(i for i in range(len(chunks) - 1, -1, -1)
+                                    if chunks[i] is chunk)
+        self._set(self._chunk_key(number), _write_chunk(chunk), tool_request_id)
+        if added:
+            self._evict(new_chunk=len(chunk) == 1)
+        self._newest_ids = _encoded_ids(chunks[-1]) if chunks else None
+
+    def _evict(self, *, new_chunk: bool) -> None:
+        remove, chunks = self._remove_item, self._chunks
+        changed = new_chunk
+        while len(self._chunk_of) > self.max_entries:
+            for old in chunks.pop(0):
+                del self._chunk_of[old]
+                if old in self._results:
+                    self._results.discard(old)
+                    remove(self._prefix + old)
+                self._shrunk.discard(old)
+            remove(self._chunk_key(self._first))
+            self._first += 1
+            changed = True
+        if changed:
+            self._set(self._prefix + "index", json.dumps(
+                {"first": self._first, "next": self._first + len(chunks)}))
 
     def _set(self, key: str, value: str, keep: str | None = None) -> None:
         """``setItem``, making room when the storage is full; raises if it cannot."""
         while True:
             try:
-                self._storage.setItem(key, value)
+                self._set_item(key, value)
                 return
             except Exception:  # QuotaExceededError (a JsException in the page)
                 if not self._shrink_oldest(keep):
                     raise
 
     def _shrink_oldest(self, keep: str | None) -> bool:
-        """Replace the oldest stored result (not ``keep``) with a bare "started" mark. An
+        """Give up the oldest stored result (not ``keep``): its request stays started
+        (its chunk says so; an earlier version's entry becomes a bare "started" mark). An
         entry with no result (approved, or started) has nothing to give: it is kept as is
         (made "started", an approved request would never run)."""
         for chunk in self._chunks:
-            for tool_request_id in chunk:
-                if tool_request_id != keep and tool_request_id not in self._shrunk:
-                    self._shrunk.add(tool_request_id)
-                    key = self._prefix + tool_request_id
-                    if str(self._storage.getItem(key) or "").startswith(_RESULT_PREFIX):
-                        self._storage.setItem(key, _STARTED)
-                        return True
+            for tool_request_id, state in chunk.items():
+                if (tool_request_id == keep or tool_request_id in self._shrunk
+                        or tool_request_id not in self._results):
+                    continue
+                self._shrunk.add(tool_request_id)
+                key = self._prefix + tool_request_id
+                if not str(self._get_item(key) or "").startswith(_RESULT_PREFIX):
+                    continue
+                if state == _STARTED_MARK:
+                    self._remove_item(key)
+                    self._results.discard(tool_request_id)
+                else:
+                    self._set_item(key, _STARTED)
+                return True
         return False
 
     def _chunk_key(self, number: int) -> str:
         return f"{self._prefix}index:{number}"
 
-    def _remember(self, tool_request_id: str) -> None:
-        storage, chunks = self._storage, self._chunks
-        chunks_changed = False
-        if not chunks or len(chunks[-1]) >= self._chunk_size:
-            chunks.append([])
-            chunks_changed = True
-        chunks[-1].append(tool_request_id)
-        self._known.add(tool_request_id)
-        self._set(self._chunk_key(self._first + len(chunks) - 1), json.dumps(chunks[-1]),
-                  tool_request_id)
-        while len(self._known) > self.max_entries:
-            for old in chunks.pop(0):
-                storage.removeItem(self._prefix + old)
-                self._known.discard(old)
-                self._shrunk.discard(old)
-            storage.removeItem(self._chunk_key(self._first))
-            self._first += 1
-            chunks_changed = True
-        if chunks_changed:
-            self._set(self._prefix + "index", json.dumps(
-                {"first": self._first, "next": self._first + len(chunks)}), tool_request_id)
-
     def get(self, tool_request_id: str) -> tuple[str, HandledBy] | None:
-        raw = self._storage.getItem(self._prefix + tool_request_id)
+        if tool_request_id not in self._results and (
+                self._complete or tool_request_id in self._chunk_of):
+            return None  # nothing stored for it: not read
+        raw = self._get_item(self._prefix + tool_request_id)
         if not raw:
             return None
         try:
@@ -243,10 +317,60 @@ class StorageLedger:
             return None
 
     def was_started(self, tool_request_id: str) -> bool:
-        raw = self._storage.getItem(self._prefix + tool_request_id)
+        state = self._state(tool_request_id)
+        if state is not None and state != _EARLIER:
+            return state == _STARTED_MARK
+        if state is None and self._complete:
+            return False
+        raw = self._get_item(self._prefix + tool_request_id)
         if not raw:  # None, "", or JS null (a JsNull in Pyodide, not None)
             return False
         return not str(raw).startswith(_APPROVED_PREFIX)
 
     def was_approved(self, tool_request_id: str) -> bool:
-        return bool(self._storage.getItem(self._prefix + tool_request_id))
+        state = self._state(tool_request_id)
+        if state is not None and state != _EARLIER:
+            return True
+        if state is None and self._complete:
+            return False
+        return bool(self._get_item(self._prefix + tool_request_id))
+
+
+# a request's state in a StorageLedger chunk
+_STARTED_MARK = "s"
+_APPROVED_MARK = "a"
+_EARLIER = "?"  # an earlier version's chunk (a list of ids): the entry itself says
+_MARKS = (_STARTED_MARK, _APPROVED_MARK, _EARLIER)
+
+
+def _read_chunk(stored: object) -> dict[str, str]:
+    if isinstance(stored, list):  # an earlier version's: ids only
+        return {str(tool_request_id): _EARLIER for tool_request_id in stored}
+    if not isinstance(stored, dict):
+        raise ValueError("not a chunk")
+    chunk: dict[str, str] = {}
+    for state in _MARKS:
+        for tool_request_id in stored.get(state, ()):
+            chunk[str(tool_request_id)] = state
+    return chunk
+
+
+def _encoded_ids(chunk: dict[str, str]) -> list[str] | None:
+    """The chunk's ids, each as JSON, if every one is started; else None."""
+    if not set(chunk.values()) <= {_STARTED_MARK}:
+        return None
+    return [_COMPACT.encode(tool_request_id) for tool_request_id in chunk]
+
+
+def _write_chunk(chunk: dict[str, str]) -> str:
+    """``{"s": [started ids]}``, with ``"a"`` (approved) and ``"?"`` only when not empty."""
+    if set(chunk.values()) <= {_STARTED_MARK}:  # the common case, at C speed
+        return f'{{"{_STARTED_MARK}":{_COMPACT.encode(list(chunk))}}}'
+    by_state: dict[str, list[str]] = {_STARTED_MARK: []}
+    for tool_request_id, state in chunk.items():
+        by_state.setdefault(state, []).append(tool_request_id)
+    return _COMPACT.encode(by_state)
+
+
+# built once: json.dumps with separators= builds a new encoder on every call
+_COMPACT = json.JSONEncoder(separators=(",", ":"))

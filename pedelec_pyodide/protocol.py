@@ -449,7 +449,27 @@ def _parse(text: str | bytes, direction: str, max_bytes: int) -> Message:
     if cls.direction != direction:
         sender = "Core" if cls.direction == "server" else "the page"
         raise ProtocolError(WRONG_DIRECTION, f"{kind!r} is sent by {sender}, not received by it")
+    if cls is ToolRequest:
+        request = well_formed_request(data)
+        if request is not None:
+            return request
     return declare.build(cls, data, _check_field, _missing_field)
+
+
+def well_formed_request(data: dict[str, Any]) -> ToolRequest | None:
+    """The ``tool.request`` a page gets on every tool call, checked at a glance: the one
+    its declared fields' checks would build, when they would build it; else None (those
+    checks then refuse it with their own messages)."""
+    if "turnId" not in data or "args" not in data:
+        return None
+    request_id, turn_id, tool = data.get("toolRequestId"), data["turnId"], data.get("tool")
+    if (type(request_id) is str and 0 < len(request_id) <= MAX_ID_LENGTH
+            and type(tool) is str
+            and (turn_id is None or (type(turn_id) is str
+                                     and 0 < len(turn_id) <= MAX_ID_LENGTH))):
+        return ToolRequest(tool_request_id=request_id, tool=tool, args=data["args"],
+                           turn_id=turn_id)
+    return None
 
 
 def _missing_field(message: str) -> ProtocolError:

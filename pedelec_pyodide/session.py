@@ -133,7 +133,12 @@ class Session:
         self.resume_token: str | None = None
         self.client = dict(client or {"name": "pedelec-pyodide"})
         self._scheduler = scheduler if scheduler is not None else RunningLoop()
-        self._listeners: list[Listener] = []
+        self._listeners: list[_Subscription] = []
+        # per event class, the subscriptions that take it (kept in place: the engine holds
+        # these lists): an event no one takes is not built
+        self._hears: dict[type, list[_Subscription]] = {
+            kind: [] for kind in (SessionState, ToolStatus, ToolCall, ToolProgress,
+                                  ToolsChanged)}
         #: ``explain_error`` adds a sentence to a ``TOOL_HANDLER_ERROR`` message for
         #: exceptions the runtime can explain (the browser edge: no DOM in a Web Worker)
         self._engine = Engine(
@@ -192,28 +197,42 @@ class Session:
         """The requests in flight, oldest first, each with its status and latest progress."""
         return [rec.pending() for rec in self._engine.inflight.values()]
 
-    def subscribe(self, listener: Listener) -> Disposer:
-        """Call ``listener(event)`` for every session event; returns its disposer."""
-        token = _Subscription(listener)  # distinct, so one function may subscribe twice
-        if not self._listeners:
+    def subscribe(self, listener: Listener, *, kinds: Iterable[type] | None = None
+                  ) -> Disposer:
+        """Call ``listener(event)`` for every session event, or with ``kinds`` (event
+        classes, e.g. ``(ToolCall,)``) for those only; returns its disposer. Events that
+        no listener takes are not built: a tool call with no one listening to its
+        :class:`ToolStatus` events costs less."""
+        # distinct, so one function may subscribe twice
+        token = _Subscription(listener, None if kinds is None else frozenset(kinds))
+        if not self._hears[SessionState]:  # the state as it is now, for the first to hear it
             self._last_state = self.state
         self._listeners.append(token)
+        self._rehear()
 
         def dispose() -> None:
             if token in self._listeners:
                 self._listeners.remove(token)
+                self._rehear()
 
         return dispose
 
+    def _rehear(self) -> None:
+        for kind, hearers in self._hears.items():
+            hearers[:] = [token for token in self._listeners if token.takes(kind)]
+
     def _emit(self, event: Any) -> None:
+        kind = type(event)
         for listener in list(self._listeners):
+            if not listener.takes(kind):
+                continue
             try:
                 listener(event)
             except Exception:
                 logger.exception("session listener failed on %r", event)
 
     def _update_state(self) -> None:
-        if not self._listeners:  # nobody to tell; subscribe() re-reads the state
+        if not self._hears[SessionState]:  # nobody to tell; subscribe() re-reads the state
             return
         state = self.state
         if state is not self._last_state:
@@ -327,7 +346,7 @@ class Session:
     ) -> Any:
         """Run one tool request exactly as a request from Core would run; return its result."""
         rec = self._engine.begin(tool, args, tool_request_id, turn_id, reply=False,
-                                 timed=bool(self._listeners))
+                                 timed=bool(self._hears[ToolCall]))
         if not rec.answered:  # (a sync handler's answer returns here, with no await)
             await self._settle(rec)
         return rec.result
@@ -354,7 +373,7 @@ class Session:
         (for :meth:`cancel`), ``answered``, ``result`` and ``result_json``; ``await
         record.wait()`` until it is answered."""
         rec = self._engine.begin(tool, args, None, None, reply=False,
-                                 timed=bool(self._listeners), source=source)
+                                 timed=bool(self._hears[ToolCall]), source=source)
         self._spawn(rec)
         return rec
 
@@ -463,7 +482,7 @@ class Session:
         if request.tool_request_id in self._engine.inflight or self._closed:
             return  # re-sent while still running: its one result goes out when it is done
         rec = self._engine.begin(request.tool, request.args, request.tool_request_id,
-                                 request.turn_id, reply=True, timed=bool(self._listeners),
+                                 request.turn_id, reply=True, timed=bool(self._hears[ToolCall]),
                                  source="core")
         self._spawn(rec)  # answered by the engine when it is done
 
@@ -505,7 +524,7 @@ class Session:
             self._send(protocol.ToolsUpdate(
                 tools=[tool.metadata() for tool in self._engine.tools.values()]
             ).encode())
-        if self._listeners:
+        if self._hears[ToolsChanged]:
             self._emit(ToolsChanged(tuple(self._engine.tools)))
 
     # --- turns -------------------------------------------------------------------------
@@ -603,7 +622,7 @@ class _Outbox:
     def send_progress(self, record: InFlight) -> None:
         session = self._session
         session._send_progress(record)
-        if session._listeners:
+        if session._hears[ToolProgress]:
             assert record.latest is not None
             progress, total, message = record.latest
             session._emit(ToolProgress(record.tool_request_id, record.tool, record.turn_id,
@@ -618,9 +637,11 @@ class _Outbox:
     def emit(self, event: Any) -> None:
         self._session._emit(event)
 
-    @property
-    def listeners(self) -> list[Listener]:
-        return self._session._listeners
+    def hearers(self, kind: type) -> list[Any]:
+        return self._session._hears[kind]
+
+    def state_hearers(self) -> list[Any]:
+        return self._session._hears[SessionState]
 
     def pending_changed(self, count: int) -> None:
         if count <= 1:
@@ -631,10 +652,14 @@ class _Outbox:
 
 
 class _Subscription:
-    __slots__ = ("listener",)
+    __slots__ = ("kinds", "listener")
 
-    def __init__(self, listener: Listener) -> None:
+    def __init__(self, listener: Listener, kinds: frozenset[type] | None) -> None:
         self.listener = listener
+        self.kinds = kinds
+
+    def takes(self, kind: type) -> bool:
+        return self.kinds is None or kind in self.kinds
 
     def __call__(self, event: Any) -> None:
         self.listener(event)

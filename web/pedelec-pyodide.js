@@ -74,21 +74,38 @@ export class ApprovalEvent extends CustomEvent {
 export class PedelecSession extends EventTarget {
   constructor() {
     super();
-    /** Core's session id (null until welcomed). */
-    this.id = null;
-    /** connecting | idle | running | waiting_tool_result | closed */
-    this.state = "connecting";
+    this._id = null; // until Python's session is there to ask (see the getters)
+    this._state = "connecting";
     this._sendText = null;
     this._close = null;
-    this._page = null; // {pending, cancel, decide}: Python methods, taken once (no proxy per call)
+    // {pending, cancel, decide, state, id, listen}: Python methods, taken once (no proxy per call)
+    this._page = null;
+    // The types listened to: Python emits only those (each event costs every tool call
+    // its JSON, a call into JS and a dispatch). A listener's removal is not followed
+    // (`{once: true}`, an aborted `{signal}` remove one unseen): a type stays listened.
+    this._listened = new Set();
     this._asked = new Map(); // toolRequestId -> its ApprovalEvent, until withdrawn or decided
     this._hearers = new WeakMap(); // approval listener -> its wrapper (_hearer)
     this._webmcp = null; // the WebMCPTools Python's registrations go to (data-webmcp)
   }
 
+  /** Core's session id (null until welcomed). */
+  get id() {
+    return this._page ? (this._page.id() ?? null) : this._id;
+  }
+
+  /** connecting | idle | running | waiting_tool_result | closed */
+  get state() {
+    return this._page ? this._page.state() : this._state;
+  }
+
   addEventListener(type, listener, options) {
     super.addEventListener(type, type === "approval" && listener ? this._hearer(listener) : listener,
       options);
+    if (listener && !this._listened.has(type)) {
+      this._listened.add(type);
+      this._page?.listen(type);
+    }
   }
 
   removeEventListener(type, listener, options) {
@@ -208,13 +225,6 @@ export class PedelecSession extends EventTarget {
       const asked = this._asked.get(detail.toolRequestId);
       this._asked.delete(detail.toolRequestId);
       if (asked) asked.withdrawn = true;
-    }
-    if (type === "statechange") {
-      this.state = detail.state;
-      if (detail.id) this.id = detail.id;
-    } else if (type === "welcome") {
-      this.id = detail.id;
-      this.state = detail.state;
     }
     this.dispatchEvent(new CustomEvent(type, { detail }));
   }
@@ -703,7 +713,7 @@ async function boot(options) {
   try {
     const browser = pyodide.pyimport("pedelec_pyodide.browser");
     page = browser.PageSession(config.core, (type, json) => session._receive(type, json),
-      JSON.stringify({ storage: config.storage }));
+      JSON.stringify({ storage: config.storage, events: [...session._listened] }));
     browser.destroy();
   } catch (err) {
     const reason = err.message.trim().split("\n").pop();
@@ -729,15 +739,17 @@ async function boot(options) {
   }
   mark("blocks");
   // Approvals are decided through these (a WebMCP call may ask one before Core answers).
-  session._page = { pending: page.pending, cancel: page.cancel, decide: page.decide };
+  session._page = {
+    pending: page.pending, cancel: page.cancel, decide: page.decide, state: page.state,
+    id: page.session_id, listen: page.listen,
+  };
+  for (const type of session._listened) session._page.listen(type); // any since the page was made
   // Before and independent of Core: with Core down, the browser's agent still calls them.
   const webmcp = config.webmcp && offerToWebMCP(page, session);
   const ready = page.ready;
   const connect = page.connect;
   try {
-    const connected = JSON.parse(await connect());
-    session.id = connected.id;
-    session.state = connected.state;
+    await connect(); // session.id and state are read from Python from now on
   } catch (err) {
     // The start fails, and no app listens to this session: approvals WebMCP's calls need
     // are answered now (by the page's Python approver, else denied: no approver).

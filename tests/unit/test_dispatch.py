@@ -381,6 +381,38 @@ async def test_tool_call_events_carry_tier_and_timing(monkeypatch: pytest.Monkey
     assert len([e for e in events if isinstance(e, ToolCall)]) == 1
 
 
+async def test_a_listener_of_some_kinds_gets_those_and_the_others_are_not_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``subscribe(listener, kinds=...)``: a tool call's status and state events cost
+    nothing when nobody takes them (the page's JS listening to ``toolcall`` only)."""
+    from pedelec_pyodide import dispatch as dispatch_module
+    from pedelec_pyodide.session import ToolStatus
+
+    built: list[Any] = []
+
+    def counted_status(*args: Any) -> Any:
+        built.append(args)
+        return ToolStatus(*args)
+
+    session = Session()
+    monkeypatch.setattr(dispatch_module, "ToolStatus", counted_status)
+    session.on_tool("t", lambda args: args)
+    calls: list[Any] = []
+    dispose = session.subscribe(calls.append, kinds=(ToolCall,))
+    await session.dispatch("t", {"a": 1}, tool_request_id="r1")
+    assert [type(event) for event in calls] == [ToolCall] and built == []
+    everything: list[Any] = []
+    session.subscribe(everything.append)
+    await session.dispatch("t", {"a": 2}, tool_request_id="r2")
+    assert [type(event) for event in calls] == [ToolCall, ToolCall]
+    assert [type(event) for event in everything] == [
+        SessionState, ToolStatus, ToolStatus, ToolCall, SessionState]
+    assert len(built) == 2
+    dispose()
+    await session.dispatch("t", {"a": 3}, tool_request_id="r3")
+    assert len(calls) == 2 and len(everything) == 10
+
+
 async def test_a_tool_call_is_an_error_only_for_an_error_result() -> None:
     """``{"error": null}`` is a value a handler returned, not an error result."""
     session = Session()

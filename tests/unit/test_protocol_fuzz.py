@@ -180,3 +180,27 @@ def test_mutated_frames_parse_or_fail_with_a_known_code(data: str | bytes) -> No
 @given(st.text(max_size=200) | st.binary(max_size=200))
 def test_arbitrary_text_parses_or_fails_with_a_known_code(data: str | bytes) -> None:
     check(data)
+
+
+_ids = st.text(max_size=3) | st.just("r" * protocol.MAX_ID_LENGTH) | st.just(
+    "r" * (protocol.MAX_ID_LENGTH + 1))
+_fields = st.none() | st.booleans() | st.integers(-2, 2) | _ids | st.lists(_ids, max_size=1) | (
+    st.dictionaries(_ids, _ids, max_size=1))
+
+
+@FUZZ
+@given(st.fixed_dictionaries({}, optional={
+    "toolRequestId": _fields, "turnId": _fields, "tool": _fields, "args": json_values,
+    "extra": _fields}))
+def test_a_request_checked_at_a_glance_is_the_one_its_fields_checks_build(
+        data: dict[str, Any]) -> None:
+    """protocol.well_formed_request (a tool call's path) gives a request exactly when the
+    declared fields' checks build one, and the same request."""
+    from pedelec_pyodide import declare
+
+    try:
+        declared: Any = declare.build(protocol.ToolRequest, data, protocol._check_field,
+                                      protocol._missing_field)
+    except ProtocolError:
+        declared = None
+    assert protocol.well_formed_request(data) == declared

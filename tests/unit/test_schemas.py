@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import time
-from typing import Any
+from typing import Any, Literal
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator, SchemaError
 
 from pedelec_pyodide import Session, define_tool, schemas
@@ -481,3 +484,178 @@ def test_the_cache_is_bounded_in_entries_and_in_bytes() -> None:
     for i in range(10):
         small.put(f"{i}" + "x" * 900, None)
     assert sum(small.get(f"{i}" + "x" * 900)[0] for i in range(10)) == 3  # ~950 bytes each
+
+
+# --- args vouched for without jsonschema (schemas.accepts) ---------------------------------
+
+_names = st.sampled_from(["a", "b", "value", "x"])
+_scalar_values = (st.none() | st.booleans() | st.integers(-(2**60), 2**60)
+                  | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=4)
+                  | st.integers(-6, 6)
+                  | st.sampled_from([1.0, 1.5, -0.0, 2**53, True, False, "", "a", "ab"]))
+
+
+class _ListSubclass(list):  # type: ignore[type-arg]
+    """An array to jsonschema (is_type takes subclasses)."""
+
+
+_values = st.recursive(
+    _scalar_values,
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(_names, inner, max_size=3)
+    | st.lists(inner, max_size=3).map(tuple)
+    | st.lists(inner, max_size=3).map(_ListSubclass),
+    max_leaves=8)
+_type_names = st.sampled_from(["null", "boolean", "object", "array", "number", "string",
+                               "integer"])
+
+
+def _schemas(inner: Any) -> Any:
+    keyword = st.sampled_from([
+        "types", "properties", "required", "additionalProperties", "items", "enum",
+        "const", "anyOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+        "minLength", "maxLength", "minItems", "maxItems", "description", "default",
+        "pattern", "$ref", "uniqueItems",
+    ])
+    number = st.integers(-5, 5) | st.floats(-5, 5)
+
+    @st.composite
+    def schema(draw: Any) -> Any:
+        out: dict[str, Any] = {}
+        if draw(st.booleans()):  # most schemas say a type
+            out["type"] = draw(_type_names)
+        for key in draw(st.lists(keyword, max_size=3, unique=True)):
+            if key == "type":
+                out["type"] = draw(_type_names)
+            elif key == "types":
+                out["type"] = draw(st.lists(_type_names, min_size=1, max_size=3, unique=True))
+            elif key == "properties":
+                out["properties"] = draw(st.dictionaries(_names, inner, max_size=3))
+            elif key == "required":
+                out["required"] = draw(st.lists(_names, max_size=2, unique=True))
+            elif key == "additionalProperties":
+                out["additionalProperties"] = draw(st.booleans() | inner)
+            elif key in ("items",):
+                out[key] = draw(inner)
+            elif key in ("enum",):
+                out["enum"] = draw(st.lists(_scalar_values | st.lists(_scalar_values, max_size=2),
+                                            min_size=1, max_size=4))
+            elif key == "const":
+                out["const"] = draw(_scalar_values)
+            elif key == "anyOf":
+                out["anyOf"] = draw(st.lists(inner, min_size=1, max_size=3))
+            elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+                out[key] = draw(number)
+            elif key in ("minLength", "maxLength", "minItems", "maxItems"):
+                out[key] = draw(st.integers(0, 3))
+            elif key == "pattern":
+                out["pattern"] = "^a"
+            elif key == "$ref":
+                out["$ref"] = "#"
+            elif key == "uniqueItems":
+                out["uniqueItems"] = True
+            else:
+                out[key] = draw(st.text(max_size=3))
+        return out
+
+    return schema()
+
+
+_any_schema = st.recursive(st.booleans() | st.just({}), _schemas, max_leaves=6)
+
+
+@settings(max_examples=int(os.environ.get("PEDELEC_SCHEMA_FUZZ_EXAMPLES", "400")),
+          deadline=None, suppress_health_check=list(HealthCheck))
+@given(_any_schema, st.lists(_values, min_size=1, max_size=12))
+def test_args_the_fast_check_vouches_for_are_valid_to_jsonschema(schema: Any,
+                                                                  values: list[Any]) -> None:
+    """schemas.accepts never says True where jsonschema finds an error: validation
+    through it gives jsonschema's verdict, and messages, always."""
+    try:
+        check_schema(schema)
+    except OurSchemaError:  # not a schema a tool can have
+        assume(False)
+    valid = schemas.accepts(schema)
+    if valid is None:
+        return
+    validator = Draft202012Validator(schema)
+    for value in values:
+        if valid(value):
+            assert validator.is_valid(value), (schema, value)
+
+
+def test_the_typed_forms_schemas_are_vouched_for_and_errors_still_come_from_jsonschema(
+) -> None:
+    @define_tool
+    def pick(value: int, name: str = "x", ratio: float = 1.0, flag: bool = False,
+             tags: list[str] | None = None, mode: Literal["a", "b"] = "a") -> None:
+        """Pick."""
+
+    valid = schemas.accepts(pick.args_schema)
+    assert valid is not None
+    assert valid({"value": 3, "name": "n", "ratio": 2, "flag": True, "tags": ["t"],
+                  "mode": "b"})
+    assert valid({"value": 3, "tags": None})
+    for wrong in ({}, {"value": "3"}, {"value": 3, "other": 1}, {"value": True},
+                  {"value": 3, "mode": "c"}, {"value": 3, "tags": [1]}):
+        assert not valid(wrong)
+        assert pick.validate(wrong)  # jsonschema's errors, as before
+    assert not valid({"value": 3.0}) and pick.validate({"value": 3.0}) == []
+    for unread in ({"$ref": "#"}, {"type": "string", "pattern": "^a"},
+                   {"$schema": "http://json-schema.org/draft-04/schema#"},
+                   {"items": [{"type": "string"}]}):
+        assert schemas.accepts(unread) is None
+
+
+@pytest.mark.parametrize(("schema", "value", "valid"), [
+    ({"type": "integer"}, 1, True), ({"type": "integer"}, 1.5, False),
+    ({"type": "integer"}, True, False), ({"type": "number"}, False, False),
+    ({"type": ["string", "null"]}, None, True), ({"type": ["string", "null"]}, 0, False),
+    ({"minimum": 2}, 2, True), ({"minimum": 2}, 1.5, False),
+    ({"maximum": 2}, 2, True), ({"maximum": 2}, 3, False),
+    ({"exclusiveMinimum": 2}, 2, False), ({"exclusiveMinimum": 2}, 2.5, True),
+    ({"exclusiveMaximum": 2}, 2, False), ({"exclusiveMaximum": 2}, 1, True),
+    ({"minimum": 2}, "1", True), ({"minimum": 2}, True, True),
+    ({"minLength": 2}, "a", False), ({"minLength": 2}, "ab", True), ({"minLength": 2}, [1], True),
+    ({"maxLength": 1}, "ab", False), ({"maxItems": 1}, [1, 2], False), ({"minItems": 1}, [], False),
+    ({"maxItems": 1}, "ab", True),
+    ({"enum": [1, "a"]}, 1, True), ({"enum": [1]}, True, False), ({"enum": [True]}, 1, False),
+    ({"const": "a", "enum": ["b"]}, "a", False), ({"const": None}, None, True),
+    ({"required": ["a"]}, {}, False), ({"required": ["a"]}, [], True),
+    ({"properties": {"a": {"type": "string"}}}, {"a": 1}, False),
+    ({"properties": {"a": {"type": "string"}}}, {"a": "x", "b": 1}, True),
+    ({"properties": {"a": {}}, "additionalProperties": False}, {"b": 1}, False),
+    ({"properties": {"a": {}}, "additionalProperties": False}, {"a": 1}, True),
+    ({"additionalProperties": {"type": "string"}}, {"b": 1}, False),
+    ({"additionalProperties": {"type": "string"}}, {"b": "x"}, True),
+    ({"items": {"type": "string"}}, ["a", 1], False), ({"items": {"type": "string"}}, ["a"], True),
+    ({"items": {"type": "string"}}, {"a": 1}, True),
+    ({"anyOf": [{"type": "string"}, {"type": "null"}]}, None, True),
+    ({"anyOf": [{"type": "string"}, {"type": "null"}]}, 1, False),
+    ({"type": "object", "properties": {"n": {"minimum": 0}}}, {"n": -1}, False),
+])
+def test_the_fast_check_at_each_keywords_edge(schema: dict[str, Any], value: Any,
+                                              valid: bool) -> None:
+    """True exactly where jsonschema finds no error, for the values it reads (JSON's
+    own types)."""
+    assert Draft202012Validator(schema).is_valid(value) is valid
+    check = schemas.accepts(schema)
+    assert check is not None and check(value) is valid
+
+
+def test_the_fast_check_leaves_other_python_types_to_jsonschema() -> None:
+    """A list subclass is an array to jsonschema; a tuple is not; an int subclass is a
+    number: none is vouched for, whatever the schema says."""
+    from collections import OrderedDict
+    from enum import IntEnum
+
+    class Small(IntEnum):
+        ONE = 1
+
+    for schema, value in [({"items": {"type": "string"}}, _ListSubclass([1])),
+                          ({"type": "array"}, ("a",)),
+                          ({"maximum": 0}, Small.ONE),
+                          ({"additionalProperties": False}, OrderedDict(a=1)),
+                          ({}, ("a",))]:
+        check = schemas.accepts(schema)
+        assert check is not None and check(value) is False, (schema, value)

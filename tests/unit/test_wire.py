@@ -291,6 +291,130 @@ def test_storage_ledger_rewrites_one_small_chunk_per_request() -> None:
     assert max(written) <= 32 * 36  # one chunk: 32 ids of 32 characters, quoted, with ", "
 
 
+def test_storage_ledger_costs_a_request_one_write_to_start_one_to_finish_and_no_read() -> None:
+    """On a tool call's path (Chromium: ~15-30 µs a storage call from Python): a request
+    the tab never recorded is looked up in memory; its start is one write (its chunk,
+    which says it started), its result one more."""
+    calls: list[tuple[str, str]] = []
+
+    class Recording(DictStorage):
+        def getItem(self, key: str) -> str | None:
+            calls.append(("get", key))
+            return super().getItem(key)
+
+        def setItem(self, key: str, value: str) -> None:
+            calls.append(("set", key))
+            super().setItem(key, value)
+
+    storage = Recording()
+    ledger = StorageLedger(storage, "p:")
+    ledger.start("warm", "t")  # the first chunk, and the index naming it
+    calls.clear()
+    assert ledger.get("q1") is None and not ledger.was_started("q1")
+    assert not ledger.was_approved("q1")
+    ledger.start("q1", "t")
+    ledger.finish("q1", "7", "named")
+    assert calls == [("set", "p:index:0"), ("set", "p:q1")]
+    calls.clear()
+    assert ledger.get("q1") == ("7", "named") and ledger.was_started("q1")
+    assert calls == [("get", "p:q1")]
+
+    reloaded = StorageLedger(storage, "p:")
+    assert reloaded.get("q1") == ("7", "named") and reloaded.was_started("q1")
+    assert reloaded.get("warm") is None and reloaded.was_started("warm")
+
+
+@pytest.mark.parametrize(("max_entries", "seed"), [(7, 1), (13, 2), (100, 3), (1000, 4)])
+def test_storage_ledger_keeps_each_requests_state_across_reloads(max_entries: int,
+                                                                  seed: int) -> None:
+    """Approvals, starts and results in any order, chunks filling and evicted, reloads
+    between: what a reloaded ledger says of each recent request is what happened to it
+    (a MemoryLedger of the same bound says it too)."""
+    import random
+
+    rng = random.Random(seed)
+    storage = DictStorage()
+    ledger = StorageLedger(storage, "p:", max_entries=max_entries)
+    model = MemoryLedger(max_entries=max_entries)
+    ids: list[str] = []
+    for step in range(3 * max_entries):
+        if rng.random() < 0.1:
+            ledger = StorageLedger(storage, "p:", max_entries=max_entries)  # a reload
+        if ids and rng.random() < 0.3:
+            request_id = rng.choice(ids[-5:])
+        else:
+            request_id = f"q{step}"
+            ids.append(request_id)
+        if model.get(request_id) is not None:
+            continue  # answered: never recorded again
+        action = rng.choice(["approve", "start", "finish", "finish"])
+        if action == "approve" and not model.was_started(request_id):
+            ledger.approve(request_id, "t")
+            model.approve(request_id, "t")
+        elif action == "start":
+            ledger.start(request_id, "t")
+            model.start(request_id, "t")
+        elif action == "finish":
+            ledger.finish(request_id, f'"{request_id}"', "named")
+            model.finish(request_id, f'"{request_id}"', "named")
+        indexed = sum(len(json.loads(storage.items[key]).get("s", []))
+                      + len(json.loads(storage.items[key]).get("a", []))
+                      for key in storage.items if key.startswith("p:index:"))
+        assert indexed <= max_entries  # bounded at every step, not only once a chunk is new
+    reloaded = StorageLedger(storage, "p:", max_entries=max_entries)
+    recent = [i for i in ids if i in ids[-(max_entries - reloaded._chunk_size):]]
+    for request_id in recent:
+        assert reloaded.get(request_id) == model.get(request_id), request_id
+        assert reloaded.was_started(request_id) == model.was_started(request_id), request_id
+        assert reloaded.was_approved(request_id) == model.was_approved(request_id), request_id
+    assert len([k for k in storage.items if not k.startswith("p:index")]) <= max_entries
+
+
+def test_storage_ledger_reads_what_an_earlier_version_wrote() -> None:
+    """Chunks that were lists of ids, entries that say what they are: a page reloaded
+    onto a new version keeps its requests' states."""
+    storage = DictStorage()
+    storage.setItem("p:index", json.dumps({"first": 0, "next": 1}))
+    storage.setItem("p:index:0", json.dumps(["done", "running", "asked"]))
+    storage.setItem("p:done", json.dumps({"result": "1", "handledBy": "named"}))
+    storage.setItem("p:running", json.dumps({"tool": "t"}))
+    storage.setItem("p:asked", json.dumps({"approved": True, "tool": "t"},
+                                          separators=(",", ":")))
+    ledger = StorageLedger(storage, "p:")
+    assert ledger.get("done") == ("1", "named") and ledger.was_started("done")
+    assert ledger.get("running") is None and ledger.was_started("running")
+    assert ledger.was_approved("asked") and not ledger.was_started("asked")
+    ledger.start("new", "t")  # rewrites the earlier chunk: its entries still say
+    reloaded = StorageLedger(storage, "p:")
+    assert reloaded.was_started("running") and not reloaded.was_started("asked")
+    assert reloaded.was_approved("asked") and reloaded.was_started("new")
+    assert reloaded.get("done") == ("1", "named")
+
+
+def test_a_damaged_index_still_finds_the_results_stored_before() -> None:
+    storage = DictStorage()
+    StorageLedger(storage, "p:").finish("q1", "1", "named")
+    storage.setItem("p:index", "{not json")
+    damaged = StorageLedger(storage, "p:")
+    assert damaged.get("q1") == ("1", "named") and damaged.was_started("q1")
+
+
+def test_an_approved_request_answered_without_running_is_never_run_once_its_result_gave_way(
+) -> None:
+    """Approved, then answered before it ran (cancelled): a result like any other, which
+    may give way to room; it must not be left "approved" (a reload would run it)."""
+    storage = QuotaStorage(quota=10_000)
+    ledger = StorageLedger(storage, "p:")
+    ledger.approve("q0", "t")
+    big = json.dumps("x" * 2_000)
+    ledger.finish("q0", big, "named")
+    for n in range(1, 8):
+        ledger.start(f"q{n}", "t")
+        ledger.finish(f"q{n}", big, "named")
+    reloaded = StorageLedger(storage, "p:")
+    assert reloaded.get("q0") is None and reloaded.was_started("q0")
+
+
 def test_storage_ledger_takes_over_an_earlier_index_and_survives_a_damaged_one() -> None:
     storage = DictStorage()
     old_ids = [f"old{n}" for n in range(10)]
@@ -568,6 +692,56 @@ async def test_the_pages_send_text_answers_json_without_a_python_class_path(
         "name": "TurnError", "code": "FRAME_TOO_LARGE", "status": "failed",
         "message": "turn failed: FRAME_TOO_LARGE: frame is 1600075 bytes; the limit is 1048576",
     }}
+
+
+def test_the_page_emits_only_the_event_types_its_js_listens_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loader says which types its JS listens to (``events``) and each new one
+    (``listen``): only those are emitted, and with none the session has no listener (its
+    per-call events are not even built). State and id are read when asked."""
+    import sys
+    from types import SimpleNamespace
+    from urllib.parse import urlsplit
+
+    from pedelec_pyodide.browser import PageSession
+
+    def url(text: str, base: str | None = None) -> SimpleNamespace:  # the JS URL class
+        parts = urlsplit(text)
+        return SimpleNamespace(protocol=f"{parts.scheme}:", host=parts.netloc,
+                               pathname=parts.path or "/", search="")
+
+    monkeypatch.setitem(sys.modules, "js", SimpleNamespace(URL=SimpleNamespace(new=url)))
+    emitted: list[tuple[str, Any]] = []
+    page = PageSession("http://127.0.0.1:1",
+                       lambda kind, detail: emitted.append((kind, json.loads(detail))),
+                       '{"storage": false, "events": []}')
+    page.session.add_tool(define_tool(name="t", description="d", args_schema={"type": "object"},
+                                      handler=lambda args: {"ok": args["n"]}))
+    assert page.session._listeners == []
+    core = connected(page.session)
+    assert page.state() == "idle" and page.session_id() == "s1"
+    page.session.receive(request("r1", "t", {"n": 1}))
+    assert emitted == [] and core.of_type("tool.result")[-1]["result"] == {"ok": 1}
+
+    page.listen("toolcall")
+    page.listen("toolcall")
+    page.session.receive(request("r2", "t", {"n": 2}, turn_id="turn-1"))
+    (kind, detail), = emitted
+    assert kind == "toolcall"
+    assert detail == {"toolRequestId": "r2", "turnId": "turn-1", "tool": "t",
+                      "args": {"n": 2}, "handledBy": "inline",
+                      "durationMs": detail["durationMs"], "source": "core",
+                      "result": {"ok": 2}}
+    page.listen("statechange")
+    page.listen("toolstatus")
+    page.session.receive(request("r3", "t", {"n": 3}))
+    assert [kind for kind, _ in emitted[1:]] == [
+        "statechange", "toolstatus", "toolstatus", "toolcall", "statechange"]
+    assert emitted[1][1] == {"state": "waiting_tool_result", "id": "s1"}
+    page.close()
+    assert page.state() == "closed"
+    assert emitted[-1] == ("statechange", {"state": "closed", "id": "s1"})
 
 
 async def test_a_first_connection_closed_1013_before_its_welcome_backs_off_and_resumes(
