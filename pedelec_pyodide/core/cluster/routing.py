@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import secrets
 from collections import OrderedDict
@@ -182,8 +183,11 @@ class ClusterRouter:
         node = self.node
         with node.asking(holder, request, HttpReply) as reply:
             await node.send(reply)
-            # logged once it is on its way: the holder works on it meanwhile
-            log_event("route.forward", session=session_id, node=holder)
+            # logged once it is on its way: the holder works on it meanwhile. At debug
+            # level: a line per call is a tenth of this node's work on it, and the
+            # holder logs the call's request and result (tool.request, tool.result)
+            log_event("route.forward", level=logging.DEBUG, session=session_id,
+                      node=holder)
             while node.clock.monotonic() < deadline:
                 either: list[asyncio.Future[Any]] = [reply.future, gone]
                 await wait(node.clock, either, LEASE_SECONDS / 3,

@@ -45,7 +45,7 @@ from ..clock import Clock
 from ..log import log_event
 from ..offload import LARGE_CHARS
 from . import rows
-from .errors import StoreRefused, StoreUnavailable, reason
+from .errors import StoreError, StoreRefused, StoreUnavailable, reason
 from .leases import RENEW_CHUNK, Renewal
 from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
 from .records import TURN, SessionRecord, Snapshot
@@ -159,10 +159,14 @@ class RedisStore(QueuedStore):
         try:  # a deadline, not wait_for: no task per command (a crossing call makes four)
             async with self.clock.timeout(2 * self.timeout):
                 return await make()
-        except _UNREACHABLE as exc:
-            raise StoreUnavailable(f"cannot reach {self.label} ({reason(exc)})") from None
-        except redis_errors.RedisError as exc:
-            raise StoreRefused(f"{self.label} refused a command ({reason(exc)})") from None
+        except (*_UNREACHABLE, redis_errors.RedisError) as exc:
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: BaseException) -> StoreError:
+        """What a Redis client's error is to the store's callers."""
+        if isinstance(exc, _UNREACHABLE):
+            return StoreUnavailable(f"cannot reach {self.label} ({reason(exc)})")
+        return StoreRefused(f"{self.label} refused a command ({reason(exc)})")
 
     # --- reading ------------------------------------------------------------------------
 
@@ -312,8 +316,11 @@ class RedisStore(QueuedStore):
             try:
                 await self._call(partial(pubsub.subscribe, channel))
                 while True:
-                    message = await self._call(partial(pubsub.get_message,
-                                                       timeout=INBOX_POLL))
+                    try:  # a read with its own deadline (INBOX_POLL): no timer of _call's
+                        # per message, two on a call crossing nodes
+                        message = await pubsub.get_message(timeout=INBOX_POLL)
+                    except (*_UNREACHABLE, redis_errors.RedisError) as exc:
+                        raise self._failure(exc) from None
                     if message is not None and message["type"] == "message":
                         text = await self._opened(channel, bytes(message["data"]))
                         if text is not None:
