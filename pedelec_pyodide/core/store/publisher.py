@@ -17,6 +17,7 @@ import contextlib
 from collections import deque
 
 from redis import exceptions as redis_errors
+from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
@@ -76,8 +77,9 @@ class _Connection:
                     continue
                 if line.startswith(b":"):
                     reply.set_result(int(line[1:]))
-                else:  # an error: -NOPERM, -OOM... (PUBLISH answers nothing else)
-                    reply.set_exception(redis_errors.ResponseError(
+                else:  # an error (PUBLISH answers nothing else), as redis-py's client
+                    # raises it: -LOADING is out of reach, -NOPERM refused...
+                    reply.set_exception(BaseParser.parse_error(  # type: ignore[no-untyped-call]
                         line[1:].decode("utf-8", "replace").strip()))
         except (OSError, ValueError, IndexError) as exc:  # cut, or a reply not understood
             failure = redis_errors.ConnectionError(str(exc) or type(exc).__name__)
