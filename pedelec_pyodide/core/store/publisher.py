@@ -139,6 +139,7 @@ class Publisher:
             connection = self._connection
             if connection is not None and connection.open:
                 return connection  # another publish opened it meanwhile
+            writer = None
             try:
                 async with asyncio.timeout(self._timeout):
                     reader, writer = await asyncio.open_connection(*self._address)
@@ -146,14 +147,17 @@ class Publisher:
                         writer.write(self._login)
                         answer = await reader.readline()
                         if not answer.startswith(b"+"):
-                            writer.close()
                             raise redis_errors.AuthenticationError(
                                 answer[1:].decode("utf-8", "replace").strip()
                                 or "Redis closed the connection")
-            except TimeoutError:
-                raise redis_errors.TimeoutError(
-                    f"Redis did not accept a connection within {self._timeout:g} s"
-                ) from None
+            except BaseException as exc:
+                if writer is not None:  # a connection half set up is not kept
+                    writer.close()
+                if isinstance(exc, TimeoutError):
+                    raise redis_errors.TimeoutError(
+                        f"Redis did not accept a connection within {self._timeout:g} s"
+                    ) from None
+                raise
             self._connection = _Connection(reader, writer, self._timeout)
             return self._connection
 
