@@ -9,11 +9,13 @@ import asyncio
 
 import pytest
 from corekit import run
+from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from storekit import RedisServer
 
 from pedelec_pyodide.core.store import StoreError, open_store
 from pedelec_pyodide.core.store.errors import StoreRefused, StoreUnavailable
+from pedelec_pyodide.core.store.publisher import error_reply
 from pedelec_pyodide.core.store.redis import RedisStore
 
 CHANNEL = "pedelec:main:node:a"
@@ -136,3 +138,24 @@ def test_a_wrong_password_is_redis_out_of_reach_as_with_redis_py(
             await store.close()
 
     run(main())
+
+
+@pytest.mark.parametrize(("reply", "kind"), [
+    ("LOADING Redis is loading the dataset in memory", redis_errors.BusyLoadingError),
+    ("ERR max number of clients reached", redis_errors.ConnectionError),
+    ("NOPERM User u has no permissions to access the 'b' channel",
+     redis_errors.NoPermissionError),
+    ("NOAUTH Authentication required.", redis_errors.AuthenticationError),
+    ("READONLY You can't write against a read only replica.", redis_errors.ReadOnlyError),
+    ("OOM command not allowed when used memory > 'maxmemory'.",
+     redis_errors.OutOfMemoryError),
+    ("ERR unknown command", redis_errors.ResponseError),
+])
+def test_an_error_reply_is_the_exception_redis_py_raises(reply: str, kind: type) -> None:
+    """Out of reach (a ConnectionError: the store's StoreUnavailable) or refused, as
+    redis-py's own client tells them (its class for too many clients, newer than our
+    oldest redis-py, is a ConnectionError)."""
+    error = error_reply(reply)
+    assert type(error) is kind and str(error) == reply
+    unreachable = isinstance(error, redis_errors.ConnectionError)
+    assert unreachable == reply.startswith(("LOADING", "ERR max", "NOAUTH"))

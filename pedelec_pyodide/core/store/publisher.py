@@ -17,13 +17,33 @@ import contextlib
 from collections import deque
 
 from redis import exceptions as redis_errors
-from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
+
+from ..clock import Clock, Timer
 
 
 def _bulk(part: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(part), part)
+
+
+# Error replies a PUBLISH may get, as redis-py's client raises them (the store tells
+# "out of reach" from "refused" by these classes); any other is a refusal
+_ERRORS: dict[str, type[redis_errors.RedisError]] = {
+    "LOADING": redis_errors.BusyLoadingError,
+    "NOPERM": redis_errors.NoPermissionError,
+    "NOAUTH": redis_errors.AuthenticationError,
+    "WRONGPASS": redis_errors.AuthenticationError,
+    "READONLY": redis_errors.ReadOnlyError,
+    "OOM": redis_errors.OutOfMemoryError,
+}
+
+
+def error_reply(text: str) -> redis_errors.RedisError:
+    """The exception for an error reply (``-CODE message``)."""
+    if text == "ERR max number of clients reached":  # to a new connection's first command
+        return redis_errors.ConnectionError(text)  # (redis-py's is one, in newer releases)
+    return _ERRORS.get(text.split(" ", 1)[0], redis_errors.ResponseError)(text)
 
 
 def command(*parts: bytes) -> bytes:
@@ -35,13 +55,14 @@ class _Connection:
     """One stream to Redis and the replies it owes, in the order they are owed."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 timeout: float) -> None:
+                 timeout: float, clock: Clock) -> None:
         self.writer = writer
+        self.clock = clock
         self.owed: deque[asyncio.Future[int]] = deque()
         self.timeout = timeout
         # while replies are owed, Redis has ``timeout`` seconds for the next one; then
         # the connection is dropped (the waiting publishes fail as Redis out of reach)
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._timed_out = False
         self.reading = asyncio.ensure_future(self._read(reader))
 
@@ -58,7 +79,7 @@ class _Connection:
         return reply
 
     def _wait_for_reply(self) -> None:
-        self._timer = asyncio.get_running_loop().call_later(self.timeout, self._expired)
+        self._timer = self.clock.call_later(self.timeout, self._expired)
 
     def _expired(self) -> None:
         self._timed_out = True
@@ -77,10 +98,9 @@ class _Connection:
                     continue
                 if line.startswith(b":"):
                     reply.set_result(int(line[1:]))
-                else:  # an error (PUBLISH answers nothing else), as redis-py's client
-                    # raises it: -LOADING is out of reach, -NOPERM refused...
-                    reply.set_exception(BaseParser.parse_error(  # type: ignore[no-untyped-call]
-                        line[1:].decode("utf-8", "replace").strip()))
+                else:  # an error (PUBLISH answers nothing else)
+                    text = line[1:].decode("utf-8", "replace").strip()
+                    reply.set_exception(error_reply(text))
         except (OSError, ValueError, IndexError) as exc:  # cut, or a reply not understood
             failure = redis_errors.ConnectionError(str(exc) or type(exc).__name__)
         finally:
@@ -106,7 +126,8 @@ class Publisher:
     it failed; errors raised as redis-py's (the store says what they mean)."""
 
     def __init__(self, host: str, port: int, username: str | None, password: str | None,
-                 timeout: float) -> None:
+                 timeout: float, clock: Clock) -> None:
+        self._clock = clock
         self._address = (host, port)
         self._login = None if password is None else command(
             b"AUTH", *([username.encode()] if username else []), password.encode())
@@ -115,7 +136,7 @@ class Publisher:
         self._connecting = asyncio.Lock()
 
     @classmethod
-    def of(cls, client: Redis, timeout: float) -> Publisher | None:
+    def of(cls, client: Redis, timeout: float, clock: Clock) -> Publisher | None:
         """The publisher of a redis-py client's server (its URL as the client read it);
         None over TLS or a Unix socket."""
         pool = client.connection_pool
@@ -123,7 +144,7 @@ class Publisher:
         if pool.connection_class is not Connection or "host" not in kwargs:
             return None
         return cls(kwargs["host"], int(kwargs.get("port", 6379)), kwargs.get("username"),
-                   kwargs.get("password"), timeout)
+                   kwargs.get("password"), timeout, clock)
 
     async def publish(self, channel: str, data: bytes | str) -> int:
         """How many subscribers ``data`` reached on ``channel``."""
@@ -141,7 +162,7 @@ class Publisher:
                 return connection  # another publish opened it meanwhile
             writer = None
             try:
-                async with asyncio.timeout(self._timeout):
+                async with self._clock.timeout(self._timeout):
                     reader, writer = await asyncio.open_connection(*self._address)
                     if self._login is not None:
                         writer.write(self._login)
@@ -158,7 +179,7 @@ class Publisher:
                         f"Redis did not accept a connection within {self._timeout:g} s"
                     ) from None
                 raise
-            self._connection = _Connection(reader, writer, self._timeout)
+            self._connection = _Connection(reader, writer, self._timeout, self._clock)
             return self._connection
 
     async def close(self) -> None:

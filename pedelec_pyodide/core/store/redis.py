@@ -150,7 +150,7 @@ class RedisStore(QueuedStore):
         # the cluster secret's seal of the messages between nodes (None: unsealed)
         self.seal = None if secret is None else Seal(secret, self.clock)
         # the messages between nodes go out on a connection of their own (None: TLS)
-        self._publisher = Publisher.of(self._redis, timeout)
+        self._publisher = Publisher.of(self._redis, timeout, self.clock)
 
     def _key(self, kind: str, session_id: str = "") -> str:
         return f"{self.prefix}{kind}:{session_id}" if session_id else f"{self.prefix}{kind}"
