@@ -48,6 +48,7 @@ from . import rows
 from .errors import StoreError, StoreRefused, StoreUnavailable, reason
 from .leases import RENEW_CHUNK, Renewal
 from .ops import KEY_COLUMNS, REQUEST_COLUMNS, SESSION_COLUMNS, TURN_COLUMNS, Op
+from .publisher import Publisher
 from .records import TURN, SessionRecord, Snapshot
 from .seal import Refused, Seal
 from .writer import DEFAULT_STORE_TIMEOUT, QueuedStore
@@ -148,6 +149,8 @@ class RedisStore(QueuedStore):
         self._release_lease = self._redis.register_script(_RELEASE)
         # the cluster secret's seal of the messages between nodes (None: unsealed)
         self.seal = None if secret is None else Seal(secret, self.clock)
+        # the messages between nodes go out on a connection of their own (None: TLS)
+        self._publisher = Publisher.of(self._redis, timeout, self.clock)
 
     def _key(self, kind: str, session_id: str = "") -> str:
         return f"{self.prefix}{kind}:{session_id}" if session_id else f"{self.prefix}{kind}"
@@ -306,8 +309,10 @@ class RedisStore(QueuedStore):
     async def publish(self, node: str, message: str) -> int:
         channel = self._key("node", node)
         data = message if self.seal is None else self.seal.seal(channel, message)
-        reached = await self._call(lambda: self._redis.publish(channel, data))
-        return int(reached)
+        publisher = self._publisher
+        if publisher is None:
+            return int(await self._call(lambda: self._redis.publish(channel, data)))
+        return await self._call(lambda: publisher.publish(channel, data))
 
     async def inbox(self, node: str) -> AsyncIterator[str]:
         channel = self._key("node", node)
@@ -456,6 +461,8 @@ class RedisStore(QueuedStore):
         await self._call(self._redis.ping)
 
     async def _release(self) -> None:
+        if self._publisher is not None:
+            await self._publisher.close()
         with contextlib.suppress(*_UNREACHABLE, redis_errors.RedisError):
             await self._redis.aclose()  # the connection is gone either way
 
