@@ -75,7 +75,8 @@ export class PedelecSession extends EventTarget {
   constructor() {
     super();
     this._id = null; // until Python's session is there to ask (see the getters)
-    this._state = "connecting";
+    /** connecting | idle | running | waiting_tool_result | closed */
+    this._state = "connecting"; // until Python's session is there to ask (see the getters)
     this._sendText = null;
     this._close = null;
     // {pending, cancel, decide, state, id, listen}: Python methods, taken once (no proxy per call)
@@ -94,7 +95,7 @@ export class PedelecSession extends EventTarget {
     return this._page ? (this._page.id() ?? null) : this._id;
   }
 
-  /** connecting | idle | running | waiting_tool_result | closed */
+  /** The session's state: one of those beside `_state` in the constructor. */
   get state() {
     return this._page ? this._page.state() : this._state;
   }

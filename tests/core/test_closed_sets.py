@@ -49,9 +49,9 @@ def test_the_declared_turn_end_status_is_the_protocols() -> None:
 
 
 def test_the_loaders_session_states_are_the_protocols() -> None:
-    documented = re.search(r"/\*\* ((?:[a-z_]+ \| )+[a-z_]+) \*/\s*this\.state = \"([a-z_]+)\"",
+    documented = re.search(r"/\*\* ((?:[a-z_]+ \| )+[a-z_]+) \*/\s*this\._state = \"([a-z_]+)\"",
                            LOADER)
-    assert documented, "the loader's session documents its states beside this.state"
+    assert documented, "the loader's session documents its states beside this._state"
     assert set(documented.group(1).split(" | ")) == set(protocol.SESSION_STATES)
     assert documented.group(2) == "connecting" and "connecting" in protocol.SESSION_STATES
 
