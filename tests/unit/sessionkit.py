@@ -75,3 +75,25 @@ def approval_tool(runs: list[Any], **options: Any) -> Any:
     return tool("delete", lambda args: runs.append(args["id"]) or {"deleted": args["id"]},
                 args_schema=schema, needs_approval=options.pop("needs_approval", True),
                 **options)
+
+
+def browser_page(monkeypatch: Any, config: str = '{"storage": false}') -> Any:
+    """A ``browser.PageSession`` on a stand-in for the ``js`` module (its ``URL`` class
+    only); what it emits to the page's JS is kept in ``page.emitted``, decoded."""
+    import sys
+    from types import SimpleNamespace
+    from urllib.parse import urlsplit
+
+    from pedelec_pyodide.browser import PageSession
+
+    def url(text: str, base: str | None = None) -> SimpleNamespace:  # the JS URL class
+        parts = urlsplit(text)
+        return SimpleNamespace(protocol=f"{parts.scheme}:", host=parts.netloc,
+                               pathname=parts.path or "/", search="")
+
+    monkeypatch.setitem(sys.modules, "js", SimpleNamespace(URL=SimpleNamespace(new=url)))
+    emitted: list[tuple[str, Any]] = []
+    page = PageSession("http://127.0.0.1:1",
+                       lambda kind, detail: emitted.append((kind, json.loads(detail))), config)
+    page.emitted = emitted
+    return page

@@ -9,7 +9,17 @@ from typing import Any
 
 import pytest
 from manual_clock import ManualClock
-from sessionkit import WELCOME, FakeCore, approval_tool, connected, request, spin, tool, wire
+from sessionkit import (
+    WELCOME,
+    FakeCore,
+    approval_tool,
+    browser_page,
+    connected,
+    request,
+    spin,
+    tool,
+    wire,
+)
 from web_storage import DictStorage
 
 import pedelec_pyodide
@@ -682,24 +692,7 @@ async def test_a_resumed_connection_tells_core_again_that_an_approval_is_asked()
 
 @pytest.fixture
 def page_session(monkeypatch: pytest.MonkeyPatch) -> Any:
-    import sys
-    from types import SimpleNamespace
-    from urllib.parse import urlsplit
-
-    from pedelec_pyodide.browser import PageSession
-
-    def url(text: str, base: str | None = None) -> SimpleNamespace:  # the JS URL class
-        parts = urlsplit(text)
-        return SimpleNamespace(protocol=f"{parts.scheme}:", host=parts.netloc,
-                               pathname=parts.path or "/", search="")
-
-    monkeypatch.setitem(sys.modules, "js", SimpleNamespace(URL=SimpleNamespace(new=url)))
-    emitted: list[tuple[str, Any]] = []
-    page = PageSession("http://127.0.0.1:1",
-                       lambda kind, detail: emitted.append((kind, json.loads(detail))),
-                       '{"storage": false}')
-    page.emitted = emitted
-    return page
+    return browser_page(monkeypatch)
 
 
 async def test_the_page_asks_its_js_only_once_ready_and_takes_its_decisions(

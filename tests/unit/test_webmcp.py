@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from manual_clock import ManualClock
-from sessionkit import connected, request
+from sessionkit import browser_page, connected, request
 from web_storage import DictStorage
 
 from pedelec_pyodide import (
@@ -409,24 +409,7 @@ async def test_calls_run_with_no_connection_to_core() -> None:
 
 @pytest.fixture
 def page(monkeypatch: pytest.MonkeyPatch) -> Any:
-    import sys
-    from types import SimpleNamespace
-    from urllib.parse import urlsplit
-
-    from pedelec_pyodide.browser import PageSession
-
-    def url(text: str, base: str | None = None) -> SimpleNamespace:  # the JS URL class
-        parts = urlsplit(text)
-        return SimpleNamespace(protocol=f"{parts.scheme}:", host=parts.netloc,
-                               pathname=parts.path or "/", search="")
-
-    monkeypatch.setitem(sys.modules, "js", SimpleNamespace(URL=SimpleNamespace(new=url)))
-    emitted: list[tuple[str, Any]] = []
-    page = PageSession("http://127.0.0.1:1",
-                       lambda kind, detail: emitted.append((kind, json.loads(detail))),
-                       '{"storage": false}')
-    page.emitted = emitted
-    return page
+    return browser_page(monkeypatch)
 
 
 async def test_the_page_registers_on_start_runs_calls_and_reports_them(page: Any) -> None:

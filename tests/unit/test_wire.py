@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 import pytest
-from sessionkit import WELCOME, FakeCore, connected, request
+from sessionkit import WELCOME, FakeCore, browser_page, connected, request
 from web_storage import DictStorage, QuotaStorage
 
 from pedelec_pyodide import (
@@ -700,22 +700,8 @@ def test_the_page_emits_only_the_event_types_its_js_listens_to(
     """The loader says which types its JS listens to (``events``) and each new one
     (``listen``): only those are emitted, and with none the session has no listener (its
     per-call events are not even built). State and id are read when asked."""
-    import sys
-    from types import SimpleNamespace
-    from urllib.parse import urlsplit
-
-    from pedelec_pyodide.browser import PageSession
-
-    def url(text: str, base: str | None = None) -> SimpleNamespace:  # the JS URL class
-        parts = urlsplit(text)
-        return SimpleNamespace(protocol=f"{parts.scheme}:", host=parts.netloc,
-                               pathname=parts.path or "/", search="")
-
-    monkeypatch.setitem(sys.modules, "js", SimpleNamespace(URL=SimpleNamespace(new=url)))
-    emitted: list[tuple[str, Any]] = []
-    page = PageSession("http://127.0.0.1:1",
-                       lambda kind, detail: emitted.append((kind, json.loads(detail))),
-                       '{"storage": false, "events": []}')
+    page = browser_page(monkeypatch, '{"storage": false, "events": []}')
+    emitted = page.emitted
     page.session.add_tool(define_tool(name="t", description="d", args_schema={"type": "object"},
                                       handler=lambda args: {"ok": args["n"]}))
     assert page.session._listeners == []
