@@ -347,6 +347,10 @@ class Incarnation:
                 with contextlib.suppress(Exception):
                     await ws.close()
                 return
+            # not welcomed until the next welcome: a turn waits for it (_welcomed), where
+            # it would find the page welcomed but not connected, and try again at once,
+            # never yielding to the loop that reconnects it
+            self.welcomed.clear()
             self.session.connection_lost()
             await asyncio.sleep(backoff)
             backoff = min(0.5, backoff * 2)
@@ -399,6 +403,7 @@ class SimPage:
         while not stop.is_set():
             plan = self.plan()
             await self.one_turn(plan)
+            await asyncio.sleep(0)  # a turn given up at once must not hold the loop
 
     async def one_turn(self, plan: list[list[list[Any]]]) -> None:
         stats = self.stats
