@@ -74,7 +74,6 @@ export class ApprovalEvent extends CustomEvent {
 export class PedelecSession extends EventTarget {
   constructor() {
     super();
-    this._id = null; // until Python's session is there to ask (see the getters)
     /** connecting | idle | running | waiting_tool_result | closed */
     this._state = "connecting"; // until Python's session is there to ask (see the getters)
     this._sendText = null;
@@ -92,7 +91,7 @@ export class PedelecSession extends EventTarget {
 
   /** Core's session id (null until welcomed). */
   get id() {
-    return this._page ? (this._page.id() ?? null) : this._id;
+    return this._page?.id() ?? null;
   }
 
   /** The session's state: one of those beside `_state` in the constructor. */
