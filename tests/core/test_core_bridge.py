@@ -12,6 +12,7 @@ import websockets
 from corekit import Page, RawClient, config, run, running_core, tool_meta
 
 from pedelec_pyodide import Session, TurnError, define_tool
+from pedelec_pyodide.core.page.ws_limits import SLICE_BYTES
 
 
 async def alive(client: RawClient) -> None:
@@ -282,5 +283,37 @@ def test_awaited_results_are_not_charged_to_the_rate_limit() -> None:
                                    "toolRequestId": request["toolRequestId"],
                                    "result": n, "handledBy": "named"})
                 assert (await asyncio.wait_for(call, 10)).json()["result"] == n
+
+    run(main())
+
+
+def test_frames_are_handled_in_the_order_sent_long_or_short() -> None:
+    """A short frame is handled as the socket's protocol parses it (bridge.take), a long
+    one in a worker thread by the serve loop: short frames sent right behind a long one
+    (in the same write, or while the long one is parsed) are still handled after it."""
+    async def main() -> None:
+        async with running_core() as core:
+            client = await RawClient.open(core.ws_url)
+            await client.hello([tool_meta("a")])
+            for round_ in range(3):
+                # over PARSE_IN_THREAD_CHARS (parsed in a thread), and its frame (8 bytes of
+                # head) ends where a slice of the read does (SLICE_BYTES): the short ones
+                # are parsed once the serve loop takes the long one
+                long = {"type": "turn.cancel", "turnId": f"long{round_}", "pad": ""}
+                long["pad"] = "x" * (10 * SLICE_BYTES - 8 - len(json.dumps(long)))
+                frames = [json.dumps(long),
+                          *(json.dumps({"type": "turn.cancel", "turnId": f"short{round_}{n}"})
+                            for n in range(3))]
+                if round_ == 0:  # one frame after the other
+                    for frame in frames:
+                        await client.ws.send(frame)
+                else:  # all in one write: Core reads the short ones with the long one's end
+                    for frame in frames:
+                        client.ws.protocol.send_text(frame.encode())
+                    client.ws.transport.write(b"".join(client.ws.protocol.data_to_send()))
+                answers = [await client.recv() for _ in frames]
+                assert [answer.get("turnId") for answer in answers] == [
+                    f"long{round_}", *(f"short{round_}{n}" for n in range(3))], answers
+            await alive(client)
 
     run(main())
