@@ -92,7 +92,7 @@ class BridgeConnection:
             client=client_key(None if address is None else address.host))
         self._awaiting_hello = True
         self._flusher: asyncio.Task[None] | None = None
-        self._write_planned = False  # a call of _write_out is on its way
+        self._planned: asyncio.Handle | None = None  # the call of _write_out on its way
         self._handling = False  # the serve loop is handling a frame (it may be waiting)
         #: the frame the serve loop gets next was begun on the loop (take) and holds new
         #: regular expressions: it goes straight to a thread
@@ -101,19 +101,26 @@ class BridgeConnection:
     # --- the Output side ----------------------------------------------------------------
 
     def wake(self) -> None:
-        if self._flusher is not None or self._write_planned:
+        if self._flusher is not None or self._planned is not None:
             return  # what is under way sends this frame too, in order
         if self.guard is None or self.page.closing is not None:
             self._flusher = asyncio.ensure_future(self._flush())
         else:  # at the end of this step, the frames queued in it together
-            self._write_planned = True
-            asyncio.get_running_loop().call_soon(self._write_out)
+            self._planned = asyncio.get_running_loop().call_soon(self._write_out)
+
+    def flush(self) -> None:
+        """The step that queued frames waits for the page next: they go out now, not at
+        the end of the step (one turn of the event loop less before the page has them)."""
+        planned = self._planned
+        if planned is not None:
+            planned.cancel()
+            self._write_out()
 
     def _write_out(self) -> None:
         """Write what the outbox holds at once, without a task: one write per
         :data:`WRITE_BATCH_CHARS`. What cannot go now (the page reads too slowly, a close
         to send) is left to :meth:`_flush`, which waits."""
-        self._write_planned = False
+        self._planned = None
         page = self.page
         guard = self.guard
         if self._flusher is not None or guard is None or not page.open:
@@ -197,8 +204,7 @@ class BridgeConnection:
         finally:
             if self.guard is not None:
                 self.guard.take = None
-            if self._write_planned:  # the frames queued last, before they are dropped
-                self._write_out()
+            self.flush()  # the frames queued last, before they are dropped
             flusher = self._flusher
             if flusher is not None:  # let the last frames (and a close) go out
                 with contextlib.suppress(Exception):
