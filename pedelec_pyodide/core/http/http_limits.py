@@ -30,6 +30,9 @@ it trickles in.
 Hang-ups: each request's scope holds a :class:`~.hangup.HangUp` that the connection's
 loss completes, so a handler that waits hears of its caller going without a task of its
 own reading ``receive()``.
+
+Writes: a response's head goes out with its body, in one write
+(:mod:`.response_writes`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from ..clock import Clock, Timer
 from ..log import log_event
 from .hangup import EXTENSION, HangUp, hang_up_of
+from .response_writes import HeadWithBody
 
 #: the largest request head (request line and headers, with their line ends) Core takes
 MAX_HEAD_BYTES = 64 * 1024
@@ -180,7 +184,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._body_left = None if self._chunked else length
         scope = cast(dict[str, Any], self.scope)  # uvicorn's TypedDict has no extensions
         scope.setdefault("extensions", {})[EXTENSION] = HangUp(self.flow.resume_reading)
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not before:  # a request's response (not an upgrade): one write
+            self.cycle.transport = HeadWithBody(self.transport)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         self._slice_body += len(body)
