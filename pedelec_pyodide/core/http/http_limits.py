@@ -41,7 +41,8 @@ import asyncio
 import contextlib
 from typing import Any, Literal, cast
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from ..clock import Clock, Timer
 from ..log import log_event
@@ -90,6 +91,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._deadline: Timer | None = None
         #: armed while a response waits for the client to read some of what is sent
         self._stalled: Timer | None = None
+        #: the cycle answering now (its head may be held for its body: response_writes)
+        self._answering_cycle: RequestResponseCycle | None = None
         # last: httptools looks the chunk callbacks up when uvicorn makes the parser
         super().__init__(*args, **kwargs)
 
@@ -231,7 +234,23 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._dropped = True  # uvicorn drops the rest of the data after such a head
         super()._unsupported_upgrade_warning()
 
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        self._answering_cycle = cycle
+        super()._start_asgi_task(cycle, app)
+
+    def _write_held_head(self) -> None:
+        """A head held for its body goes out now: its response is complete (a ``HEAD``'s
+        has no body), or the connection writes on its own next (a 431, a 400)."""
+        cycle = self._answering_cycle
+        if cycle is not None and isinstance(cycle.transport, HeadWithBody):
+            cycle.transport.flush()
+
+    def send_400_response(self, msg: str) -> None:
+        self._write_held_head()
+        super().send_400_response(msg)
+
     def on_response_complete(self) -> None:
+        self._write_held_head()
         last = not self.pipeline
         super().on_response_complete()
         if self._refusing and last:
@@ -282,6 +301,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self._send_refusal()
 
     def _send_refusal(self) -> None:
+        self._write_held_head()
         if not self.transport.is_closing():
             self.transport.write(b"".join([
                 b"HTTP/1.1 431 Request Header Fields Too Large\r\n",

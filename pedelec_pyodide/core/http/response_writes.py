@@ -48,10 +48,16 @@ class HeadWithBody:
         if head is not None and not self._transport.is_closing():
             self._transport.write(head)
 
-    def close(self) -> None:
+    def flush(self) -> None:
+        """Write the head held now: its response is complete without a body (a ``HEAD``),
+        or the connection writes something of its own next (which must not overtake it)."""
         if self._planned is not None:
             self._planned.cancel()
-        self._write_head()  # (a close writes what it holds first)
+            self._planned = None
+        self._write_head()
+
+    def close(self) -> None:
+        self.flush()  # (a close writes what it holds first)
         self._transport.close()
 
     def is_closing(self) -> bool:
