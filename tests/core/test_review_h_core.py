@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 
 from corekit import running_core
 
@@ -75,5 +76,36 @@ def test_a_page_cut_off_for_flooding_is_let_go_at_once() -> None:
                     "a page cut off for flooding still holds its session 2 s later")
                 await asyncio.sleep(0.05)
             sock.abort()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_pipelined_and_closing_responses_come_whole_and_in_order() -> None:
+    """Pipelined GET, HEAD, POST (the lane, with Expect: 100-continue) and a last HEAD
+    with Connection: close: every response whole, in order, then the close."""
+    import json
+
+    from corekit import TOKEN, RawClient, tool_meta
+
+    async def main() -> None:
+        async with running_core() as core:
+            port = core.port
+            client = await RawClient.open(core.ws_url)
+            sid = (await client.hello([tool_meta("a")]))["sessionId"]
+            auth = b"Authorization: Bearer " + TOKEN.encode()
+            body = json.dumps({"tool": "bad name!"}).encode()  # 400 at once, no page needed
+            post = _request(port, f"/pedelec/v1/sessions/{sid}/tool-calls", auth,
+                            b"Content-Type: application/json",
+                            b"Content-Length: %d" % len(body), method=b"POST") + body
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(_request(port) + _request(port, method=b"HEAD") + post
+                         + _request(port, method=b"HEAD") + _request(port)
+                         + _request(port, HEALTH, b"Connection: close", method=b"HEAD"))
+            await writer.drain()
+            answer = await _all_until_closed(reader)
+            writer.close()
+            statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)
+            assert statuses == [b"200", b"200", b"400", b"200", b"200", b"200"], answer
+            await client.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
