@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 import pytest
 import websockets
 from corekit import Page, RawClient, config, run, running_core, tool_meta
+from websockets.frames import Opcode
+from ws_hostile import RawSocket, frame
 
 from pedelec_pyodide import Session, TurnError, define_tool
 from pedelec_pyodide.core.page.ws_limits import SLICE_BYTES
@@ -317,3 +320,31 @@ def test_frames_are_handled_in_the_order_sent_long_or_short() -> None:
             await alive(client)
 
     run(main())
+
+
+def test_a_page_cut_off_for_flooding_is_let_go_at_once() -> None:
+    """A page whose frames, each in a read of its own, flood past the rate limit is cut
+    off (1008): its connection ends then (its session detached, disconnected), whether or
+    not it answers the close: a frame taken as parsed (bridge.take) that cuts the
+    connection off stops the serve loop as one it handles would."""
+
+    async def main() -> None:
+        async with running_core(config(rate_limit=1.0, rate_burst=2)) as core:
+            sock = await RawSocket.open(core.port)
+            await sock.send_text('{"type":"hello","protocol":1,"tools":[]}')
+            welcome = await sock.next_text(10)
+            sid = welcome["sessionId"]
+            unit = frame(Opcode.TEXT, b'{"type":"turn.cancel","turnId":"x"}')
+            for _ in range(10):  # one frame per read: each taken as parsed
+                with contextlib.suppress(ConnectionError):
+                    await sock.write(unit)
+                await asyncio.sleep(0.02)
+            # never answers the close: the session must be let go all the same
+            deadline = asyncio.get_running_loop().time() + 2.0
+            while (await core.session_info(sid))["connected"]:
+                assert asyncio.get_running_loop().time() < deadline, (
+                    "a page cut off for flooding still holds its session 2 s later")
+                await asyncio.sleep(0.05)
+            sock.abort()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
