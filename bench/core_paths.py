@@ -20,7 +20,10 @@ this process and the Cores). ``--before DIR`` runs a second Core from another ch
 (a worktree of an earlier commit), interleaved with this one's: before and after in one
 run.
 
-Run: ``.venv/bin/python bench/core_paths.py [--rounds 15 --calls 200] [--before DIR]``
+``--cpu`` then prints, for each Core, its CPU time per operation of each variant (the
+kernel's count) and this process's (the client and the page): where a ratio's time is.
+
+Run: ``.venv/bin/python bench/core_paths.py [--rounds 15 --calls 200] [--before DIR] [--cpu]``
 """
 
 from __future__ import annotations
@@ -243,16 +246,51 @@ def report(label: str, p50: dict[str, float]) -> tuple[float, float]:
     return call_ratio, step_ratio
 
 
-async def main(rounds: int, calls: int, before: str | None) -> None:
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process ``pid`` has used, as the kernel counts it."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def cpu_per_operation(variants: dict[str, dict[str, tuple[Variant, int]]],
+                            pids: dict[str, int], rounds: int = 3, operations: int = 3000
+                            ) -> None:
+    """Print each Core's CPU and this process's (the client and the page) per operation
+    of each variant: the median of ``rounds`` runs of ``operations`` (a turn: a quarter)."""
+    for label, named in variants.items():
+        spent: dict[str, list[tuple[float, float]]] = {name: [] for name in named}
+        for _ in range(rounds):
+            for name, (fn, share) in named.items():
+                count = operations // share
+                core, driver = cpu_seconds(pids[label]), time.process_time()
+                for _ in range(count):
+                    await fn()
+                spent[name].append(((cpu_seconds(pids[label]) - core) / count,
+                                    (time.process_time() - driver) / count))
+        print(f"{label}: CPU per operation (median of {rounds} runs of {operations})")
+        medians = {name: (statistics.median(c for c, _ in runs),
+                          statistics.median(d for _, d in runs))
+                   for name, runs in spent.items()}
+        for name, (core, driver) in medians.items():
+            print(f"  {name:8s} Core {core * 1e6:6.0f} us   client and page {driver * 1e6:6.0f} us")
+        core_step = (medians[f"turn {STEPS}"][0] - medians["turn 1"][0]) / (STEPS - 1)
+        driver_step = (medians[f"turn {STEPS}"][1] - medians["turn 1"][1]) / (STEPS - 1)
+        print(f"  step     Core {core_step * 1e6:6.0f} us   client and page "
+              f"{driver_step * 1e6:6.0f} us")
+
+
+async def main(rounds: int, calls: int, before: str | None, cpu: bool) -> None:
     options = ("--rate-limit", "1000000", "--rate-burst", "1000000")
     with contextlib.ExitStack() as stack:
-        cores = {"this tree": stack.enter_context(core_process(TOKEN, *options))[1]}
+        processes = {"this tree": stack.enter_context(core_process(TOKEN, *options))}
         if before is not None:
-            cores[f"before ({before})"] = stack.enter_context(
-                core_process(TOKEN, *options, source=before))[1]
-        targets = {label: Target(port) for label, port in cores.items()}
+            processes[f"before ({before})"] = stack.enter_context(
+                core_process(TOKEN, *options, source=before))
+        targets = {label: Target(port) for label, (_, port) in processes.items()}
         variants = {label: await target.open() for label, target in targets.items()}
-        samples = {(label, name): [] for label, named in variants.items() for name in named}
+        samples: dict[tuple[str, str], list[float]] = {
+            (label, name): [] for label, named in variants.items() for name in named}
         for named in variants.values():  # warm up
             for fn, _ in named.values():
                 for _ in range(50):
@@ -265,6 +303,10 @@ async def main(rounds: int, calls: int, before: str | None) -> None:
                         started = time.perf_counter()
                         await fn()
                         samples[label, name].append(time.perf_counter() - started)
+            loads.append(os.getloadavg())
+        if cpu:
+            await cpu_per_operation(variants, {label: process.pid
+                                               for label, (process, _) in processes.items()})
             loads.append(os.getloadavg())
         for target in targets.values():
             await target.close()
@@ -290,5 +332,7 @@ if __name__ == "__main__":
     parser.add_argument("--before", metavar="DIR",
                         help="also run the Core of this checkout (e.g. a worktree of an "
                         "earlier commit), interleaved with this one's")
+    parser.add_argument("--cpu", action="store_true",
+                        help="then print each Core's CPU and the client's per operation")
     options = parser.parse_args()
-    asyncio.run(main(options.rounds, options.calls, options.before))
+    asyncio.run(main(options.rounds, options.calls, options.before, options.cpu))
