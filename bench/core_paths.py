@@ -3,8 +3,8 @@
 ``pedelec serve`` runs in a process of its own (default options, memory store, offline
 agent; only the rate limit raised, so that the baseline's pings are not cut off: an
 awaited ``tool.result`` is never charged to it). From this process, on 127.0.0.1, with
-a raw HTTP/1.1 keep-alive client and a simulated page (a websockets client that answers
-every ``tool.request`` at once), variants interleaved round by round:
+a raw HTTP/1.1 keep-alive client and a simulated page (a raw WebSocket client that answers
+every ``tool.request`` as it reads it: :class:`Page`), variants interleaved round by round:
 
 * ``health``: ``GET /pedelec/v1/health``;
 * ``ping``: a WebSocket ping and its pong, on the page's socket (after hello);
@@ -20,13 +20,17 @@ this process and the Cores). ``--before DIR`` runs a second Core from another ch
 (a worktree of an earlier commit), interleaved with this one's: before and after in one
 run.
 
-Run: ``.venv/bin/python bench/core_paths.py [--rounds 15 --calls 200] [--before DIR]``
+``--cpu`` then prints, for each Core, its CPU time per operation of each variant (the
+kernel's count) and this process's (the client and the page): where a ratio's time is.
+
+Run: ``.venv/bin/python bench/core_paths.py [--rounds 15 --calls 200] [--before DIR] [--cpu]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -37,8 +41,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import websockets
-from simpages import SimPage, core_process
+from simpages import TOOLS, core_process
+from websockets.speedups import apply_mask
 
 from pedelec_pyodide import protocol
 
@@ -81,22 +85,107 @@ class RawHTTP:
 
 
 Variant = Callable[[], Awaitable[None]]
-REQUEST_HEAD = protocol.frame_head(protocol.ToolRequest)
+REQUEST_HEAD = protocol.frame_head(protocol.ToolRequest).encode()
 
 
-class Page(SimPage):
-    """:class:`SimPage`, decoding only the frames it answers: a turn's deltas and its end
-    are told by their head and skipped, so the page does the least any page would."""
+class Page(asyncio.Protocol):
+    """A page that answers at once: a WebSocket client written for the benchmark on
+    asyncio's lowest layer, so that its own cost, which is in a call's time and in neither
+    baseline, is the least any page's could be. Each frame is handled as it arrives (no
+    task, no queue): a ``tool.request`` decoded and its ``tool.result`` written there and
+    then, a pong resolving the ping that waits for it; a turn's deltas and its end are told
+    by their head and skipped. (A websockets client costs ~110 us a call here, about what
+    Core spends on a health request.)"""
 
-    async def _answer(self) -> None:
-        with contextlib.suppress(websockets.ConnectionClosed):
-            async for frame in self.ws:
-                if isinstance(frame, str) and frame.startswith(REQUEST_HEAD):
-                    request = json.loads(frame)
-                    self.answered += 1
-                    await self.ws.send(json.dumps({
-                        "type": "tool.result", "toolRequestId": request["toolRequestId"],
-                        "result": {"echo": request["args"]}, "handledBy": "named"}))
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.session_id = ""
+        self.answered = 0
+        self._buffer = b""
+        self._opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._welcome: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._pong: asyncio.Future[None] | None = None
+        self._upgraded = False
+
+    async def open(self, port: int) -> None:
+        await asyncio.get_running_loop().create_connection(lambda: self, "127.0.0.1", port)
+        await asyncio.wait_for(self._opened, 30)
+        self._send(1, json.dumps({"type": "hello", "protocol": 1, "tools": TOOLS}).encode())
+        self.session_id = json.loads(await asyncio.wait_for(self._welcome, 30))["sessionId"]
+
+    async def ping(self) -> None:
+        self._pong = asyncio.get_running_loop().create_future()
+        self._send(9, b"ping")
+        await self._pong
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(
+            b"GET /pedelec/v1/bridge HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: "
+            + base64.b64encode(os.urandom(16)) + b"\r\n\r\n")
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer + data
+        if not self._upgraded:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                self._buffer = buffer
+                return
+            assert buffer.startswith(b"HTTP/1.1 101"), buffer[:200]
+            self._upgraded = True
+            self._opened.set_result(None)
+            buffer = buffer[end + 4:]
+        at = 0
+        while len(buffer) - at >= 2:  # Core's frames are not masked
+            opcode, length, start = buffer[at] & 0x0F, buffer[at + 1] & 0x7F, at + 2
+            if length == 126:
+                if len(buffer) - at < 4:
+                    break
+                length, start = int.from_bytes(buffer[at + 2:at + 4]), at + 4
+            elif length == 127:
+                if len(buffer) - at < 10:
+                    break
+                length, start = int.from_bytes(buffer[at + 2:at + 10]), at + 10
+            if len(buffer) < start + length:
+                break
+            self._frame(opcode, buffer[start:start + length])
+            at = start + length
+        self._buffer = buffer[at:]
+
+    def _frame(self, opcode: int, payload: bytes) -> None:
+        if opcode == 1:
+            if payload.startswith(REQUEST_HEAD):
+                request = json.loads(payload)
+                self.answered += 1
+                self._send(1, json.dumps({
+                    "type": "tool.result", "toolRequestId": request["toolRequestId"],
+                    "result": {"echo": request["args"]}, "handledBy": "named"}).encode())
+            elif not self._welcome.done():
+                self._welcome.set_result(payload.decode())
+        elif opcode == 10 and self._pong is not None and not self._pong.done():
+            self._pong.set_result(None)
+        elif opcode == 9:
+            self._send(10, payload)
+
+    def _send(self, opcode: int, payload: bytes) -> None:
+        """One masked frame from the client (every frame here is short: under 64 KiB)."""
+        mask = os.urandom(4)
+        length = len(payload)
+        head = (bytes((0x80 | opcode, 0x80 | length)) if length < 126
+                else bytes((0x80 | opcode, 0x80 | 126)) + length.to_bytes(2))
+        assert self.transport is not None
+        self.transport.write(head + mask + apply_mask(payload, mask))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for waiter in (self._opened, self._welcome, self._pong):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(ConnectionError("the page's connection is lost"))
+
+    async def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
 
 
 class Target:
@@ -110,7 +199,7 @@ class Target:
     async def open(self) -> dict[str, tuple[Variant, int]]:
         """The variants, each with its share of a round's calls (a turn is 1 or 8)."""
         page, http = self.page, self.http
-        await page.open(f"ws://127.0.0.1:{self.port}/pedelec/v1/bridge")
+        await page.open(self.port)
         sid = page.session_id
         call_body = json.dumps({"tool": "update_counter", "args": {"delta": 2}}).encode()
         line = '/call update_counter {"delta": 2}'
@@ -121,7 +210,7 @@ class Target:
             await http.request("GET", "/pedelec/v1/health")
 
         async def ping() -> None:
-            await (await page.ws.ping())
+            await page.ping()
 
         async def call() -> None:
             answer = json.loads(await http.request(
@@ -157,16 +246,51 @@ def report(label: str, p50: dict[str, float]) -> tuple[float, float]:
     return call_ratio, step_ratio
 
 
-async def main(rounds: int, calls: int, before: str | None) -> None:
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process ``pid`` has used, as the kernel counts it."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def cpu_per_operation(variants: dict[str, dict[str, tuple[Variant, int]]],
+                            pids: dict[str, int], rounds: int = 3, operations: int = 3000
+                            ) -> None:
+    """Print each Core's CPU and this process's (the client and the page) per operation
+    of each variant: the median of ``rounds`` runs of ``operations`` (a turn: a quarter)."""
+    for label, named in variants.items():
+        spent: dict[str, list[tuple[float, float]]] = {name: [] for name in named}
+        for _ in range(rounds):
+            for name, (fn, share) in named.items():
+                count = operations // share
+                core, driver = cpu_seconds(pids[label]), time.process_time()
+                for _ in range(count):
+                    await fn()
+                spent[name].append(((cpu_seconds(pids[label]) - core) / count,
+                                    (time.process_time() - driver) / count))
+        print(f"{label}: CPU per operation (median of {rounds} runs of {operations})")
+        medians = {name: (statistics.median(c for c, _ in runs),
+                          statistics.median(d for _, d in runs))
+                   for name, runs in spent.items()}
+        for name, (core, driver) in medians.items():
+            print(f"  {name:8s} Core {core * 1e6:6.0f} us   client and page {driver * 1e6:6.0f} us")
+        core_step = (medians[f"turn {STEPS}"][0] - medians["turn 1"][0]) / (STEPS - 1)
+        driver_step = (medians[f"turn {STEPS}"][1] - medians["turn 1"][1]) / (STEPS - 1)
+        print(f"  step     Core {core_step * 1e6:6.0f} us   client and page "
+              f"{driver_step * 1e6:6.0f} us")
+
+
+async def main(rounds: int, calls: int, before: str | None, cpu: bool) -> None:
     options = ("--rate-limit", "1000000", "--rate-burst", "1000000")
     with contextlib.ExitStack() as stack:
-        cores = {"this tree": stack.enter_context(core_process(TOKEN, *options))[1]}
+        processes = {"this tree": stack.enter_context(core_process(TOKEN, *options))}
         if before is not None:
-            cores[f"before ({before})"] = stack.enter_context(
-                core_process(TOKEN, *options, source=before))[1]
-        targets = {label: Target(port) for label, port in cores.items()}
+            processes[f"before ({before})"] = stack.enter_context(
+                core_process(TOKEN, *options, source=before))
+        targets = {label: Target(port) for label, (_, port) in processes.items()}
         variants = {label: await target.open() for label, target in targets.items()}
-        samples = {(label, name): [] for label, named in variants.items() for name in named}
+        samples: dict[tuple[str, str], list[float]] = {
+            (label, name): [] for label, named in variants.items() for name in named}
         for named in variants.values():  # warm up
             for fn, _ in named.values():
                 for _ in range(50):
@@ -179,6 +303,10 @@ async def main(rounds: int, calls: int, before: str | None) -> None:
                         started = time.perf_counter()
                         await fn()
                         samples[label, name].append(time.perf_counter() - started)
+            loads.append(os.getloadavg())
+        if cpu:
+            await cpu_per_operation(variants, {label: process.pid
+                                               for label, (process, _) in processes.items()})
             loads.append(os.getloadavg())
         for target in targets.values():
             await target.close()
@@ -204,5 +332,7 @@ if __name__ == "__main__":
     parser.add_argument("--before", metavar="DIR",
                         help="also run the Core of this checkout (e.g. a worktree of an "
                         "earlier commit), interleaved with this one's")
+    parser.add_argument("--cpu", action="store_true",
+                        help="then print each Core's CPU and the client's per operation")
     options = parser.parse_args()
-    asyncio.run(main(options.rounds, options.calls, options.before))
+    asyncio.run(main(options.rounds, options.calls, options.before, options.cpu))

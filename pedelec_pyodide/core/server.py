@@ -53,6 +53,7 @@ from .http.public import (
     store_files,
 )
 from .http.snapshot import choose_encoding, identity_file, make_identity
+from .http.tool_call_lane import ToolCallLane
 from .log import log_event
 from .page.bridge import BridgeConnection, normal_origin
 from .page.ws_limits import bounded_websocket
@@ -354,10 +355,12 @@ def create_app(config: CoreConfig) -> Starlette:
         routes.append(Route("/", _index_page))
 
     hosts = own_hosts(config.host, config.allow_hosts)
-    # a control-API call for a session another node holds goes there (cluster/routing.py)
+    # a control-API call for a session another node holds goes there (cluster/routing.py);
+    # a tool call for one held here, straight to its handler (http/tool_call_lane.py)
     app = Starlette(routes=routes, lifespan=lifespan,
                     middleware=[Middleware(HostCheck, hosts=hosts),
-                                Middleware(ClusterRouter, node=node)])
+                                Middleware(ClusterRouter, node=node),
+                                Middleware(ToolCallLane)])
     node.serve_forwarded = functools.partial(serve_forwarded, app)
     app.state.registry = registry
     app.state.node = node

@@ -106,6 +106,52 @@ def test_control_api_errors_are_clear() -> None:
     run(main())
 
 
+def test_tool_calls_take_the_lane_and_answer_as_the_route_does() -> None:
+    """``POST .../tool-calls`` goes straight to its handler (http/tool_call_lane.py): the
+    same answers, headers and all, as through Starlette's router (reached here under a
+    root path, which the lane leaves to the router); what is not exactly that route (a
+    trailing slash, another method) goes the router's way."""
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(adder()).connect(core.ws_url)
+            sid = page.session.session_id
+            routed = httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=core.app, root_path="/r"),
+                base_url="http://127.0.0.1/r", timeout=30,
+                headers={"Authorization": f"Bearer {TOKEN}"})
+            url = f"/pedelec/v1/sessions/{sid}/tool-calls"
+            cases: list[tuple[str, dict[str, str], bytes]] = [
+                (url, {}, json.dumps({"tool": "add", "args": {"a": 1}}).encode()),
+                (url, {}, json.dumps({"tool": "add", "args": {"a": "x"}}).encode()),
+                (url, {"Authorization": "Bearer wrong"}, b"{}"),
+                (url, {}, b"{not json"),
+                (url, {}, json.dumps({"tool": "bad name!"}).encode()),
+                (url, {"Idempotency-Key": ""}, json.dumps({"tool": "add"}).encode()),
+                ("/pedelec/v1/sessions/unknown/tool-calls", {}, b"{}"),
+            ]
+            try:
+                for path, headers, body in cases:
+                    lane = await core.http.post(path, content=body, headers=headers)
+                    router = await routed.post(path, content=body, headers=headers)
+                    answers = [lane.json(), router.json()]
+                    for answer in answers:
+                        answer.pop("toolRequestId", None)
+                    assert lane.status_code == router.status_code, (path, headers, body)
+                    assert answers[0] == answers[1], (path, headers, body)
+                    for name in ("content-type", "www-authenticate", "retry-after"):
+                        assert lane.headers.get(name) == router.headers.get(name), name
+                assert (await core.http.get(url)).status_code == 405
+                slashed = await core.http.post(url + "/", json={"tool": "add"})
+                assert slashed.status_code == (await routed.post(
+                    url + "/", json={"tool": "add"})).status_code
+                assert slashed.status_code != 200
+            finally:
+                await routed.aclose()
+            assert len(page.frames("tool.request")) == 4  # two good calls each way
+
+    run(main())
+
+
 def test_static_files_and_mime_types(tmp_path: Path) -> None:
     app = tmp_path / "app"
     app.mkdir()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -10,8 +11,11 @@ from typing import Any
 import pytest
 import websockets
 from corekit import Page, RawClient, config, run, running_core, tool_meta
+from websockets.frames import Opcode
+from ws_hostile import RawSocket, frame
 
 from pedelec_pyodide import Session, TurnError, define_tool
+from pedelec_pyodide.core.page.ws_limits import SLICE_BYTES
 
 
 async def alive(client: RawClient) -> None:
@@ -284,3 +288,63 @@ def test_awaited_results_are_not_charged_to_the_rate_limit() -> None:
                 assert (await asyncio.wait_for(call, 10)).json()["result"] == n
 
     run(main())
+
+
+def test_frames_are_handled_in_the_order_sent_long_or_short() -> None:
+    """A short frame is handled as the socket's protocol parses it (bridge.take), a long
+    one in a worker thread by the serve loop: short frames sent right behind a long one
+    (in the same write, or while the long one is parsed) are still handled after it."""
+    async def main() -> None:
+        async with running_core() as core:
+            client = await RawClient.open(core.ws_url)
+            await client.hello([tool_meta("a")])
+            for round_ in range(3):
+                # over PARSE_IN_THREAD_CHARS (parsed in a thread), and its frame (8 bytes of
+                # head) ends where a slice of the read does (SLICE_BYTES): the short ones
+                # are parsed once the serve loop takes the long one
+                long = {"type": "turn.cancel", "turnId": f"long{round_}", "pad": ""}
+                long["pad"] = "x" * (10 * SLICE_BYTES - 8 - len(json.dumps(long)))
+                frames = [json.dumps(long),
+                          *(json.dumps({"type": "turn.cancel", "turnId": f"short{round_}{n}"})
+                            for n in range(3))]
+                if round_ == 0:  # one frame after the other
+                    for frame in frames:
+                        await client.ws.send(frame)
+                else:  # all in one write: Core reads the short ones with the long one's end
+                    for frame in frames:
+                        client.ws.protocol.send_text(frame.encode())
+                    client.ws.transport.write(b"".join(client.ws.protocol.data_to_send()))
+                answers = [await client.recv() for _ in frames]
+                assert [answer.get("turnId") for answer in answers] == [
+                    f"long{round_}", *(f"short{round_}{n}" for n in range(3))], answers
+            await alive(client)
+
+    run(main())
+
+
+def test_a_page_cut_off_for_flooding_is_let_go_at_once() -> None:
+    """A page whose frames, each in a read of its own, flood past the rate limit is cut
+    off (1008): its connection ends then (its session detached, disconnected), whether or
+    not it answers the close: a frame taken as parsed (bridge.take) that cuts the
+    connection off stops the serve loop as one it handles would."""
+
+    async def main() -> None:
+        async with running_core(config(rate_limit=1.0, rate_burst=2)) as core:
+            sock = await RawSocket.open(core.port)
+            await sock.send_text('{"type":"hello","protocol":1,"tools":[]}')
+            welcome = await sock.next_text(10)
+            sid = welcome["sessionId"]
+            unit = frame(Opcode.TEXT, b'{"type":"turn.cancel","turnId":"x"}')
+            for _ in range(10):  # one frame per read: each taken as parsed
+                with contextlib.suppress(ConnectionError):
+                    await sock.write(unit)
+                await asyncio.sleep(0.02)
+            # never answers the close: the session must be let go all the same
+            deadline = asyncio.get_running_loop().time() + 2.0
+            while (await core.session_info(sid))["connected"]:
+                assert asyncio.get_running_loop().time() < deadline, (
+                    "a page cut off for flooding still holds its session 2 s later")
+                await asyncio.sleep(0.05)
+            sock.abort()
+
+    asyncio.run(asyncio.wait_for(main(), 60))

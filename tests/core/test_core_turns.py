@@ -8,10 +8,22 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from corekit import GatedTools, PlanAgent, RawClient, config, run, running_core, tool_meta, until
+from corekit import (
+    GatedTools,
+    PlanAgent,
+    RawClient,
+    config,
+    next_of,
+    page_with,
+    run,
+    running_core,
+    tool_meta,
+    until,
+)
 from corekit import Page as PageAdapter
 
 from pedelec_pyodide import Session, TurnError, define_tool
+from pedelec_pyodide.core.agents import OfflineAgent
 from pedelec_pyodide.core.agents.contract import ToolCallRequest, Turn
 
 
@@ -183,5 +195,38 @@ def test_an_agent_request_the_page_would_refuse_fails_at_once() -> None:
             assert "would refuse this tool.request" in refused["error"]["message"]
             assert fine == {"y": 1}
             assert [f["args"] for f in page.frames("tool.request")] == [{"y": 1}]
+
+    run(main())
+
+
+def test_a_step_s_text_and_its_requests_go_to_the_page_in_one_write() -> None:
+    """An agent's step: its text so far (``turn.delta``) and the tool requests that follow
+    are written to the page together, once the step waits for them (CoreSession.flush),
+    and nothing is written twice."""
+    async def main() -> None:
+        # the offline agent: a step per /call line
+        async with running_core(config(agent_factory=OfflineAgent)) as core:
+            client, welcome = await page_with(core, "a")
+            page = core.registry.get(welcome["sessionId"]).connection
+            guard = page._output.guard
+            writes: list[list[str]] = []
+            send_texts = guard.send_texts
+
+            def recorded(texts: list[str]) -> None:
+                writes.append([json.loads(text)["type"] for text in texts])
+                send_texts(texts)
+
+            guard.send_texts = recorded
+            turn = asyncio.ensure_future(core.turn(welcome["sessionId"],
+                                                   "\n".join(['/call a {"n": 1}'] * 3)))
+            for _ in range(3):
+                request = await next_of(client, "tool.request")
+                await client.send({"type": "tool.result", "toolRequestId":
+                                   request["toolRequestId"], "result": 1, "handledBy": "named"})
+            assert (await turn).json()["status"] == "completed"
+            requests = [write for write in writes if "tool.request" in write]
+            assert [write.count("tool.request") for write in requests] == [1, 1, 1], writes
+            # after the first call, each request goes with the text of the one before it
+            assert all(write == ["turn.delta", "tool.request"] for write in requests[1:]), writes
 
     run(main())

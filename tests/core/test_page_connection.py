@@ -39,6 +39,9 @@ class FakeBridge:
     def abort(self) -> None:
         self.aborts += 1
 
+    def flush(self) -> None:
+        pass  # frames stay queued: the tests take them with next_frame
+
 
 def registry(**overrides: Any) -> Registry:
     overrides.setdefault("agent_factory", OfflineAgent)

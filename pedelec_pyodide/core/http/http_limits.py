@@ -30,6 +30,9 @@ it trickles in.
 Hang-ups: each request's scope holds a :class:`~.hangup.HangUp` that the connection's
 loss completes, so a handler that waits hears of its caller going without a task of its
 own reading ``receive()``.
+
+Writes: a response's head goes out with its body, in one write
+(:mod:`.response_writes`).
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ import asyncio
 import contextlib
 from typing import Any, Literal, cast
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from ..clock import Clock, Timer
 from ..log import log_event
 from .hangup import EXTENSION, HangUp, hang_up_of
+from .response_writes import HeadWithBody
 
 #: the largest request head (request line and headers, with their line ends) Core takes
 MAX_HEAD_BYTES = 64 * 1024
@@ -86,6 +91,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._deadline: Timer | None = None
         #: armed while a response waits for the client to read some of what is sent
         self._stalled: Timer | None = None
+        #: the cycle answering now (its head may be held for its body: response_writes)
+        self._answering_cycle: RequestResponseCycle | None = None
         # last: httptools looks the chunk callbacks up when uvicorn makes the parser
         super().__init__(*args, **kwargs)
 
@@ -180,7 +187,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._body_left = None if self._chunked else length
         scope = cast(dict[str, Any], self.scope)  # uvicorn's TypedDict has no extensions
         scope.setdefault("extensions", {})[EXTENSION] = HangUp(self.flow.resume_reading)
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not before:  # a request's response (not an upgrade): one write
+            self.cycle.transport = HeadWithBody(self.transport)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         self._slice_body += len(body)
@@ -224,7 +234,23 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._dropped = True  # uvicorn drops the rest of the data after such a head
         super()._unsupported_upgrade_warning()
 
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        self._answering_cycle = cycle
+        super()._start_asgi_task(cycle, app)
+
+    def _write_held_head(self) -> None:
+        """A head held for its body goes out now: its response is complete (a ``HEAD``'s
+        has no body), or the connection writes on its own next (a 431, a 400)."""
+        cycle = self._answering_cycle
+        if cycle is not None and isinstance(cycle.transport, HeadWithBody):
+            cycle.transport.flush()
+
+    def send_400_response(self, msg: str) -> None:
+        self._write_held_head()
+        super().send_400_response(msg)
+
     def on_response_complete(self) -> None:
+        self._write_held_head()
         last = not self.pipeline
         super().on_response_complete()
         if self._refusing and last:
@@ -275,6 +301,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self._send_refusal()
 
     def _send_refusal(self) -> None:
+        self._write_held_head()
         if not self.transport.is_closing():
             self.transport.write(b"".join([
                 b"HTTP/1.1 431 Request Header Fields Too Large\r\n",

@@ -8,6 +8,13 @@ which also charges the frames that are not messages to the connection's rate lim
 long frames parsed in a worker thread, the store's round trip before a first hello, and
 sending what the connection queues. Every frame received before the socket closed is
 handled, even when sending to the page failed first: only Core's own close ends reading.
+
+Once the page's session is set up, a short frame (a tool's result, mostly) is handled as
+the WebSocket protocol parses it (:meth:`BridgeConnection.take`), in the step that read
+it: the request it resolves wakes its waiter one loop step sooner, with no wake-up of
+the serve loop's task in between. A frame that needs a wait (a long one parsed in a
+thread, one with new regular expressions), or arrives while one is handled, goes the
+serve loop's way, in order.
 """
 
 from __future__ import annotations
@@ -85,24 +92,35 @@ class BridgeConnection:
             client=client_key(None if address is None else address.host))
         self._awaiting_hello = True
         self._flusher: asyncio.Task[None] | None = None
-        self._write_planned = False  # a call of _write_out is on its way
+        self._planned: asyncio.Handle | None = None  # the call of _write_out on its way
+        self._handling = False  # the serve loop is handling a frame (it may be waiting)
+        #: the frame the serve loop gets next was begun on the loop (take) and holds new
+        #: regular expressions: it goes straight to a thread
+        self._patterns_next = False
 
     # --- the Output side ----------------------------------------------------------------
 
     def wake(self) -> None:
-        if self._flusher is not None or self._write_planned:
+        if self._flusher is not None or self._planned is not None:
             return  # what is under way sends this frame too, in order
         if self.guard is None or self.page.closing is not None:
             self._flusher = asyncio.ensure_future(self._flush())
         else:  # at the end of this step, the frames queued in it together
-            self._write_planned = True
-            asyncio.get_running_loop().call_soon(self._write_out)
+            self._planned = asyncio.get_running_loop().call_soon(self._write_out)
+
+    def flush(self) -> None:
+        """The step that queued frames waits for the page next: they go out now, not at
+        the end of the step (one turn of the event loop less before the page has them)."""
+        planned = self._planned
+        if planned is not None:
+            planned.cancel()
+            self._write_out()
 
     def _write_out(self) -> None:
         """Write what the outbox holds at once, without a task: one write per
         :data:`WRITE_BATCH_CHARS`. What cannot go now (the page reads too slowly, a close
         to send) is left to :meth:`_flush`, which waits."""
-        self._write_planned = False
+        self._planned = None
         page = self.page
         guard = self.guard
         if self._flusher is not None or guard is None or not page.open:
@@ -168,6 +186,7 @@ class BridgeConnection:
                 timeout = self.registry.config.hello_timeout
                 self.guard.start_deadline(timeout, "bridge.hello_timeout",
                                           f"no hello within {timeout:g} s (--hello-timeout)")
+                self.guard.take = self.take
             # not `page.open`: a failed send (the page is gone) leaves frames to read
             while page.closing is None:
                 message = await websocket.receive()
@@ -176,26 +195,49 @@ class BridgeConnection:
                 data = message.get("text")
                 if data is None:
                     data = message.get("bytes") or b""
-                if not await self.receive(data):
+                self._handling = True
+                going_on = await self.receive(data)
+                self._handling = False
+                if not going_on:
                     break
                 del message, data  # an idle connection keeps no frame (each up to MiBs)
         finally:
-            if self._write_planned:  # the frames queued last, before they are dropped
-                self._write_out()
+            if self.guard is not None:
+                self.guard.take = None
+            self.flush()  # the frames queued last, before they are dropped
             flusher = self._flusher
             if flusher is not None:  # let the last frames (and a close) go out
                 with contextlib.suppress(Exception):
                     await wait_for(self.registry.config.clock, asyncio.shield(flusher), 2.0)
             page.disconnected()
 
+    def take(self, data: str) -> bool:
+        """A text frame as the WebSocket protocol parses it: handled now when it can be
+        without waiting (the session is set up, the frame is short and needs no new
+        regular expression checked) and nothing is being handled before it; else False,
+        and it is queued for the serve loop. A frame that cuts the connection off closes
+        it (``page.closing``), and the serve loop stops at its next wake-up, as when Core
+        closes a connection for any other reason."""
+        page = self.page
+        if (self._handling or page.session is None or page.closing is not None
+                or len(data) > PARSE_IN_THREAD_CHARS):
+            return False
+        parsed = page.parse_on_loop(data)
+        if parsed is None:  # queued first (nothing else is): the serve loop's next
+            self._patterns_next = True
+            return False
+        page.receive(data, parsed)
+        return True
+
     async def receive(self, data: str | bytes) -> bool:
         """:meth:`PageConnection.receive`, a long frame parsed in a worker thread (frames
         of one connection are still handled one after the other, in order)."""
         page = self.page
         short = len(data) <= PARSE_IN_THREAD_CHARS
+        begun, self._patterns_next = self._patterns_next, False
         # before hello, a frame that is not one is refused from a look at its type
-        parsed = (page.parse_on_loop(data) if short or page.refuses_unparsed(data)
-                  else None)
+        parsed = (page.parse_on_loop(data)
+                  if not begun and (short or page.refuses_unparsed(data)) else None)
         if parsed is None:  # long, or short with many new regular expressions to check
             parsed = await asyncio.get_running_loop().run_in_executor(
                 _PATTERNS if short else _PARSER, page.parse, data)

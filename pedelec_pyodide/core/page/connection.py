@@ -95,6 +95,9 @@ class Output(Protocol):
     def abort(self) -> None:
         """The page does not read: give up the frame being sent; the close is next."""
 
+    def flush(self) -> None:
+        """What :meth:`wake` asked to send goes out now if it can (not at the step's end)."""
+
 
 class Parsed(NamedTuple):
     """A frame as :meth:`PageConnection.parse` made it ready to handle."""
@@ -155,6 +158,10 @@ class PageConnection:
         self._queued += size
         self._outbox.append(frame)
         self._output.wake()
+
+    def flush(self) -> None:
+        """The frames queued so far go out now: the caller waits for the page next."""
+        self._output.flush()
 
     @property
     def queued(self) -> int:

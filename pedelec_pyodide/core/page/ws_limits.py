@@ -26,6 +26,13 @@ every byte) that adds, per connection:
   is closed, whatever the client sends meanwhile;
 - **closes that end**: a socket closed with bytes its client never reads is dropped
   after :data:`CLOSE_GRACE` seconds instead of waiting for it for ever;
+- **messages taken as they are parsed**: the app may set :attr:`BoundedWebSocket.take`,
+  which is offered a whole text message before it is queued for ``receive()``, while
+  nothing is queued before it; a message it takes is handled there and then, in the step
+  that read it, without a wake-up of the app's task (the bridge takes a page's short
+  frames so, :mod:`.bridge`). One message per step at most: the others of the slice
+  are queued for ``receive()``, which the app takes one per step, so a flood of small
+  frames is handled at the app's pace, never a slice of them in one step;
 - **nothing received is lost**: when a write meets the client's reset, asyncio drops
   the socket with what the client sent before still unread in the kernel (not read yet,
   or reading paused for the app); that (at most :data:`LEFT_BYTES`) is read and handed to
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from starlette.types import Scope
@@ -105,6 +113,10 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         self._reaper: Timer | None = None
         self._cut_off = False  # closed here: nothing more is parsed
         self._lost = False  # the socket is gone: what is left is read, nothing written
+        #: offered each whole text message first (see the module); True: it took it
+        self.take: Callable[[str], bool] | None = None
+        self._handing_over = False  # receive() returns a message: none is taken meanwhile
+        self._taken = False  # a message was taken in this step of the loop
 
     # --- what the app may set ----------------------------------------------------------
 
@@ -130,6 +142,7 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
     def data_received(self, data: bytes) -> None:
         if self._cut_off:  # what a client sends once it is cut off is not parsed
             return
+        self._taken = False
         if self._unread is None:
             if self.read_paused:  # a message waits for the app: this waits for it to take it
                 self._unread, self._unread_at = data, 0
@@ -151,6 +164,7 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         """Parse one slice of what waits; the next in a later step of the loop, with
         reading paused until all is parsed; none while a message waits for the app."""
         self._next_slice = None
+        self._taken = False
         data, at = self._unread, self._unread_at
         if data is None:  # cut off, or the socket gone, since this step was planned
             return
@@ -174,6 +188,19 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
             self._next_slice = self.loop.call_soon(self._feed)
 
     def send_receive_event_to_app(self) -> None:
+        take = self.take
+        if (take is not None and not self.close_sent and self.curr_msg_data_type == "text"
+                and len(self.frames) == 1 and self.queue.empty() and not self._handing_over
+                and not self._taken):
+            try:
+                text = self.frames[0].decode()
+            except UnicodeDecodeError:
+                pass  # refused as uvicorn refuses it, below
+            else:
+                if take(text):
+                    self.frames = []
+                    self._taken = True
+                    return
         if self.close_sent:
             # uvicorn drops the message, and reads on for the client's answer to the
             # close (10 s): charged here, the app no longer charging it, so a client cut
@@ -190,7 +217,12 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
             self.read_paused = False
             if self._unread is not None:
                 if self._next_slice is None:
-                    self._feed()
+                    # what follows it is parsed now: the message returned goes first
+                    self._handing_over = True
+                    try:
+                        self._feed()
+                    finally:
+                        self._handing_over = False
             elif not self._cut_off:
                 self.transport.resume_reading()
         return message

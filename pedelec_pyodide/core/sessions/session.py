@@ -62,6 +62,9 @@ class Connection(Protocol):
 
     def send(self, frame: str) -> None: ...
 
+    def flush(self) -> None:
+        """The frames sent so far go out now (else at the end of the loop's step)."""
+
     def close(self, code: int, reason: str) -> None: ...
 
 
@@ -229,6 +232,11 @@ class CoreSession:
         connection.send(frame)
         return True
 
+    def flush(self) -> None:
+        """What this step sent goes out now: its caller waits for the page next."""
+        if self.connection is not None:
+            self.connection.flush()
+
     def remember_end(self, turn: TurnRecord, frame: str | None = None) -> EndedTurn:
         """Remember an ended turn (``frame``: its ``turn.end``, if made already): the
         last :data:`RECENT_TURNS`, their frames together at most ``--max-frame-bytes``
@@ -324,6 +332,7 @@ class CoreSession:
             self.callers.add_key(key)
         await self.store_requests([pending], *([key.key_hash] if key is not None else []))
         self.send_request(pending)
+        self.flush()
         return pending
 
     async def store_requests(self, opened: list[TrackedRequest], *keys: str) -> None:

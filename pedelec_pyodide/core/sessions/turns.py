@@ -159,6 +159,7 @@ class TurnRunner:
         await session.store_requests(opened, turn_key(session.id, self.turn_id))
         for pending in opened:
             session.send_request(pending)
+        session.flush()  # with the step's text (turn.delta) queued before them
         pairs = zip(opened, calls, strict=True)
         return [await self._outcome(pending, call_id) for pending, (_, call_id, _, _) in pairs]
 
