@@ -36,6 +36,8 @@ import pytest
 import websockets
 from corekit import WAIT, Page, RawClient, config, fake_clock, run, running_core, tool_meta, until
 from hostile import documented_bound
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.agents.offline import OfflineAgent
@@ -46,6 +48,7 @@ from pedelec_pyodide.core.sessions import (
     TOO_MANY_SESSIONS,
 )
 from pedelec_pyodide.core.sessions.turns import appended_history, trimmed_history
+from pedelec_pyodide.core.store import char_width
 
 MIB = 1024 * 1024
 TOKEN = "memory-test-token"
@@ -153,6 +156,16 @@ def test_requests_over_the_pending_limit_are_answered_at_once() -> None:
 
 
 # --- history -----------------------------------------------------------------------------------
+
+
+@given(st.text(max_size=300))
+def test_a_texts_width_is_that_of_its_widest_character(text: str) -> None:
+    """char_width reads the width off the text's size: it must agree with the widest
+    character, for every text (lone surrogates, astral characters, one wide one last)."""
+    for sample in (text, text + "\xe9", text + "\u2192", text + "\ud800", text + "\U0001f600"):
+        widest = max(sample, default="\0")
+        expected = 1 if widest <= "\xff" else 2 if widest <= "\uffff" else 4
+        assert char_width(sample) == expected, ascii(sample)
 
 
 def test_history_is_trimmed_by_whole_turns_oldest_first() -> None:

@@ -779,7 +779,8 @@ def test_make_agent_rejects_other_specs_listing_the_accepted_forms(spec: str) ->
 # --- the history the offline agent appends to ------------------------------------------
 
 
-@pytest.mark.parametrize("kept", ["[ ]", "[]\n", ' [{"turn_id": "t0"}] ', '[{"turn_id": "t0"}\n]'])
+@pytest.mark.parametrize("kept", ["[ ]", "[]\n", ' [{"turn_id": "t0"}] ', '[{"turn_id": "t0"}\n]',
+                                  '[\t{"turn_id": "t0"} \n ]\r\n', "[\n\n]"])
 def test_appending_to_a_kept_history_not_in_compact_form_stays_json(kept: str) -> None:
     """A stored history is taken as any JSON list of objects (store/rows.py), so it may
     hold whitespace (a row written by hand or by another tool). Appending the offline

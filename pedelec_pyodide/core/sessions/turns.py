@@ -401,11 +401,14 @@ def appended_history(history_json: str, entries: list[dict[str, Any]], limit: in
     is kept (an agent that only adds to its history pays for its new entries, not the
     whole); None when that is over ``limit`` (see :func:`trimmed_history`)."""
     texts, _ = _kept_texts(entries)
-    joined = ",".join(texts)
     # a stored history is any JSON list (store/rows.py): whitespace may stand around its
-    # closing bracket, and an empty one may be "[ ]"
-    head = history_json.rstrip()[:-1].rstrip()
-    text = head + ("" if head.endswith("[") else ",") + joined + "]"
+    # closing bracket, and an empty one may be "[ ]". The kept text (up to the bound) is
+    # copied once, into the new one.
+    end = len(history_json.rstrip()) - 1  # where its closing bracket is
+    if history_json[end - 1:end].isspace():
+        end = len(history_json[:end].rstrip())
+    separator = "" if history_json[end - 1:end] == "[" else ","
+    text = "".join((history_json[:end], separator, ",".join(texts), "]"))
     return text if kept_size(text) <= limit else None
 
 
