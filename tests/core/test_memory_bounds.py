@@ -158,6 +158,10 @@ def test_requests_over_the_pending_limit_are_answered_at_once() -> None:
 # --- history -----------------------------------------------------------------------------------
 
 
+class Text(str):
+    """A str subclass: its instances are larger than a str of the same characters."""
+
+
 @given(st.text(max_size=300))
 def test_a_texts_width_is_that_of_its_widest_character(text: str) -> None:
     """char_width reads the width off the text's size: it must agree with the widest
@@ -166,6 +170,7 @@ def test_a_texts_width_is_that_of_its_widest_character(text: str) -> None:
         widest = max(sample, default="\0")
         expected = 1 if widest <= "\xff" else 2 if widest <= "\uffff" else 4
         assert char_width(sample) == expected, ascii(sample)
+        assert char_width(Text(sample)) == expected, ascii(sample)
 
 
 def test_history_is_trimmed_by_whole_turns_oldest_first() -> None:

@@ -70,10 +70,11 @@ def char_width(text: str) -> int:
     the text (~40 µs for 4,000 characters), and a history is thousands of entries."""
     if text.isascii():
         return 1
-    width, rest = divmod(sys.getsizeof(text) - _NON_ASCII_BASE, len(text) + 1)
-    if rest == 0 and width in (1, 2, 4):
-        return width
-    widest = max(text)  # (a text not stored in the one block PEP 393 describes)
+    if type(text) is str:  # (a subclass's instance is larger by its own fields)
+        width, rest = divmod(sys.getsizeof(text) - _NON_ASCII_BASE, len(text) + 1)
+        if rest == 0 and width in (1, 2, 4):
+            return width
+    widest = max(text)  # (nor is every text stored in the one block PEP 393 describes)
     return 1 if widest <= "\xff" else 2 if widest <= "\uffff" else 4
 
 
