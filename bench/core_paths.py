@@ -232,10 +232,15 @@ class Target:
         await self.page.close()
 
 
+def per_step(turn_1: float, turn_n: float) -> float:
+    """An agent's step, from a turn of 1 ``/call`` line and one of :data:`STEPS`."""
+    return (turn_n - turn_1) / (STEPS - 1)
+
+
 def report(label: str, p50: dict[str, float]) -> tuple[float, float]:
     """Print one Core's medians and the two goals' ratios; return those ratios."""
     floor = p50["health"] + p50["ping"]
-    step = (p50[f"turn {STEPS}"] - p50["turn 1"]) / (STEPS - 1)
+    step = per_step(p50["turn 1"], p50[f"turn {STEPS}"])
     print(f"{label}: p50 of each")
     for name, value in p50.items():
         print(f"  {name:8s} {value * 1e6:8.1f} us")
@@ -274,8 +279,8 @@ async def cpu_per_operation(variants: dict[str, dict[str, tuple[Variant, int]]],
                    for name, runs in spent.items()}
         for name, (core, driver) in medians.items():
             print(f"  {name:8s} Core {core * 1e6:6.0f} us   client and page {driver * 1e6:6.0f} us")
-        core_step = (medians[f"turn {STEPS}"][0] - medians["turn 1"][0]) / (STEPS - 1)
-        driver_step = (medians[f"turn {STEPS}"][1] - medians["turn 1"][1]) / (STEPS - 1)
+        (core_1, driver_1), (core_n, driver_n) = medians["turn 1"], medians[f"turn {STEPS}"]
+        core_step, driver_step = per_step(core_1, core_n), per_step(driver_1, driver_n)
         print(f"  step     Core {core_step * 1e6:6.0f} us   client and page "
               f"{driver_step * 1e6:6.0f} us")
 
