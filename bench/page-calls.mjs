@@ -41,7 +41,6 @@ try {
   }
   // Warm up: jsonschema (imported after ready), the validators, HTTP keep-alive.
   for (let i = 0; i < 30; i += 1) for (const name of ["python", "js"]) await timed(name, "echo", i);
-  await page.evaluate(() => { window.pyDurations.length = 0; });
 
   const single = { python: [], js: [] };
   for (let r = 0; r < rounds; r += 1) {
@@ -49,11 +48,9 @@ try {
       for (const name of (r + i) % 2 ? ["js", "python"] : ["python", "js"]) single[name].push(await timed(name, "echo", i));
     }
   }
-  const handlerMs = median(await page.evaluate(() => window.pyDurations));
   const py = median(single.python);
   const js = median(single.js);
   console.log(`one call: python ${py.toFixed(2)} ms, js ${js.toFixed(2)} ms (p50 of ${single.js.length}), ratio ${(py / js).toFixed(2)}x`);
-  console.log(`  python extra ${(py - js).toFixed(2)} ms per call, of which validation + handler (session's durationMs, p50) ${handlerMs.toFixed(3)} ms`);
 
   const concurrent = { python: [], js: [] };
   for (let r = 0; r < Math.max(3, Math.round(rounds / 3)); r += 1) {
@@ -67,6 +64,20 @@ try {
   const cjs = median(concurrent.js);
   console.log(`${concurrency} concurrent 50 ms handlers, all results: python ${cpy.toFixed(0)} ms, js ${cjs.toFixed(0)} ms (median of ${concurrent.js.length}), `
     + `ratio ${(cpy / cjs).toFixed(2)}x; ideal 50 ms: python ${(cpy / 50).toFixed(1)}x, js ${(cjs / 50).toFixed(1)}x`);
+  // Last, with the page's JS listening to `toolcall` (as an app showing its calls would):
+  // the same one-call rounds, and the handler's share of Python's time.
+  await page.evaluate(() => window.listenToCalls());
+  const heard = { python: [], js: [] };
+  for (let r = 0; r < Math.max(3, Math.round(rounds / 3)); r += 1) {
+    for (let i = 0; i < perRound; i += 1) {
+      for (const name of (r + i) % 2 ? ["js", "python"] : ["python", "js"]) heard[name].push(await timed(name, "echo", i));
+    }
+  }
+  const handlerMs = median(await page.evaluate(() => window.pyDurations));
+  const hpy = median(heard.python);
+  const hjs = median(heard.js);
+  console.log(`one call, the page listening to toolcall: python ${hpy.toFixed(2)} ms, js ${hjs.toFixed(2)} ms (p50 of ${heard.js.length}), ratio ${(hpy / hjs).toFixed(2)}x`);
+  console.log(`  python extra ${(hpy - hjs).toFixed(2)} ms per call, of which validation + handler (session's durationMs, p50) ${handlerMs.toFixed(3)} ms`);
 } finally {
   await browser.close();
   await core.stop();

@@ -15,7 +15,7 @@ import asyncio
 import enum
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -152,7 +152,8 @@ class Session:
         self._adapter: AdapterEvents | None = None
         self._connecting = False
         self._closed = False
-        self._tasks: set[asyncio.Future[None]] = set()
+        # each request's task while it runs (the loop holds tasks only weakly)
+        self._tasks: dict[InFlight, asyncio.Future[None]] = {}
         self._core_cancelled: dict[str, str] = {}  # request id -> Core's reason, oldest first
         self._last_state = self.state
         for tool in tools:
@@ -395,10 +396,18 @@ class Session:
         """Run what is left of a request (an async handler, an approval) as a task."""
         rest, rec.rest = rec.rest, None
         if rest is not None:
-            task = self._scheduler.create_task(rest)
-            if isinstance(task, asyncio.Future):
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            task = self._scheduler.create_task(self._run_held(rec, rest))
+            if isinstance(task, asyncio.Future) and not task.done():
+                self._tasks[rec] = task
+
+    async def _run_held(self, rec: InFlight, rest: Coroutine[Any, Any, None]) -> None:
+        # Let go of its task itself when done: a done callback would cost the page one
+        # more JS task per request (each turn of its loop is one).
+        try:
+            await rest
+        finally:
+            rest.close()  # a task cancelled before its first step never started it
+            self._tasks.pop(rec, None)
 
     def cancel(self, tool_request_id: str, reason: str = "cancelled by the user") -> bool:
         """Cancel a request in flight: ``ctx.cancelled`` becomes True. One awaiting approval

@@ -196,7 +196,7 @@ async def test_the_grace_period_runs_on_the_default_scheduler_too() -> None:
     await spin()
     (answer,) = core.of_type("tool.result")
     assert answer["result"]["error"]["code"] == "TOOL_CANCELLED"
-    for task in session._tasks:
+    for task in list(session._tasks.values()):
         task.cancel()
     await spin()
 

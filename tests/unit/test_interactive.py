@@ -337,7 +337,7 @@ async def test_a_reload_while_awaiting_approval_asks_again_and_runs_once() -> No
     first.receive(request("q1", "delete", {"id": 4}))
     await spin()
     assert first.pending[0].status == "awaiting_approval"
-    for task in first._tasks:  # the tab goes away with the approval card on screen
+    for task in list(first._tasks.values()):  # the tab goes away with the approval card on screen
         task.cancel()
     await spin()
 
@@ -381,7 +381,7 @@ async def test_an_approval_given_is_not_asked_again_after_a_reload() -> None:
     assert asked == ["first"] and runs == []
     ledger = StorageLedger(storage, "p:")
     assert ledger.was_approved("q1") and not ledger.was_started("q1")
-    for task in first._tasks:
+    for task in list(first._tasks.values()):
         task.cancel()
     await spin()
 
@@ -557,7 +557,7 @@ async def test_cancelling_a_request_awaiting_approval_answers_it_at_once(by: str
         assert answer["result"]["error"]["code"] == "TOOL_CANCELLED"
     else:  # Core answered its caller already and would refuse a result
         assert answers == []
-    assert never.cancelled() and runs == [] and session._tasks == set()
+    assert never.cancelled() and runs == [] and session._tasks == {}
     assert session.pending == [] and session.state == SessionState.IDLE
 
 
@@ -831,7 +831,7 @@ async def test_approving_again_while_the_handler_runs_does_not_let_a_reload_run_
     assert runs == [6] and StorageLedger(storage, "p:").was_started("q1")
     kept[0].approve()  # a second click on the approval card, the handler already running
     assert StorageLedger(storage, "p:").was_started("q1")
-    for task in first._tasks:  # the tab goes away while the handler runs
+    for task in list(first._tasks.values()):  # the tab goes away while the handler runs
         task.cancel()
     await spin()
 

@@ -225,7 +225,7 @@ async def test_a_reload_while_a_plain_functions_awaitable_is_pending_is_outcome_
     first.receive(request("q1", "side_effect", {"key": "a"}))
     await asyncio.sleep(0)
     assert runs == ["a"] and StorageLedger(storage, "p:").was_started("q1")
-    for task in first._tasks:  # the tab goes away while the awaitable is pending
+    for task in list(first._tasks.values()):  # the tab goes away while the awaitable is pending
         task.cancel()
 
     reloaded = Session([tool], ledger=StorageLedger(storage, "p:"))
