@@ -263,7 +263,7 @@ class CoreLink:
         # the open socket's send (its JS method, taken once: every tool result goes through
         # it), None while no connection is open
         self._send_frame: Callable[[str], Any] | None = None
-        self._handler: Any = None
+        self._handlers: tuple[Any, ...] = ()
         self._welcomed: asyncio.Future[None] | None = None
         self._failures = 0
         self._retry: asyncio.TimerHandle | None = None
@@ -301,20 +301,25 @@ class CoreLink:
         except Exception as exc:  # a malformed URL or a blocked port throws at once
             self._fail_first(CoreUnreachableError(f"cannot open {self.url}: {exc}"))
             return
-        handler = create_proxy(self._on_socket_event)
-        socket.onopen = socket.onmessage = socket.onclose = socket.onerror = handler
+        # A message has a handler of its own: it reads only the frame (each property read
+        # crosses into JS).
+        on_message = create_proxy(self._on_message)
+        on_other = create_proxy(self._on_socket_event)
+        socket.onmessage = on_message
+        socket.onopen = socket.onclose = socket.onerror = on_other
         self._socket = socket
-        self._handler = handler
+        self._handlers = (on_message, on_other)
+
+    def _on_message(self, event: Any) -> None:
+        data = event.data
+        if isinstance(data, str):
+            self.session.receive(data)
+        else:
+            logger.warning("ignoring a binary frame from Core")
 
     def _on_socket_event(self, event: Any) -> None:
         kind = event.type
-        if kind == "message":
-            data = event.data
-            if isinstance(data, str):
-                self.session.receive(data)
-            else:
-                logger.warning("ignoring a binary frame from Core")
-        elif kind == "open":
+        if kind == "open":
             self.connections += 1
             self._send_frame = self._socket.send
             if not self.session.closed:
@@ -324,11 +329,12 @@ class CoreLink:
         # "error" is always followed by "close", which carries what there is to know
 
     def _detach(self) -> None:
-        socket, handler = self._socket, self._handler
-        self._socket = self._handler = self._send_frame = None
+        socket, handlers = self._socket, self._handlers
+        self._socket = self._send_frame = None
+        self._handlers = ()
         if socket is not None:
             socket.onopen = socket.onmessage = socket.onclose = socket.onerror = None
-        if handler is not None:
+        for handler in handlers:
             # not from inside its own call: destroy on the next turn of the loop
             asyncio.get_event_loop().call_soon(handler.destroy)
 
