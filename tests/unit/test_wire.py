@@ -788,8 +788,9 @@ async def test_a_first_connection_closed_1013_before_its_welcome_backs_off_and_r
             pass
 
         def fire(self, kind: str, **fields: Any) -> None:
-            assert self.onopen is not None
-            self.onopen(SimpleNamespace(type=kind, **fields))
+            handler = getattr(self, f"on{kind}")
+            assert handler is not None
+            handler(SimpleNamespace(type=kind, **fields))
 
     class Proxy:  # pyodide.ffi.create_proxy's stand-in
         def __init__(self, function: Any) -> None:
