@@ -175,11 +175,9 @@ def test_interrupted_request_reruns_only_if_safe(annotations: Any, reruns: bool)
         assert core.of_type("tool.result")[1] == result and runs == []
 
 
-# The first tab's handler coroutines never run: that is the point, not a leak.
-@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
-async def test_a_reload_before_an_async_body_ran_lets_the_request_run_after_it() -> None:
-    storage = DictStorage()
-    runs: list[str] = []
+def side_effect_tool(runs: list[str]) -> Any:
+    """An async tool with a side effect (must not run twice): its key goes in ``runs``
+    when its body runs, its result one step of the loop later."""
 
     async def side_effect(key: str) -> str:
         """Writes something: must not run twice."""
@@ -187,7 +185,15 @@ async def test_a_reload_before_an_async_body_ran_lets_the_request_run_after_it()
         await asyncio.sleep(0)
         return key
 
-    tool = define_tool(side_effect)
+    return define_tool(side_effect)
+
+
+# The first tab's handler coroutines never run: that is the point, not a leak.
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+async def test_a_reload_before_an_async_body_ran_lets_the_request_run_after_it() -> None:
+    storage = DictStorage()
+    runs: list[str] = []
+    tool = side_effect_tool(runs)
     first = Session([tool], ledger=StorageLedger(storage, "p:"))
     connected(first)
     first.receive(request("q1", "side_effect", {"key": "a"}))
@@ -219,14 +225,7 @@ async def test_in_the_page_an_async_body_begins_in_the_turn_its_request_arrived(
 
     storage = DictStorage()
     runs: list[str] = []
-
-    async def side_effect(key: str) -> str:
-        """Writes something: must not run twice."""
-        runs.append(key)
-        await asyncio.sleep(0)
-        return key
-
-    session = Session([define_tool(side_effect)], ledger=StorageLedger(storage, "p:"),
+    session = Session([side_effect_tool(runs)], ledger=StorageLedger(storage, "p:"),
                       scheduler=PageLoop())
     core = connected(session)
     session.receive(request("q1", "side_effect", {"key": "a"}))
