@@ -178,14 +178,19 @@ def explain_worker_error(exc: BaseException) -> str | None:
 
 class PageLoop:
     """The page's scheduler: Pyodide's WebLoop spawns async handlers and times progress
-    and cancels. Looked up at each call: frames arrive in JS callbacks, where no loop is
-    running (``get_running_loop`` raises there), while ``get_event_loop`` is the WebLoop.
+    and cancels, looked up at each call (``get_event_loop`` is the WebLoop).
 
-    A task's first step runs at once, up to its first ``await``, as a sync handler runs
-    inline: each turn of the WebLoop is a JS task, and a step put off to the next turn
-    costs a request more than a short handler does. Not ``loop.create_task``: the WebLoop
-    ignores ``eager_start`` there and adds a done callback of its own to each task (one
-    more JS task when it ends)."""
+    Each turn of the WebLoop is a JS task, which costs a request more than a short handler
+    does. So a task's first step runs at once (``eager``), up to its first ``await``, in
+    the JS task its request arrived in, as a sync handler runs: unless this Pyodide can
+    switch stacks (JSPI, on a page started without the memory snapshot), where a handler
+    may suspend on a JS promise (``run_sync``, Pyodide's ``time.sleep``) only in a turn of
+    the loop, not in the socket's message handler. Tasks are not made by
+    ``loop.create_task``, which ignores ``eager_start`` and adds a done callback of its
+    own to each task (one more JS task when it ends)."""
+
+    def __init__(self, *, eager: bool | None = None) -> None:
+        self.eager = not _can_switch_stacks() if eager is None else eager
 
     def time(self) -> float:
         return asyncio.get_event_loop().time()
@@ -195,9 +200,28 @@ class PageLoop:
 
     def create_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         loop = asyncio.get_event_loop()
-        if sys.version_info >= (3, 12):  # Pyodide's Python is; a CPython host may not be
+        # (Python 3.12+, as Pyodide's is; and only on the running loop, as eager start
+        # requires)
+        if sys.version_info >= (3, 12) and self.eager and asyncio._get_running_loop() is loop:
             return asyncio.Task(coro, loop=loop, eager_start=True)
-        return loop.create_task(coro)
+        return asyncio.Task(coro, loop=loop)
+
+
+def _can_switch_stacks() -> bool:
+    """Whether this Pyodide can suspend Python on a JS promise (JSPI: a browser that has
+    it, and a runtime not restored from a snapshot made without it); when unsure, yes (a
+    handler's first step then waits for a turn of the loop, as it always may)."""
+    try:
+        from pyodide.ffi import can_run_sync, run_sync  # type: ignore[import-not-found]
+    except ImportError:  # not Pyodide
+        return True
+    if can_run_sync():  # a call that may suspend: it has JSPI
+        return True
+    try:  # here it cannot suspend: run_sync refuses at once, saying why
+        run_sync(_js().Promise.resolve())
+    except Exception as exc:
+        return "not supported" not in str(exc)
+    return True
 
 
 def create_session(
@@ -291,7 +315,7 @@ class CoreLink:
             self._welcomed = None
 
     def _open(self) -> None:
-        from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
+        from pyodide.ffi import create_proxy  # type: ignore[import-not-found, unused-ignore]
 
         self._retry = None
         if self._stopped:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import inspect
 import logging
 import os
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -395,19 +396,28 @@ class Session:
     def _spawn(self, rec: InFlight) -> None:
         """Run what is left of a request (an async handler, an approval) as a task."""
         rest, rec.rest = rec.rest, None
-        if rest is not None:
-            task = self._scheduler.create_task(self._run_held(rec, rest))
-            if isinstance(task, asyncio.Future) and not task.done():
-                self._tasks[rec] = task
+        if rest is None:
+            return
+        held = self._run_held(rec, rest)
+        task = self._scheduler.create_task(held)
+        if isinstance(task, asyncio.Future) and not task.done():
+            self._tasks[rec] = task
+            if inspect.getcoroutinestate(held) == inspect.CORO_CREATED:
+                # Its first step is to come: a task cancelled before it never runs the
+                # body of _run_held (nor its ``finally``).
+                task.add_done_callback(lambda _: self._let_go(rec, rest))
 
     async def _run_held(self, rec: InFlight, rest: Coroutine[Any, Any, None]) -> None:
-        # Let go of its task itself when done: a done callback would cost the page one
-        # more JS task per request (each turn of its loop is one).
+        # The task lets itself go when done: a done callback would cost the page one more
+        # JS task per request (each turn of its loop is one).
         try:
             await rest
         finally:
-            rest.close()  # a task cancelled before its first step never started it
             self._tasks.pop(rec, None)
+
+    def _let_go(self, rec: InFlight, rest: Coroutine[Any, Any, None]) -> None:
+        self._tasks.pop(rec, None)
+        rest.close()  # not started if its task was cancelled first: never to run
 
     def cancel(self, tool_request_id: str, reason: str = "cancelled by the user") -> bool:
         """Cancel a request in flight: ``ctx.cancelled`` becomes True. One awaiting approval

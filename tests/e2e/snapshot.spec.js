@@ -109,3 +109,36 @@ test("a page whose data-packages name a package in the snapshot is restored and 
   expect(bad.result.error.code).toBe("INVALID_ARGS");
   expect((await callTool(app, restored.sessionId, "bump", { delta: 1 })).result).toEqual({ value: 2 });
 });
+
+// An async handler's first step runs in the JS task its request arrived in (no turn of the
+// loop spent), except where Pyodide can switch stacks (JSPI, no snapshot): there a handler
+// may suspend on a JS promise before its first await, which it can only in a loop turn.
+const SUSPENDS = `
+import js
+from pyodide.ffi import run_sync
+from pedelec_pyodide import define_tool
+
+@define_tool
+async def suspends() -> str:
+    """Wait 20 ms for a JS promise, synchronously, before any await."""
+    run_sync(js.Promise.new(lambda resolve, reject: js.setTimeout(resolve, 20)))
+    return "resumed"
+
+session.add_tool(suspends)
+session._scheduler.eager
+`;
+
+for (const snapshot of ["on", "off"]) {
+  test(`an async handler's first step: at once, or in a turn of the loop where it may suspend (snapshot ${snapshot})`, async ({ page }) => {
+    test.skip(snapshot === "on" && !SNAPSHOT, "needs the snapshot");
+    const { sessionId } = await state(page, snapshot === "on" ? PAGE : `${PAGE}?snapshot=off`);
+    const eager = await runPython(page, SUSPENDS);
+    // a runtime restored from the snapshot (made under Node, without JSPI) cannot suspend;
+    // a booted one can where the browser has JSPI (Chromium 137+)
+    const jspi = snapshot === "off" && await page.evaluate(() => typeof WebAssembly.Suspending === "function");
+    expect(eager).toBe(!jspi);
+    const { result } = await callTool(app, sessionId, "suspends", {});
+    if (jspi) expect(result).toBe("resumed");
+    else expect(result.error.message).toContain("not supported in this JavaScript runtime");
+  });
+}

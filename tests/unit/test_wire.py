@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import sys
@@ -203,8 +202,6 @@ async def test_a_reload_before_an_async_body_ran_lets_the_request_run_after_it()
     for task in list(first._tasks.values()):
         task.cancel()
     await asyncio.sleep(0)
-    del first, task  # the coroutines they hold never run: collected here, as expected
-    gc.collect()
 
     reloaded = Session([tool], ledger=StorageLedger(storage, "p:"))
     core = connected(reloaded)
@@ -226,7 +223,7 @@ async def test_in_the_page_an_async_body_begins_in_the_turn_its_request_arrived(
     storage = DictStorage()
     runs: list[str] = []
     session = Session([side_effect_tool(runs)], ledger=StorageLedger(storage, "p:"),
-                      scheduler=PageLoop())
+                      scheduler=PageLoop(eager=True))
     core = connected(session)
     session.receive(request("q1", "side_effect", {"key": "a"}))
     assert runs == ["a"] and StorageLedger(storage, "p:").was_started("q1")
@@ -234,6 +231,45 @@ async def test_in_the_page_an_async_body_begins_in_the_turn_its_request_arrived(
     await spin()
     assert [r["result"] for r in core.of_type("tool.result")] == ["a"]
     assert runs == ["a"] and session._tasks == {}
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager tasks: Python 3.12+ (Pyodide's)")
+async def test_in_the_page_a_request_arriving_with_no_loop_running_still_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Eager start needs the loop to be the running one; where it is not (a JS callback
+    with no loop set), the task starts at the loop's next turn: ``receive`` never raises."""
+    from pedelec_pyodide.browser import PageLoop
+
+    runs: list[str] = []
+    session = Session([side_effect_tool(runs)], scheduler=PageLoop(eager=True))
+    core = connected(session)
+    running = asyncio.get_running_loop()
+    # as in the page, where the event loop is the one loop whether running or not
+    monkeypatch.setattr(asyncio, "get_event_loop", lambda: running)
+    asyncio._set_running_loop(None)
+    try:
+        session.receive(request("q1", "side_effect", {"key": "a"}))
+    finally:
+        asyncio._set_running_loop(running)
+    assert runs == []  # not begun: its first step waits for the loop
+    await spin()
+    assert [r["result"] for r in core.of_type("tool.result")] == ["a"] and runs == ["a"]
+    assert session._tasks == {}
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+async def test_a_task_cancelled_before_its_first_step_is_let_go() -> None:
+    """A task cancelled before its first step (the loop shutting down, or the tests' tab
+    going away) runs none of its body: the session still lets it go."""
+    runs: list[str] = []
+    session = Session([side_effect_tool(runs)])
+    connected(session)
+    session.receive(request("q1", "side_effect", {"key": "a"}))
+    (task,) = session._tasks.values()
+    task.cancel()
+    await spin()
+    assert task.cancelled() and runs == [] and session._tasks == {}
 
 
 async def test_a_reload_after_an_async_body_began_is_outcome_unknown() -> None:
