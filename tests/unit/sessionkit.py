@@ -97,3 +97,16 @@ def browser_page(monkeypatch: Any, config: str = '{"storage": false}') -> Any:
                        lambda kind, detail: emitted.append((kind, json.loads(detail))), config)
     page.emitted = emitted
     return page
+
+
+def side_effect_tool(runs: list[str]) -> Any:
+    """An async tool with a side effect (must not run twice): its key goes in ``runs``
+    when its body runs, its result one step of the loop later."""
+
+    async def side_effect(key: str) -> str:
+        """Writes something: must not run twice."""
+        runs.append(key)
+        await asyncio.sleep(0)
+        return key
+
+    return define_tool(side_effect)

@@ -5,11 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sys
 from typing import Any
 
 import pytest
-from sessionkit import WELCOME, FakeCore, browser_page, connected, request, spin
+from sessionkit import (
+    WELCOME,
+    FakeCore,
+    browser_page,
+    connected,
+    request,
+    side_effect_tool,
+    spin,
+)
 from web_storage import DictStorage, QuotaStorage
 
 from pedelec_pyodide import (
@@ -174,19 +181,6 @@ def test_interrupted_request_reruns_only_if_safe(annotations: Any, reruns: bool)
         assert core.of_type("tool.result")[1] == result and runs == []
 
 
-def side_effect_tool(runs: list[str]) -> Any:
-    """An async tool with a side effect (must not run twice): its key goes in ``runs``
-    when its body runs, its result one step of the loop later."""
-
-    async def side_effect(key: str) -> str:
-        """Writes something: must not run twice."""
-        runs.append(key)
-        await asyncio.sleep(0)
-        return key
-
-    return define_tool(side_effect)
-
-
 # The first tab's handler coroutines never run: that is the point, not a leak.
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
 async def test_a_reload_before_an_async_body_ran_lets_the_request_run_after_it() -> None:
@@ -212,50 +206,6 @@ async def test_a_reload_before_an_async_body_ran_lets_the_request_run_after_it()
         await asyncio.sleep(0)
     assert [r["result"] for r in core.of_type("tool.result")] == ["a"]
     assert runs == ["a"]
-
-
-@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager tasks: Python 3.12+ (Pyodide's)")
-async def test_in_the_page_an_async_body_begins_in_the_turn_its_request_arrived() -> None:
-    """The page's scheduler starts a request's task at once: no reload can fall between
-    the request's arrival and its body, and no turn of the loop (a JS task) is spent."""
-    from pedelec_pyodide.browser import PageLoop
-
-    storage = DictStorage()
-    runs: list[str] = []
-    session = Session([side_effect_tool(runs)], ledger=StorageLedger(storage, "p:"),
-                      scheduler=PageLoop(eager=True))
-    core = connected(session)
-    session.receive(request("q1", "side_effect", {"key": "a"}))
-    assert runs == ["a"] and StorageLedger(storage, "p:").was_started("q1")
-    assert core.of_type("tool.result") == [] and len(session._tasks) == 1
-    await spin()
-    assert [r["result"] for r in core.of_type("tool.result")] == ["a"]
-    assert runs == ["a"] and session._tasks == {}
-
-
-@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager tasks: Python 3.12+ (Pyodide's)")
-async def test_in_the_page_a_request_arriving_with_no_loop_running_still_runs(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Eager start needs the loop to be the running one; where it is not (a JS callback
-    with no loop set), the task starts at the loop's next turn: ``receive`` never raises."""
-    from pedelec_pyodide.browser import PageLoop
-
-    runs: list[str] = []
-    session = Session([side_effect_tool(runs)], scheduler=PageLoop(eager=True))
-    core = connected(session)
-    running = asyncio.get_running_loop()
-    # as in the page, where the event loop is the one loop whether running or not
-    monkeypatch.setattr(asyncio, "get_event_loop", lambda: running)
-    asyncio._set_running_loop(None)
-    try:
-        session.receive(request("q1", "side_effect", {"key": "a"}))
-    finally:
-        asyncio._set_running_loop(running)
-    assert runs == []  # not begun: its first step waits for the loop
-    await spin()
-    assert [r["result"] for r in core.of_type("tool.result")] == ["a"] and runs == ["a"]
-    assert session._tasks == {}
 
 
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
