@@ -1,0 +1,83 @@
+#!/usr/bin/env node
+// The page's main-thread CPU per tool call, from Chromium's sampling profiler (CDP
+// Profiler: the samples that are not idle), in the page of bench/page-calls.mjs:
+//   python: the page's Python tools (pedelec-pyodide)
+//   js:     the same tools answered by plain JS over a second WebSocket to the same Core
+// Less moved by other work on the machine than the client's wall time: a busy machine
+// stretches waits, not the page's own work. Rounds alternate python/js; prints the
+// median per call of each and their ratio, for 1. `echo` one call at a time and 2. rounds
+// of 100 concurrent `wait` calls (each handler awaits 50 ms), with the functions that
+// took the most of Python's.
+// Usage: node bench/page-cpu.mjs [rounds]   (starts and stops its own Core on loopback)
+import { chromium } from "playwright";
+import { callTool, openPage, startCore } from "../web/testing.js";
+import { execFileSync } from "node:child_process";
+import { loadavg } from "node:os";
+
+const rounds = Number(process.argv[2] ?? 4);
+execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.build.provision", ".cache/bench"], { stdio: "ignore" });
+const core = await startCore({
+  app: "bench/page", port: 8791, pedelec: ".venv/bin/pedelec", pyodide: ".cache/bench/pyodide",
+  args: ["--quiet", "--max-pending", "100"],
+});
+const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox", "--disable-gpu"] });
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+try {
+  const page = await browser.newPage();
+  const { sessionId } = await openPage(page, `${core.url}/calls.html`);
+  const jsSessionId = await page.waitForFunction(() => window.jsSessionId).then((h) => h.jsonValue());
+  const sessions = { python: sessionId, js: jsSessionId };
+  for (let i = 0; i < 30; i += 1) for (const name of ["python", "js"]) await callTool(core, sessions[name], "echo", { value: i });
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send("Profiler.enable");
+  await cdp.send("Profiler.setSamplingInterval", { interval: 50 });
+
+  // µs of non-idle samples per call while `run` makes `calls` calls; and by function
+  async function profiled(run, calls) {
+    await cdp.send("Profiler.start");
+    await run();
+    const { profile } = await cdp.send("Profiler.stop");
+    const nodes = new Map(profile.nodes.map((node) => [node.id, node]));
+    const byFunction = new Map();
+    let busy = 0;
+    profile.samples.forEach((id, i) => {
+      const name = nodes.get(id).callFrame.functionName || "(anonymous)";
+      if (name === "(idle)") return;
+      busy += profile.timeDeltas[i];
+      byFunction.set(name, (byFunction.get(name) ?? 0) + profile.timeDeltas[i]);
+    });
+    return { perCall: busy / calls, byFunction };
+  }
+  const parts = {
+    "one echo call at a time (200 a round)": (name) => profiled(async () => {
+      for (let i = 0; i < 200; i += 1) await callTool(core, sessions[name], "echo", { value: i });
+    }, 200),
+    "100 concurrent wait calls (3 rounds of 100 a round)": (name) => profiled(async () => {
+      for (let r = 0; r < 3; r += 1) {
+        await Promise.all(Array.from({ length: 100 }, (_, i) => callTool(core, sessions[name], "wait", { value: i })));
+      }
+    }, 300),
+  };
+  for (const [part, measure] of Object.entries(parts)) {
+    const perCall = { python: [], js: [] };
+    const functions = new Map();
+    for (let r = 0; r < rounds; r += 1) {
+      for (const name of r % 2 ? ["js", "python"] : ["python", "js"]) {
+        const { perCall: us, byFunction } = await measure(name);
+        perCall[name].push(us);
+        if (name === "python") for (const [fn, t] of byFunction) functions.set(fn, (functions.get(fn) ?? 0) + t);
+      }
+    }
+    const py = median(perCall.python);
+    const js = median(perCall.js);
+    const calls = part.startsWith("one") ? 200 : 300;
+    const top = [...functions].sort((a, b) => b[1] - a[1]).slice(0, 5)
+      .map(([fn, t]) => `${fn} ${(t / rounds / calls).toFixed(0)}`).join(", ");
+    console.log(`${part}: main-thread CPU per call, median of ${rounds} rounds: python ${py.toFixed(0)} µs, `
+      + `js ${js.toFixed(0)} µs, ratio ${(py / js).toFixed(2)}x (load ${loadavg()[0].toFixed(1)})`);
+    console.log(`  python's largest (µs a call): ${top}`);
+  }
+} finally {
+  await browser.close();
+  await core.stop();
+}
