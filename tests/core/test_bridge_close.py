@@ -23,6 +23,7 @@ import time
 from collections.abc import MutableMapping
 from typing import Any
 
+import pytest
 from corekit import WAIT, config, run, running_core, tool_meta
 from starlette.websockets import WebSocket
 from websockets.client import ClientProtocol
@@ -33,6 +34,7 @@ from websockets.uri import parse_uri
 from pedelec_pyodide.core.agents import OfflineAgent
 from pedelec_pyodide.core.cluster import Node
 from pedelec_pyodide.core.page.bridge import BridgeConnection
+from pedelec_pyodide.core.page.ws_limits import BoundedWebSocket
 from pedelec_pyodide.core.sessions import Registry
 from pedelec_pyodide.core.sessions.turns import restore
 from pedelec_pyodide.core.store import open_store
@@ -181,5 +183,37 @@ def test_what_a_reset_page_sent_before_it_is_read_before_the_disconnect() -> Non
             answers = await asyncio.wait_for(asyncio.gather(*calls), WAIT)
             assert sorted(a.json()["result"] for a in answers) == list(range(CALLS)), [
                 a.text for a in answers]
+
+    run(main())
+
+
+def test_a_reset_page_is_disconnected_even_if_reading_what_it_left_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Should handling the frames a reset page left ever raise, the app still hears of the
+    disconnect: the session waits for a resume, its bridge loop does not hang."""
+
+    def fails(self: BoundedWebSocket) -> None:
+        raise RuntimeError("a frame the page left could not be handled")
+
+    monkeypatch.setattr(BoundedWebSocket, "_read_what_is_left", fails)
+
+    async def main() -> None:
+        async with running_core() as core:
+            page = await asyncio.to_thread(BlockingPage, core.port)
+            page.send({"type": "hello", "protocol": 1, "tools": [tool_meta("t")]})
+            await asyncio.to_thread(page.read_until, 1)
+            session = core.registry.get(page.texts[0]["sessionId"])
+            call = asyncio.create_task(core.tool_call(session.id, "t", {"n": 1}))
+            await asyncio.to_thread(page.read_until, 2)
+            await asyncio.to_thread(page.reset)
+            session.send(json.dumps({"type": "tool.cancel", "toolRequestId": "x",
+                                     "reason": "a write that meets the reset"}))
+            for _ in range(int(WAIT / 0.01)):
+                if session.connection is None:
+                    break
+                await asyncio.sleep(0.01)
+            assert session.connection is None, "the disconnect never reached the session"
+            call.cancel()
 
     run(main())

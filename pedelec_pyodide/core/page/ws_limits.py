@@ -355,17 +355,19 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
-        if exc is not None and self.handshake_complete and not self._cut_off:
-            self._read_what_is_left()
-        self._unread = None
-        if self._next_slice is not None:
-            self._next_slice.cancel()
-            self._next_slice = None
-        self.cancel_deadline()
-        if self._reaper is not None:
-            self._reaper.cancel()
-            self._reaper = None
-        super().connection_lost(exc)
+        try:
+            if exc is not None and self.handshake_complete and not self._cut_off:
+                self._read_what_is_left()
+        finally:  # whatever those frames did, the app hears of the disconnect
+            self._unread = None
+            if self._next_slice is not None:
+                self._next_slice.cancel()
+                self._next_slice = None
+            self.cancel_deadline()
+            if self._reaper is not None:
+                self._reaper.cancel()
+                self._reaper = None
+            super().connection_lost(exc)
 
     def _read_what_is_left(self) -> None:
         """The socket broke (a write met the client's reset): frames the client sent
