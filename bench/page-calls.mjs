@@ -7,31 +7,16 @@
 // 2. 100 concurrent `wait` calls (each handler awaits 50 ms): time to all 100 results,
 //    python vs js vs the ideal 50 ms.
 // Usage: node bench/page-calls.mjs [rounds]   (starts and stops its own Core on loopback)
-import { chromium } from "playwright";
-import { callTool, openPage, startCore } from "../web/testing.js";
-import { execFileSync } from "node:child_process";
+import { callTool } from "../web/testing.js";
+import { median, openCallsPage } from "./calls-page.mjs";
 
 const rounds = Number(process.argv[2] ?? 15);
 const perRound = 40;
-const port = 8796;
-execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.build.provision", ".cache/bench"], { stdio: "ignore" });
 const concurrency = 100;
 // --max-pending: part 2 keeps `concurrency` calls pending on one session at once, over
 // Core's default of 64 (which answers the rest TOO_MANY_PENDING before they reach the page).
-const core = await startCore({
-  app: "bench/page", port, pedelec: ".venv/bin/pedelec", pyodide: ".cache/bench/pyodide",
-  args: ["--quiet", "--max-pending", String(concurrency)],
-});
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const { core, page, sessions, close } = await openCallsPage({ port: 8796, maxPending: concurrency });
 try {
-  const page = await browser.newPage();
-  const { sessionId } = await openPage(page, `${core.url}/calls.html`);
-  const jsSessionId = await page.waitForFunction(() => window.jsSessionId).then((h) => h.jsonValue());
-  const sessions = { python: sessionId, js: jsSessionId };
   async function timed(name, tool, value) {
     const t0 = performance.now();
     const { result } = await callTool(core, sessions[name], tool, { value });
@@ -79,6 +64,5 @@ try {
   console.log(`one call, the page listening to toolcall: python ${hpy.toFixed(2)} ms, js ${hjs.toFixed(2)} ms (p50 of ${heard.js.length}), ratio ${(hpy / hjs).toFixed(2)}x`);
   console.log(`  python extra ${(hpy - hjs).toFixed(2)} ms per call, of which validation + handler (session's durationMs, p50) ${handlerMs.toFixed(3)} ms`);
 } finally {
-  await browser.close();
-  await core.stop();
+  await close();
 }

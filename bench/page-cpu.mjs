@@ -9,24 +9,13 @@
 // of 100 concurrent `wait` calls (each handler awaits 50 ms), with the functions that
 // took the most of Python's.
 // Usage: node bench/page-cpu.mjs [rounds]   (starts and stops its own Core on loopback)
-import { chromium } from "playwright";
-import { callTool, openPage, startCore } from "../web/testing.js";
-import { execFileSync } from "node:child_process";
+import { callTool } from "../web/testing.js";
 import { loadavg } from "node:os";
+import { median, openCallsPage } from "./calls-page.mjs";
 
 const rounds = Number(process.argv[2] ?? 4);
-execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.build.provision", ".cache/bench"], { stdio: "ignore" });
-const core = await startCore({
-  app: "bench/page", port: 8791, pedelec: ".venv/bin/pedelec", pyodide: ".cache/bench/pyodide",
-  args: ["--quiet", "--max-pending", "100"],
-});
-const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox", "--disable-gpu"] });
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const { core, page, sessions, close } = await openCallsPage({ port: 8791, maxPending: 100 });
 try {
-  const page = await browser.newPage();
-  const { sessionId } = await openPage(page, `${core.url}/calls.html`);
-  const jsSessionId = await page.waitForFunction(() => window.jsSessionId).then((h) => h.jsonValue());
-  const sessions = { python: sessionId, js: jsSessionId };
   for (let i = 0; i < 30; i += 1) for (const name of ["python", "js"]) await callTool(core, sessions[name], "echo", { value: i });
   const cdp = await page.context().newCDPSession(page);
   await cdp.send("Profiler.enable");
@@ -78,6 +67,5 @@ try {
     console.log(`  python's largest (µs a call): ${top}`);
   }
 } finally {
-  await browser.close();
-  await core.stop();
+  await close();
 }

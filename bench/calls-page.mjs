@@ -1,0 +1,35 @@
+// The page of the page benchmarks (bench/page/calls.html) in headless Chromium, on a Core
+// of its own on loopback: the page's Python session and the plain-JS session beside it.
+import { chromium } from "playwright";
+import { openPage, startCore } from "../web/testing.js";
+import { execFileSync } from "node:child_process";
+
+/**
+ * Provision, start Core on `port` (`--max-pending maxPending`), open the page; resolves to
+ * `{ core, browser, page, sessions: { python, js } }`. `close()` stops both.
+ */
+export async function openCallsPage({ port, maxPending = 64 }) {
+  execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.build.provision", ".cache/bench"], { stdio: "ignore" });
+  const core = await startCore({
+    app: "bench/page", port, pedelec: ".venv/bin/pedelec", pyodide: ".cache/bench/pyodide",
+    args: ["--quiet", "--max-pending", String(maxPending)],
+  });
+  let browser;
+  try {
+    browser = await chromium.launch({
+      executablePath: "/usr/bin/chromium",
+      args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    });
+    const page = await browser.newPage();
+    const { sessionId } = await openPage(page, `${core.url}/calls.html`);
+    const jsSessionId = await page.waitForFunction(() => window.jsSessionId).then((h) => h.jsonValue());
+    const close = async () => { await browser.close(); await core.stop(); };
+    return { core, browser, page, sessions: { python: sessionId, js: jsSessionId }, close };
+  } catch (err) {
+    await browser?.close();
+    await core.stop();
+    throw err;
+  }
+}
+
+export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
