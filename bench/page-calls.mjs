@@ -6,6 +6,9 @@
 // 1. one `echo` call at a time: rounds of calls alternating python/js; ratio of the p50s.
 // 2. 100 concurrent `wait` calls (each handler awaits 50 ms): time to all 100 results,
 //    python vs js vs the ideal 50 ms.
+// 3. part 1 again (a third of the rounds) with the page's JS listening to `toolcall`: the
+//    events it makes Python build, and the handlers' `durationMs`. (Parts 1 and 2 run with
+//    no listener: the JS session builds no events either.)
 // Usage: node bench/page-calls.mjs [rounds]   (starts and stops its own Core on loopback)
 import { callTool } from "../web/testing.js";
 import { median, openCallsPage } from "./calls-page.mjs";
