@@ -93,6 +93,11 @@ function shellQuote(word) {
  * `env`: more environment for Core (e.g. `PEDELEC_CACHE_DIR`).
  * `echo: true` passes Core's output through to this process's stdout/stderr.
  */
+// The Cores startCore started and that still run: stopped if this process exits first (a
+// test run that dies on an uncaught error, or on a closed stdout, leaves no Core behind).
+const running = new Set();
+process.once("exit", () => { for (const child of running) child.kill("SIGTERM"); });
+
 export async function startCore({
   app, port, token = DEFAULT_TOKEN, pedelec = "pedelec", pyodide, args = [],
   env = {}, timeoutMs = CORE_READY_TIMEOUT_MS, echo = false,
@@ -111,6 +116,8 @@ export async function startCore({
   child.stderr.on("data", (chunk) => { keep(chunk); if (echo) process.stderr.write(chunk); });
   let spawnError = null;
   child.once("error", (err) => { spawnError = err; });
+  running.add(child);
+  child.once("exit", () => running.delete(child));
   const core = { ...coreAt(port, token), process: child };
   core.stop = () => new Promise((resolve) => {
     if (child.exitCode !== null || child.signalCode !== null || spawnError) return resolve();

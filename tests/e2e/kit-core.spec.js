@@ -77,6 +77,41 @@ test("a CLI that is not there says to point `pedelec` at the virtualenv's", asyn
   expect(error?.message).toContain(".venv/bin/pedelec");
 });
 
+test("a script that dies with its Core running leaves no Core behind", async () => {
+  test.setTimeout(120_000);
+  const port = await freePort();
+  // starts a Core, says so, then dies on an uncaught error without stopping it
+  const script = `
+    import { startCore } from ${JSON.stringify(new URL("../../web/testing.js", import.meta.url).href)};
+    const core = await startCore({ port: ${port}, pedelec: ${JSON.stringify(PEDELEC)}, pyodide: ${JSON.stringify(PYODIDE)} });
+    console.log("pid " + core.process.pid);  // one string: FORCE_COLOR colours a number
+    throw new Error("the script dies here");
+  `;
+  const { stdout, stderr, code } = await new Promise((resolve) => {
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (chunk) => { out += chunk; });
+    child.stderr.on("data", (chunk) => { err += chunk; });
+    child.once("close", (exitCode) => resolve({ stdout: out, stderr: err, code: exitCode }));  // its output all read
+  });
+  expect(stderr).toContain("the script dies here");
+  expect(code).not.toBe(0);
+  const pid = Number(/pid (\d+)/.exec(stdout)?.[1]);
+  expect(pid, stderr).toBeGreaterThan(0);
+  const alive = () => {  // a zombie (exited, not yet reaped by whoever adopted it) is gone
+    try {
+      return readFileSync(`/proc/${pid}/stat`, "utf8").split(") ").pop()[0] !== "Z";
+    } catch {
+      return false;
+    }
+  };
+  for (let i = 0; i < 100 && alive(); i += 1) await new Promise((r) => setTimeout(r, 100));
+  const outlived = alive();
+  if (outlived) process.kill(pid, "SIGTERM");  // this test's Core all the same
+  expect(outlived, "Core outlived the script that started it").toBe(false);
+});
+
 test("coreWebServer's command: ready when pages can load, a clear exit when they cannot", async () => {
   // as Playwright runs it: a shell in its own process group, stopped by a signal to the group
   const run = (entry) => new Promise((resolve) => {
