@@ -30,12 +30,17 @@ try {
   // Warm up: jsonschema (imported after ready), the validators, HTTP keep-alive.
   for (let i = 0; i < 30; i += 1) for (const name of ["python", "js"]) await timed(name, "echo", i);
 
-  const single = { python: [], js: [] };
-  for (let r = 0; r < rounds; r += 1) {
-    for (let i = 0; i < perRound; i += 1) {
-      for (const name of (r + i) % 2 ? ["js", "python"] : ["python", "js"]) single[name].push(await timed(name, "echo", i));
+  // `count` rounds of one `echo` call at a time, python and js alternating
+  async function oneCallRounds(count) {
+    const ms = { python: [], js: [] };
+    for (let r = 0; r < count; r += 1) {
+      for (let i = 0; i < perRound; i += 1) {
+        for (const name of (r + i) % 2 ? ["js", "python"] : ["python", "js"]) ms[name].push(await timed(name, "echo", i));
+      }
     }
+    return ms;
   }
+  const single = await oneCallRounds(rounds);
   const py = median(single.python);
   const js = median(single.js);
   console.log(`one call: python ${py.toFixed(2)} ms, js ${js.toFixed(2)} ms (p50 of ${single.js.length}), ratio ${(py / js).toFixed(2)}x`);
@@ -55,12 +60,7 @@ try {
   // Last, with the page's JS listening to `toolcall` (as an app showing its calls would):
   // the same one-call rounds, and the handler's share of Python's time.
   await page.evaluate(() => window.listenToCalls());
-  const heard = { python: [], js: [] };
-  for (let r = 0; r < Math.max(3, Math.round(rounds / 3)); r += 1) {
-    for (let i = 0; i < perRound; i += 1) {
-      for (const name of (r + i) % 2 ? ["js", "python"] : ["python", "js"]) heard[name].push(await timed(name, "echo", i));
-    }
-  }
+  const heard = await oneCallRounds(Math.max(3, Math.round(rounds / 3)));
   const handlerMs = median(await page.evaluate(() => window.pyDurations));
   const hpy = median(heard.python);
   const hjs = median(heard.js);

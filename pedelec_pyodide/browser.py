@@ -16,6 +16,7 @@ so a reload resumes the session and never re-runs a request that already ran in 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import random
@@ -207,6 +208,7 @@ class PageLoop:
         return asyncio.Task(coro, loop=loop)
 
 
+@functools.cache  # the runtime's, the same for every session
 def _can_switch_stacks() -> bool:
     """Whether this Pyodide can suspend Python on a JS promise (JSPI: a browser that has
     it, and a runtime not restored from a snapshot made without it); when unsure, yes (a

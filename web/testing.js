@@ -86,6 +86,11 @@ function shellQuote(word) {
   return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`;
 }
 
+// The Cores startCore started and that still run: stopped if this process exits first (a
+// test run that dies on an uncaught error, or on a closed stdout, leaves no Core behind).
+const running = new Set();
+process.once("exit", () => { for (const child of running) child.kill("SIGTERM"); });
+
 /**
  * Start Core from code (globalSetup, a plain Node script); resolves to
  * `{ url, token, process, stop() }` once pages can load (health's `ready`). Rejects with
@@ -93,11 +98,6 @@ function shellQuote(word) {
  * `env`: more environment for Core (e.g. `PEDELEC_CACHE_DIR`).
  * `echo: true` passes Core's output through to this process's stdout/stderr.
  */
-// The Cores startCore started and that still run: stopped if this process exits first (a
-// test run that dies on an uncaught error, or on a closed stdout, leaves no Core behind).
-const running = new Set();
-process.once("exit", () => { for (const child of running) child.kill("SIGTERM"); });
-
 export async function startCore({
   app, port, token = DEFAULT_TOKEN, pedelec = "pedelec", pyodide, args = [],
   env = {}, timeoutMs = CORE_READY_TIMEOUT_MS, echo = false,

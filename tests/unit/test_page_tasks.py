@@ -30,9 +30,7 @@ async def test_in_the_page_an_async_body_begins_in_the_turn_its_request_arrived(
     the request's arrival and its body, and no turn of the loop (a JS task) is spent."""
     storage = DictStorage()
     runs: list[str] = []
-    session = Session([side_effect_tool(runs)], ledger=StorageLedger(storage, "p:"),
-                      scheduler=PageLoop(eager=True))
-    core = connected(session)
+    session, core = page_session(side_effect_tool(runs), ledger=StorageLedger(storage, "p:"))
     session.receive(request("q1", "side_effect", {"key": "a"}))
     assert runs == ["a"] and StorageLedger(storage, "p:").was_started("q1")
     assert core.of_type("tool.result") == [] and len(session._tasks) == 1
@@ -47,8 +45,7 @@ async def test_in_the_page_a_request_arriving_with_no_loop_running_still_runs(
     """Eager start needs the loop to be the running one; where it is not (a JS callback
     with no loop set), the task starts at the loop's next turn: ``receive`` never raises."""
     runs: list[str] = []
-    session = Session([side_effect_tool(runs)], scheduler=PageLoop(eager=True))
-    core = connected(session)
+    session, core = page_session(side_effect_tool(runs))
     running = asyncio.get_running_loop()
     # as in the page, where the event loop is the one loop whether running or not
     monkeypatch.setattr(asyncio, "get_event_loop", lambda: running)
