@@ -1,12 +1,13 @@
 // The page of the page benchmarks (bench/page/calls.html) in headless Chromium, on a Core
-// of its own on loopback: the page's Python session and the plain-JS session beside it.
+// of its own on loopback: the page's Python session, and beside it the plain-JS one and two
+// bare-Python ones (see the page).
 import { chromium } from "playwright";
 import { openPage, startCore } from "../web/testing.js";
 import { execFileSync } from "node:child_process";
 
 /**
  * Provision, start Core on `port` (`--max-pending maxPending`), open the page; resolves to
- * `{ core, browser, page, sessions: { python, js } }`. `close()` stops both.
+ * `{ core, browser, page, sessions: { python, js, bare, floor } }`. `close()` stops the browser and Core.
  */
 export async function openCallsPage({ port, maxPending = 64 }) {
   execFileSync(".venv/bin/python", ["-m", "pedelec_pyodide.build.provision", ".cache/bench"], { stdio: "ignore" });
@@ -23,8 +24,10 @@ export async function openCallsPage({ port, maxPending = 64 }) {
     const page = await browser.newPage();
     const { sessionId } = await openPage(page, `${core.url}/calls.html`);
     const jsSessionId = await page.waitForFunction(() => window.jsSessionId).then((h) => h.jsonValue());
+    const bareSessionId = await page.waitForFunction(() => window.bareSessionId).then((h) => h.jsonValue());
+    const floorSessionId = await page.waitForFunction(() => window.floorSessionId).then((h) => h.jsonValue());
     const close = async () => { await browser.close(); await core.stop(); };
-    return { core, browser, page, sessions: { python: sessionId, js: jsSessionId }, close };
+    return { core, browser, page, sessions: { python: sessionId, js: jsSessionId, bare: bareSessionId, floor: floorSessionId }, close };
   } catch (err) {
     await browser?.close();
     await core.stop();
