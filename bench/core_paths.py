@@ -20,6 +20,12 @@ this process and the Cores). ``--before DIR`` runs a second Core from another ch
 (a worktree of an earlier commit), interleaved with this one's: before and after in one
 run.
 
+The same variants also run, interleaved, on ``bench/bare_core.py``: a Starlette app on
+the server stack Core runs on that does none of Core's work (no checks, no store, no
+limits, no agent), only the two sockets' crossings. Its ratios are what those goals
+come to for any server in Python on ASGI; Core's time against its time is what Core's
+own work costs.
+
 ``--cpu`` then prints, for each Core, its CPU time per operation of each variant (the
 kernel's count) and this process's (the client and the page): where a ratio's time is.
 
@@ -41,13 +47,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from simpages import TOOLS, core_process
+from simpages import TOOLS, core_process, server_process
 from websockets.speedups import apply_mask
 
 from pedelec_pyodide import protocol
 
 TOKEN = "bench"
 STEPS = 8
+BARE = "bare ASGI (bench/bare_core.py)"
 
 
 class RawHTTP:
@@ -292,6 +299,8 @@ async def main(rounds: int, calls: int, before: str | None, cpu: bool) -> None:
         if before is not None:
             processes[f"before ({before})"] = stack.enter_context(
                 core_process(TOKEN, *options, source=before))
+        processes[BARE] = stack.enter_context(server_process(
+            [sys.executable, str(Path(__file__).resolve().parent / "bare_core.py")]))
         targets = {label: Target(port) for label, (_, port) in processes.items()}
         variants = {label: await target.open() for label, target in targets.items()}
         samples: dict[tuple[str, str], list[float]] = {
@@ -318,13 +327,19 @@ async def main(rounds: int, calls: int, before: str | None, cpu: bool) -> None:
 
     print(f"{rounds} rounds of {calls} calls per variant (a turn: a quarter of that), "
           "variants and Cores interleaved")
-    ratios = {label: report(label, {name: statistics.median(samples[label, name])
-                                    for name in named})
-              for label, named in variants.items()}
+    medians = {label: {name: statistics.median(samples[label, name]) for name in named}
+               for label, named in variants.items()}
+    ratios = {label: report(label, p50) for label, p50 in medians.items()}
     if before is not None:
-        (now_call, now_step), (then_call, then_step) = ratios.values()
+        now_call, now_step = ratios["this tree"]
+        then_call, then_step = ratios[f"before ({before})"]
         print(f"this tree / before: call ratio {now_call / then_call:.2f}, "
               f"step ratio {now_step / then_step:.2f}")
+    core, bare = medians["this tree"], medians[BARE]
+    steps = [per_step(p50["turn 1"], p50[f"turn {STEPS}"]) for p50 in (core, bare)]
+    print(f"this tree / {BARE}: call {core['call'] / bare['call']:.2f}x, "
+          f"step {steps[0] / steps[1]:.2f}x, health {core['health'] / bare['health']:.2f}x, "
+          f"ping {core['ping'] / bare['ping']:.2f}x")
     ones = [one for one, _, _ in loads]
     print(f"1-minute load average {min(ones):.2f} to {max(ones):.2f} during the run "
           f"({os.cpu_count()} cores, shared by this process and the Cores)")

@@ -36,30 +36,36 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-@contextlib.contextmanager
 def core_process(token: str, *options: str, source: str | None = None
-                 ) -> Iterator[tuple[subprocess.Popen[str], int]]:
+                 ) -> contextlib.AbstractContextManager[tuple[subprocess.Popen[str], int]]:
     """``pedelec serve`` on a free loopback port: ``(process, port)``; stopped on exit.
     ``source``: a checkout whose ``pedelec_pyodide`` to run (another commit's, side by
     side with this one's), instead of the installed one."""
     env = dict(os.environ, PEDELEC_ADMIN_TOKEN=token)
     if source is not None:
         env["PYTHONPATH"] = source
-    core = subprocess.Popen(
-        [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port", "0",
-         "--no-provision", "--quiet", *options],
-        stdout=subprocess.PIPE, text=True, env=env, cwd=source)
+    return server_process([sys.executable, "-m", "pedelec_pyodide.core.cli", "serve",
+                           "--port", "0", "--no-provision", "--quiet", *options],
+                          env=env, cwd=source)
+
+
+@contextlib.contextmanager
+def server_process(command: list[str], *, env: dict[str, str] | None = None,
+                   cwd: str | None = None) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """A server that prints ``...: URL`` first, as ``pedelec serve`` does: ``(process,
+    port)``; stopped on exit."""
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd)
     try:
-        assert core.stdout is not None
-        url = core.stdout.readline().split(": ", 1)[1].strip()
-        yield core, int(url.rstrip("/").rsplit(":", 1)[1])
+        assert server.stdout is not None
+        url = server.stdout.readline().split(": ", 1)[1].strip()
+        yield server, int(url.rstrip("/").rsplit(":", 1)[1])
     finally:
-        core.terminate()
+        server.terminate()
         try:
-            core.wait(timeout=30)
+            server.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            core.kill()
-            core.wait(timeout=10)
+            server.kill()
+            server.wait(timeout=10)
 
 
 class SimPage:
