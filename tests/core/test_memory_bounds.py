@@ -47,8 +47,8 @@ from pedelec_pyodide.core.sessions import (
     TOO_MANY_PENDING,
     TOO_MANY_SESSIONS,
 )
-from pedelec_pyodide.core.sessions.turns import appended_history, trimmed_history
-from pedelec_pyodide.core.store import char_width
+from pedelec_pyodide.core.sessions.turns import appended_history, trimmed_history, trimmed_with
+from pedelec_pyodide.core.store import char_width, kept_size
 
 MIB = 1024 * 1024
 TOKEN = "memory-test-token"
@@ -202,6 +202,50 @@ def test_an_agent_that_only_adds_to_its_history_appends_as_text_within_the_bound
     assert appended is not None and json.loads(appended) == kept + new
     assert json.loads(appended_history("[]", new, 10_000) or "") == new
     assert appended_history(text, new, len(text) + 10) is None  # over: trimmed instead
+
+
+def test_a_history_over_its_bound_is_trimmed_from_its_text_as_kept() -> None:
+    """Over the bound, the kept history's entries are cut from its text as they stand
+    (whitespace between them as a store may hold it, each entry's own form kept), not
+    encoded again, and the oldest turns go whole, down to three quarters of the bound."""
+    def turn(name: str, text: str) -> list[dict[str, Any]]:
+        return [{"agent": "a", "turn": name, "role": "user", "content": text},
+                {"agent": "a", "turn": name, "role": "assistant", "content": "ok"}]
+
+    kept = turn("t1", "u" * 300) + turn("t2", "\u2192 " * 40) + turn("t3", "v" * 100)
+    texts = [json.dumps(entry) for entry in kept]  # ", " and ": ": not as Core writes
+    stored = "\n[ " + " ,\t".join(texts) + "\r\n]  "
+    new = turn("t4", "w" * 100)
+    t2_on = len("[]") + sum(len(text) + 1 for text in texts[2:]) + len(
+        json.dumps(new, separators=(",", ":")))
+    limit = (t2_on + 10) * 4 // 3  # three quarters: room from t2 on, not for t1's 300
+    trimmed = trimmed_with(stored, new, limit)
+    assert json.loads(trimmed) == kept[2:] + new
+    assert all(text in trimmed for text in texts[2:])  # as it was: not written again
+    assert kept_size(trimmed) <= limit * 3 // 4
+    assert json.loads(trimmed_with("[ ]", new, 10_000)) == new
+    assert json.loads(trimmed_with(stored, new, 8)) == []
+
+
+@given(st.lists(st.tuples(st.sampled_from(["t1", "t2", "t3", "t4"]),
+                          st.text(max_size=30)), max_size=12),
+       st.lists(st.text(max_size=30), max_size=3),
+       st.sampled_from(["", " ", "\n", "\t "]),
+       st.integers(min_value=4, max_value=2000))
+def test_a_trimmed_history_keeps_whole_newest_turns_within_its_bound(
+        kept_entries: list[tuple[str, str]], new_texts: list[str], space: str,
+        limit: int) -> None:
+    kept = [{"turn": name, "text": text} for name, text in sorted(kept_entries)]
+    new = [{"turn": "t5", "text": text} for text in new_texts]
+    stored = "[" + space + ("," + space).join(
+        json.dumps(entry, ensure_ascii=n % 2 == 0) for n, entry in enumerate(kept)) + "]"
+    trimmed = trimmed_with(stored, new, limit)
+    left = json.loads(trimmed)
+    whole = kept + new
+    assert left == whole[len(whole) - len(left):]  # the newest, in order
+    if left and len(left) < len(whole):  # cut between two turns, never inside one
+        assert left[0]["turn"] != whole[len(whole) - len(left) - 1]["turn"]
+    assert kept_size(trimmed) <= limit * 3 // 4
 
 
 def test_the_offline_agents_history_stays_within_its_bytes() -> None:

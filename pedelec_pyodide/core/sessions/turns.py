@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any, NamedTuple
 
 from ... import protocol
@@ -273,7 +274,7 @@ class TurnRunner:
         kept = (await off_loop(appended_history, self._history_json, entries, limit)
                 if is_large(entries) else appended_history(self._history_json, entries, limit))
         if kept is None:  # over its bound: the whole decoded and trimmed, by whole turns
-            kept = await off_loop(_trimmed_with, self._history_json, entries, limit)
+            kept = await off_loop(trimmed_with, self._history_json, entries, limit)
         return kept
 
     def _finish(self, history: str | None) -> None:
@@ -381,6 +382,12 @@ def trimmed_history(history: list[dict[str, Any]], limit: int) -> str:
     oldest turns are dropped whole (a turn's entries are consecutive and share their
     turn), so a model never sees a tool result without the call it answers."""
     texts, width = _kept_texts(history)
+    return _trimmed(history, texts, width, limit)
+
+
+def _trimmed(history: list[Any], texts: list[str], width: int, limit: int) -> str:
+    """:func:`trimmed_history` of entries already written as ``texts``, each character
+    of which takes ``width`` bytes once they are joined."""
     # + its comma; its bytes of memory where those are more than its UTF-8 bytes
     sizes = [max(protocol.frame_size(text), width * len(text)) + 1 for text in texts]
     total = 1 + sum(sizes)  # + the brackets, less the last comma
@@ -412,11 +419,41 @@ def appended_history(history_json: str, entries: list[dict[str, Any]], limit: in
     return text if kept_size(text) <= limit else None
 
 
-def _trimmed_with(history_json: str, entries: list[dict[str, Any]], limit: int) -> str:
+def trimmed_with(history_json: str, entries: list[dict[str, Any]], limit: int) -> str:
     """:func:`trimmed_history` of the kept history and ``entries``, down to three
     quarters of ``limit``: the turns after it append as text again for a while, rather
-    than each decoding the whole to drop its oldest turn."""
-    return trimmed_history(json.loads(history_json) + entries, limit * 3 // 4)
+    than each decoding the whole to drop its oldest turn. The kept entries stay as they
+    are kept: each is decoded (to read its turn), not encoded again."""
+    kept, kept_texts = _kept_items(history_json)
+    texts, width = _kept_texts(entries)
+    width = max(width, max(map(char_width, kept_texts), default=1))
+    return _trimmed(kept + entries, kept_texts + texts, width, limit * 3 // 4)
+
+
+_DECODER = json.JSONDecoder()
+_WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's
+
+
+def _kept_items(history_json: str) -> tuple[list[Any], list[str]]:
+    """A kept history's entries (a JSON list: as stored, whitespace may stand between its
+    items), each decoded, and each one's text as it stands in ``history_json``."""
+    items: list[Any] = []
+    texts: list[str] = []
+    at = _past_whitespace(history_json, _past_whitespace(history_json, 0) + 1)  # "[" too
+    while history_json[at] != "]":
+        item, end = _DECODER.raw_decode(history_json, at)
+        items.append(item)
+        texts.append(history_json[at:end])
+        at = _past_whitespace(history_json, end)
+        if history_json[at] == ",":
+            at = _past_whitespace(history_json, at + 1)
+    return items, texts
+
+
+def _past_whitespace(text: str, at: int) -> int:
+    found = _WHITESPACE.match(text, at)
+    assert found is not None  # (it matches no character too)
+    return found.end()
 
 
 def _kept_texts(history: list[dict[str, Any]]) -> tuple[list[str], int]:
