@@ -239,6 +239,15 @@ class Target:
         await self.page.close()
 
 
+def rotated(variants: dict[str, dict[str, tuple[Variant, int]]], round_: int
+            ) -> list[tuple[str, dict[str, tuple[Variant, int]]]]:
+    """Each server's variants, the first of them a different server each round: the one
+    measured first in a round costs more (client and server alike), whichever it is."""
+    labels = list(variants.items())
+    start = round_ % len(labels)
+    return labels[start:] + labels[:start]
+
+
 def per_step(turn_1: float, turn_n: float) -> float:
     """An agent's step, from a turn of 1 ``/call`` line and one of :data:`STEPS`."""
     return (turn_n - turn_1) / (STEPS - 1)
@@ -269,21 +278,24 @@ async def cpu_per_operation(variants: dict[str, dict[str, tuple[Variant, int]]],
                             pids: dict[str, int], rounds: int = 3, operations: int = 3000
                             ) -> None:
     """Print each Core's CPU and this process's (the client and the page) per operation
-    of each variant: the median of ``rounds`` runs of ``operations`` (a turn: a quarter)."""
-    for label, named in variants.items():
-        spent: dict[str, list[tuple[float, float]]] = {name: [] for name in named}
-        for _ in range(rounds):
+    of each variant: the median of ``rounds`` runs of ``operations`` (a turn: a quarter),
+    the Cores interleaved round by round."""
+    spent: dict[tuple[str, str], list[tuple[float, float]]] = {
+        (label, name): [] for label, named in variants.items() for name in named}
+    for round_ in range(rounds):
+        for label, named in rotated(variants, round_):
             for name, (fn, share) in named.items():
                 count = operations // share
                 core, driver = cpu_seconds(pids[label]), time.process_time()
                 for _ in range(count):
                     await fn()
-                spent[name].append(((cpu_seconds(pids[label]) - core) / count,
-                                    (time.process_time() - driver) / count))
+                spent[label, name].append(((cpu_seconds(pids[label]) - core) / count,
+                                           (time.process_time() - driver) / count))
+    for label, named in variants.items():
         print(f"{label}: CPU per operation (median of {rounds} runs of {operations})")
-        medians = {name: (statistics.median(c for c, _ in runs),
-                          statistics.median(d for _, d in runs))
-                   for name, runs in spent.items()}
+        medians = {name: (statistics.median(c for c, _ in spent[label, name]),
+                          statistics.median(d for _, d in spent[label, name]))
+                   for name in named}
         for name, (core, driver) in medians.items():
             print(f"  {name:8s} Core {core * 1e6:6.0f} us   client and page {driver * 1e6:6.0f} us")
         (core_1, driver_1), (core_n, driver_n) = medians["turn 1"], medians[f"turn {STEPS}"]
@@ -310,8 +322,8 @@ async def main(rounds: int, calls: int, before: str | None, cpu: bool) -> None:
                 for _ in range(50):
                     await fn()
         loads = [os.getloadavg()]
-        for _ in range(rounds):
-            for label, named in variants.items():
+        for round_ in range(rounds):
+            for label, named in rotated(variants, round_):
                 for name, (fn, share) in named.items():
                     for _ in range(max(1, calls // share)):
                         started = time.perf_counter()
