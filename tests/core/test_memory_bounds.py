@@ -227,6 +227,42 @@ def test_a_history_over_its_bound_is_trimmed_from_its_text_as_kept() -> None:
     assert json.loads(trimmed_with(stored, new, 8)) == []
 
 
+def test_a_wide_character_kept_as_it_is_does_not_widen_the_trimmed_history() -> None:
+    """A kept entry with wide characters written as they are (emoji: 4 bytes each) is
+    written again at the trim, with the rest, in the form that costs the whole history
+    least (escaped): it does not make every character kept take 4 bytes. Appended, such
+    an entry is escaped in the first place, where that costs the whole history less."""
+    def turn(n: int, text: str) -> list[dict[str, Any]]:
+        return [{"turn": f"t{n}", "role": "user", "content": text},
+                {"turn": f"t{n}", "role": "assistant", "content": "ok"}]
+
+    entries = [entry for n in range(40) for entry in turn(n, "x" * 400)]
+    entries += turn(40, "\U0001f600" * 60)  # as a store may hold it: raw
+    kept = json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
+    new = turn(41, "y" * 400)
+    limit = len(kept) * 4 // 3  # over it with the new turn, at three quarters
+    trimmed = trimmed_with(kept, new, limit)
+    assert trimmed.isascii() and kept_size(trimmed) <= limit * 3 // 4
+    everything = json.loads(kept) + new
+    assert json.loads(trimmed) == json.loads(trimmed_history(everything, limit * 3 // 4))
+    assert len(json.loads(trimmed)) > len(everything) // 2
+    ascii_kept = trimmed_history(entries[:-2], 10**6)
+    appended = appended_history(ascii_kept, entries[-2:], 10**6)
+    assert appended is not None and appended.isascii()
+    assert json.loads(appended) == entries
+    assert appended_history("[]", entries[-2:], 10**6) == json.dumps(  # alone: raw is less
+        entries[-2:], ensure_ascii=False, separators=(",", ":"))
+
+
+def test_a_trimmed_history_counts_the_width_of_its_commas_and_brackets() -> None:
+    smiles = "\U0001f600"
+    assert kept_size(trimmed_with("[]", [{"e": smiles * 8}], 88)) <= 66
+    assert kept_size(trimmed_with('[{"a":"→"},{"a":"→"},{"a":"→"}]', [{"a": "b"}], 52)) <= 39
+    many = [{} for _ in range(1000)] + [{"e": smiles * 1200}]
+    assert kept_size(trimmed_history(many, 13_834)) <= 13_834
+    assert kept_size(trimmed_with(json.dumps(many[:-1]), many[-1:], 13_834)) <= 13_834 * 3 // 4
+
+
 @given(st.lists(st.tuples(st.sampled_from(["t1", "t2", "t3", "t4"]),
                           st.text(max_size=30)), max_size=12),
        st.lists(st.text(max_size=30), max_size=3),

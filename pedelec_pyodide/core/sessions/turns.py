@@ -388,9 +388,10 @@ def trimmed_history(history: list[dict[str, Any]], limit: int) -> str:
 def _trimmed(history: list[Any], texts: list[str], width: int, limit: int) -> str:
     """:func:`trimmed_history` of entries already written as ``texts``, each character
     of which takes ``width`` bytes once they are joined."""
-    # + its comma; its bytes of memory where those are more than its UTF-8 bytes
-    sizes = [max(protocol.frame_size(text), width * len(text)) + 1 for text in texts]
-    total = 1 + sum(sizes)  # + the brackets, less the last comma
+    # with its comma: its UTF-8 bytes, or its bytes of memory where those are more (a
+    # comma takes ``width`` bytes of memory too)
+    sizes = [max(protocol.frame_size(text) + 1, width * (len(text) + 1)) for text in texts]
+    total = width + sum(sizes)  # + the brackets, less the last comma
     start = 0
     while start < len(texts) and total > limit:
         turn = _turn_of(history[start])
@@ -407,7 +408,9 @@ def appended_history(history_json: str, entries: list[dict[str, Any]], limit: in
     """The kept history's text with ``entries`` appended as text, without decoding what
     is kept (an agent that only adds to its history pays for its new entries, not the
     whole); None when that is over ``limit`` (see :func:`trimmed_history`)."""
-    texts, _ = _kept_texts(entries)
+    # (in the form that costs least joined to the kept text, when that is ASCII: a few
+    # wide characters written as they are would make all of it take their width)
+    texts, _ = _kept_texts(entries, len(history_json) if history_json.isascii() else 0)
     # a stored history is any JSON list (store/rows.py): whitespace may stand around its
     # closing bracket, and an empty one may be "[ ]". The kept text (up to the bound) is
     # copied once, into the new one.
@@ -422,12 +425,18 @@ def appended_history(history_json: str, entries: list[dict[str, Any]], limit: in
 def trimmed_with(history_json: str, entries: list[dict[str, Any]], limit: int) -> str:
     """:func:`trimmed_history` of the kept history and ``entries``, down to three
     quarters of ``limit``: the turns after it append as text again for a while, rather
-    than each decoding the whole to drop its oldest turn. The kept entries stay as they
-    are kept: each is decoded (to read its turn), not encoded again."""
-    kept, kept_texts = _kept_items(history_json)
-    texts, width = _kept_texts(entries)
-    width = max(width, max(map(char_width, kept_texts), default=1))
-    return _trimmed(kept + entries, kept_texts + texts, width, limit * 3 // 4)
+    than each decoding the whole to drop its oldest turn. A kept entry written in ASCII
+    stays as it stands (decoded only to read its turn); any other is written again with
+    the new ones, in the form that takes the least memory over the whole history, as
+    :func:`trimmed_history` writes it (else one wide character kept as it is would make
+    every character of the history take its width)."""
+    kept, texts = _kept_items(history_json)
+    again = [n for n, text in enumerate(texts) if not text.isascii()]
+    written, width = _kept_texts([kept[n] for n in again] + entries, sum(
+        len(text) for text in texts if text.isascii()))
+    for n, text in zip(again, written, strict=False):
+        texts[n] = text
+    return _trimmed(kept + entries, texts + written[len(again):], width, limit * 3 // 4)
 
 
 _DECODER = json.JSONDecoder()
@@ -456,16 +465,18 @@ def _past_whitespace(text: str, at: int) -> int:
     return found.end()
 
 
-def _kept_texts(history: list[dict[str, Any]]) -> tuple[list[str], int]:
+def _kept_texts(history: list[dict[str, Any]], ascii_chars: int = 0
+                ) -> tuple[list[str], int]:
     """Each entry's JSON text, and the bytes each character of them all will take once
     joined (the width of the widest): their characters as they are, or all ASCII with
-    escapes where that takes less memory (see :func:`~.store.kept_json`)."""
+    escapes where that takes less memory (see :func:`~.store.kept_json`), joined with
+    ``ascii_chars`` characters of ASCII text besides."""
     texts = [dump_json(entry) for entry in history]
     width = max(map(char_width, texts), default=1)
     if width == 1:
         return texts, 1
     escaped = [dump_json(entry, ascii=True) for entry in history]
-    if sum(map(len, escaped)) < width * sum(map(len, texts)):
+    if ascii_chars + sum(map(len, escaped)) < width * (ascii_chars + sum(map(len, texts))):
         return escaped, 1
     return texts, width
 
