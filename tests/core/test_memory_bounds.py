@@ -202,6 +202,7 @@ def test_an_agent_that_only_adds_to_its_history_appends_as_text_within_the_bound
     assert appended is not None and json.loads(appended) == kept + new
     assert json.loads(appended_history("[]", new, 10_000) or "") == new
     assert appended_history(text, new, len(text) + 10) is None  # over: trimmed instead
+    assert json.loads(appended_history(" [ {} ] ", [], 10_000) or "") == [{}]  # nothing new
 
 
 def test_a_history_over_its_bound_is_trimmed_from_its_text_as_kept() -> None:

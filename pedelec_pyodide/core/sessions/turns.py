@@ -417,7 +417,7 @@ def appended_history(history_json: str, entries: list[dict[str, Any]], limit: in
     end = len(history_json.rstrip()) - 1  # where its closing bracket is
     if history_json[end - 1:end].isspace():
         end = len(history_json[:end].rstrip())
-    separator = "" if history_json[end - 1:end] == "[" else ","
+    separator = "" if history_json[end - 1:end] == "[" or not texts else ","
     text = "".join((history_json[:end], separator, ",".join(texts), "]"))
     return text if kept_size(text) <= limit else None
 
