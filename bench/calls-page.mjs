@@ -5,6 +5,9 @@ import { chromium } from "playwright";
 import { openPage, startCore } from "../web/testing.js";
 import { execFileSync } from "node:child_process";
 
+/** The page's sessions, the page's own (pedelec-pyodide) first. */
+export const VARIANTS = ["python", "js", "bare", "floor"];
+
 /**
  * Provision, start Core on `port` (`--max-pending maxPending`), open the page; resolves to
  * `{ core, browser, page, sessions: { python, js, bare, floor } }`. `close()` stops the browser and Core.
@@ -22,12 +25,12 @@ export async function openCallsPage({ port, maxPending = 64 }) {
       args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
     });
     const page = await browser.newPage();
-    const { sessionId } = await openPage(page, `${core.url}/calls.html`);
-    const jsSessionId = await page.waitForFunction(() => window.jsSessionId).then((h) => h.jsonValue());
-    const bareSessionId = await page.waitForFunction(() => window.bareSessionId).then((h) => h.jsonValue());
-    const floorSessionId = await page.waitForFunction(() => window.floorSessionId).then((h) => h.jsonValue());
+    const sessions = { python: (await openPage(page, `${core.url}/calls.html`)).sessionId };
+    for (const name of VARIANTS.slice(1)) {  // each sets window.<name>SessionId once welcomed
+      sessions[name] = await page.waitForFunction((n) => window[`${n}SessionId`], name).then((h) => h.jsonValue());
+    }
     const close = async () => { await browser.close(); await core.stop(); };
-    return { core, browser, page, sessions: { python: sessionId, js: jsSessionId, bare: bareSessionId, floor: floorSessionId }, close };
+    return { core, browser, page, sessions, close };
   } catch (err) {
     await browser?.close();
     await core.stop();
@@ -36,3 +39,6 @@ export async function openCallsPage({ port, maxPending = 64 }) {
 }
 
 export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/** `names` starting from the `k`th (wrapping round): each round of a bench its own first. */
+export const rotated = (names, k) => names.map((_, i) => names[(i + k) % names.length]);

@@ -15,7 +15,7 @@
 //    no listener: the JS session builds no events either.)
 // Usage: node bench/page-calls.mjs [rounds]   (starts and stops its own Core on loopback)
 import { callTool } from "../web/testing.js";
-import { median, openCallsPage } from "./calls-page.mjs";
+import { VARIANTS, median, openCallsPage, rotated } from "./calls-page.mjs";
 
 const rounds = Number(process.argv[2] ?? 15);
 const perRound = 40;
@@ -23,7 +23,6 @@ const concurrency = 100;
 // --max-pending: part 2 keeps `concurrency` calls pending on one session at once, over
 // Core's default of 64 (which answers the rest TOO_MANY_PENDING before they reach the page).
 const { core, page, sessions, close } = await openCallsPage({ port: 8796, maxPending: concurrency });
-const VARIANTS = ["python", "js", "bare", "floor"];
 // each variant's figure, then python against js (the goal), bare and floor against js, and
 // python against floor (what pedelec-pyodide adds to the least a guarded call costs)
 function compared(figures, format) {
@@ -32,7 +31,6 @@ function compared(figures, format) {
     + `python ${(f("python") / f("js")).toFixed(2)}x js; bare ${(f("bare") / f("js")).toFixed(2)}x js, `
     + `floor ${(f("floor") / f("js")).toFixed(2)}x js; python ${(f("python") / f("floor")).toFixed(2)}x floor`;
 }
-const rotated = (names, k) => names.map((_, i) => names[(i + k) % names.length]);
 try {
   async function timed(name, tool, value) {
     const t0 = performance.now();

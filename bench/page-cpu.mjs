@@ -14,11 +14,10 @@
 // Usage: node bench/page-cpu.mjs [rounds]   (starts and stops its own Core on loopback)
 import { callTool } from "../web/testing.js";
 import { loadavg } from "node:os";
-import { median, openCallsPage } from "./calls-page.mjs";
+import { VARIANTS, median, openCallsPage, rotated } from "./calls-page.mjs";
 
 const rounds = Number(process.argv[2] ?? 4);
 const { core, page, sessions, close } = await openCallsPage({ port: 8791, maxPending: 100 });
-const VARIANTS = ["python", "js", "bare", "floor"];
 try {
   for (let i = 0; i < 30; i += 1) for (const name of VARIANTS) await callTool(core, sessions[name], "echo", { value: i });
   const cdp = await page.context().newCDPSession(page);
@@ -55,7 +54,7 @@ try {
     const perCall = Object.fromEntries(VARIANTS.map((name) => [name, []]));
     const functions = Object.fromEntries(VARIANTS.map((name) => [name, new Map()]));
     for (let r = 0; r < rounds; r += 1) {
-      for (const name of VARIANTS.map((_, i) => VARIANTS[(i + r) % VARIANTS.length])) {
+      for (const name of rotated(VARIANTS, r)) {
         const { perCall: us, byFunction } = await measure(name);
         perCall[name].push(us);
         for (const [fn, t] of byFunction) functions[name].set(fn, (functions[name].get(fn) ?? 0) + t);
