@@ -8,6 +8,8 @@
 //   floor:  bare, plus the two sessionStorage writes that keep a call from being lost or
 //           run twice across a reload or a crash: the least such a Python handler costs
 // 1. one `echo` call at a time: rounds of calls rotating the four; ratios of the p50s.
+//    Then the same with `peek`, a read-only tool (its start is not written: the floor's
+//    calls make one write, not two).
 // 2. 100 concurrent `wait` calls (each handler awaits 50 ms): time to all 100 results,
 //    against each other and the ideal 50 ms.
 // 3. part 1 again (a third of the rounds) with the page's JS listening to `toolcall`: the
@@ -43,17 +45,19 @@ try {
   for (let i = 0; i < 30; i += 1) for (const name of VARIANTS) await timed(name, "echo", i);
 
   // `count` rounds of one `echo` call at a time, the variants in rotating order
-  async function oneCallRounds(count, names = VARIANTS) {
+  async function oneCallRounds(count, names = VARIANTS, tool = "echo") {
     const ms = Object.fromEntries(names.map((name) => [name, []]));
     for (let r = 0; r < count; r += 1) {
       for (let i = 0; i < perRound; i += 1) {
-        for (const name of rotated(names, r + i)) ms[name].push(await timed(name, "echo", i));
+        for (const name of rotated(names, r + i)) ms[name].push(await timed(name, tool, i));
       }
     }
     return ms;
   }
   const single = await oneCallRounds(rounds);
   console.log(`one call, p50: ${compared(single, (ms) => `${ms.toFixed(2)} ms`)}`);
+  const readOnly = await oneCallRounds(rounds, VARIANTS, "peek");
+  console.log(`one read-only call, p50: ${compared(readOnly, (ms) => `${ms.toFixed(2)} ms`)}`);
 
   const concurrent = Object.fromEntries(VARIANTS.map((name) => [name, []]));
   for (let r = 0; r < Math.max(3, Math.round(rounds / 3)); r += 1) {

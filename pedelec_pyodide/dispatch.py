@@ -722,8 +722,10 @@ class Engine:
     # never the request: the handler still runs and its result still goes to Core.
 
     def _ledger_start(self, tool_request_id: str, tool: str) -> None:
+        definition = self.tools.get(tool)
         try:
-            self.ledger.start(tool_request_id, tool)
+            self.ledger.start(tool_request_id, tool,
+                              resumable=definition is not None and definition.resumable)
         except Exception:
             _ledger_failed(tool_request_id)
 

@@ -11,6 +11,7 @@ runs again only if its tool is read-only or idempotent. The browser keeps the le
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from typing import Protocol
 
@@ -29,7 +30,11 @@ _RESULT_PREFIX = '{"result":'
 
 
 class Ledger(Protocol):
-    def start(self, tool_request_id: str, tool: str) -> None: ...
+    def start(self, tool_request_id: str, tool: str, *, resumable: bool = False) -> None:
+        """The request's handler starts. A ``resumable`` one (its tool read-only or
+        idempotent) runs again if a reload interrupts it, as one never started would: its
+        start need not outlive the page."""
+        ...
 
     def finish(self, tool_request_id: str, result_json: str, handled_by: HandledBy) -> None: ...
 
@@ -68,7 +73,7 @@ class MemoryLedger:
             OrderedDict())
         self._bytes = 0  # the length of the results kept
 
-    def start(self, tool_request_id: str, tool: str) -> None:
+    def start(self, tool_request_id: str, tool: str, *, resumable: bool = False) -> None:
         self._put(tool_request_id, None)
 
     def finish(self, tool_request_id: str, result_json: str, handled_by: HandledBy) -> None:
@@ -117,6 +122,11 @@ class MemoryLedger:
 class Storage(Protocol):
     """The Web Storage API's shape (``sessionStorage``), or any stand-in for it."""
 
+    @property
+    def length(self) -> int: ...
+
+    def key(self, index: int) -> str | None: ...
+
     def getItem(self, key: str) -> str | None: ...
 
     def setItem(self, key: str, value: str) -> None: ...
@@ -135,6 +145,12 @@ class StorageLedger:
     a request is one write, of its chunk, and a finished one's result is one more
     (``<prefix><id>``). The index is read once, when the ledger is made, and kept in
     memory: a request this tab has not recorded costs no read.
+
+    A resumable request's start is kept in memory only (see :meth:`Ledger.start`): its
+    call costs one write, its result's, and its chunk says it started the next time the
+    chunk is written for another. A result no chunk names is found when a ledger is made,
+    among the storage's keys (read then, once), and indexed as an earlier version's entry:
+    its stored value says what it is.
 
     When the storage is full (``QuotaExceededError``: a few results near the 1 MiB limit
     fill ``sessionStorage``), the oldest entries give up their stored results, oldest
@@ -190,27 +206,36 @@ class StorageLedger:
         # the newest chunk's ids, each encoded, while all of them are started (see start)
         self._newest_ids: list[str] | None = (
             _encoded_ids(self._chunks[-1]) if self._chunks else None)
-        for tool_request_id in earlier:
-            self._mark(tool_request_id, _EARLIER)
-            self._results.add(tool_request_id)
+        if self._complete:  # (else every id not indexed is looked up in the storage)
+            unindexed = dict.fromkeys(earlier)
+            for number in range(storage.length):
+                key = storage.key(number)
+                if isinstance(key, str) and key.startswith(prefix):  # (not JS null)
+                    tool_request_id = key[len(prefix):]
+                    if (tool_request_id not in self._chunk_of
+                            and not _INDEX_KEY.fullmatch(tool_request_id)):
+                        unindexed[tool_request_id] = None
+            if unindexed:
+                self._adopt(list(unindexed))
 
-    def start(self, tool_request_id: str, tool: str) -> None:
+    def start(self, tool_request_id: str, tool: str, *, resumable: bool = False) -> None:
         chunk = self._chunk_of.get(tool_request_id)
         if chunk is not None:
             if chunk[tool_request_id] != _STARTED_MARK:
-                self._mark(tool_request_id, _STARTED_MARK)
+                self._mark(tool_request_id, _STARTED_MARK, write=not resumable)
             return
         newest, encoded = self._chunks[-1] if self._chunks else None, self._newest_ids
         if newest is None or encoded is None or len(newest) >= self._chunk_size:
-            self._mark(tool_request_id, _STARTED_MARK)
+            self._mark(tool_request_id, _STARTED_MARK, write=not resumable)
             return
         # A tool call's path: a new request joins the newest chunk, whose requests all
         # started; its text grows by one id, encoded alone (not the chunk again).
         newest[tool_request_id] = _STARTED_MARK
         self._chunk_of[tool_request_id] = newest
         encoded.append(_COMPACT.encode(tool_request_id))
-        self._set(self._chunk_key(self._first + len(self._chunks) - 1),
-                  f'{{"{_STARTED_MARK}":[{",".join(encoded)}]}}', tool_request_id)
+        if not resumable:
+            self._set(self._chunk_key(self._first + len(self._chunks) - 1),
+                      f'{{"{_STARTED_MARK}":[{",".join(encoded)}]}}', tool_request_id)
         if len(self._chunk_of) > self.max_entries:
             self._evict(new_chunk=False)
 
@@ -234,8 +259,9 @@ class StorageLedger:
         chunk = self._chunk_of.get(tool_request_id)
         return None if chunk is None else chunk[tool_request_id]
 
-    def _mark(self, tool_request_id: str, state: str) -> None:
-        """Record the request's state in its chunk (a new id goes in the newest)."""
+    def _mark(self, tool_request_id: str, state: str, *, write: bool = True) -> None:
+        """Record the request's state in its chunk (a new id goes in the newest), and
+        write the chunk unless told not to."""
         chunks = self._chunks
         chunk = self._chunk_of.get(tool_request_id)
         added = chunk is None
@@ -244,12 +270,43 @@ class StorageLedger:
                 chunks.append({})
             chunk = self._chunk_of[tool_request_id] = chunks[-1]
         chunk[tool_request_id] = state
-        number = self._first + next(i for i in range(len(chunks) - 1, -1, -1)
-                                    if chunks[i] is chunk)
-        self._set(self._chunk_key(number), _write_chunk(chunk), tool_request_id)
+        if write:
+            self._set(self._chunk_key(self._number(chunk)), _write_chunk(chunk),
+                      tool_request_id)
         if added:
             self._evict(new_chunk=len(chunk) == 1)
         self._newest_ids = _encoded_ids(chunks[-1]) if chunks else None
+
+    def _adopt(self, ids: list[str]) -> None:
+        """Index entries no chunk names, each as an earlier version's (its stored value
+        says what it is): in the newest chunk while it has room, then in the chunks that
+        are empty (no start wrote them, see :meth:`start`: these entries were theirs),
+        then in new ones. Each chunk that takes some is written once."""
+        chunks, size = self._chunks, self._chunk_size
+        before = len(chunks)
+        room = [chunk for chunk in chunks if not chunk]
+        if chunks and 0 < len(chunks[-1]) < size:
+            room.insert(0, chunks[-1])
+        taking: list[dict[str, str]] = []
+        for tool_request_id in ids:
+            if not taking or len(taking[-1]) >= size:
+                if not room:
+                    chunks.append({})
+                taking.append(room.pop(0) if room else chunks[-1])
+            chunk = self._chunk_of[tool_request_id] = taking[-1]
+            chunk[tool_request_id] = _EARLIER
+            self._results.add(tool_request_id)
+        self._evict(new_chunk=len(chunks) > before)
+        for chunk in taking:
+            if any(kept is chunk for kept in chunks):  # (not evicted)
+                self._set(self._chunk_key(self._number(chunk)), _write_chunk(chunk))
+        self._newest_ids = _encoded_ids(chunks[-1]) if chunks else None
+
+    def _number(self, chunk: dict[str, str]) -> int:
+        """The chunk's number (its key's), found from the newest."""
+        chunks = self._chunks
+        return self._first + next(i for i in range(len(chunks) - 1, -1, -1)
+                                  if chunks[i] is chunk)
 
     def _evict(self, *, new_chunk: bool) -> None:
         remove, chunks = self._remove_item, self._chunks
@@ -341,6 +398,8 @@ _STARTED_MARK = "s"
 _APPROVED_MARK = "a"
 _EARLIER = "?"  # an earlier version's chunk (a list of ids): the entry itself says
 _MARKS = (_STARTED_MARK, _APPROVED_MARK, _EARLIER)
+# the index's keys after a ledger's prefix (an entry's is its request's id)
+_INDEX_KEY = re.compile(r"index(:[0-9]+)?")
 
 
 def _read_chunk(stored: object) -> dict[str, str]:

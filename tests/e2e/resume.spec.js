@@ -39,6 +39,25 @@ gate("w1").set()`);
   expect(await runs(page, "write_once")).toBe(1);
 });
 
+test("a read-only call finished in the tab, not yet delivered, then reload: its stored result delivered, never a second run", async ({ page }) => {
+  // its start is not written to sessionStorage (a read-only call may run again if
+  // interrupted); its result is, and the reloaded page finds it among the storage's keys
+  const { sessionId } = await openPage(page, `${app.url}/resume.html`);
+  const pending = callTool(app, sessionId, "read_value", { gate_name: "r0" });
+  await expect.poll(() => runs(page, "read_value")).toBe(1);
+  await runPython(page, `
+from pedelec_pyodide.browser import bridge_of
+bridge_of(session).stop()
+gate("r0").set()`);
+  await waitForState(page, "connecting");
+
+  const again = await reload(page);
+  expect(again.sessionId).toBe(sessionId);
+  expect(await pending).toMatchObject({ result: { read: "r0" }, handledBy: "inline" });
+  await waitForState(page, "idle");
+  expect(await runs(page, "read_value")).toBe(1);
+});
+
 test("reload while a side-effecting call runs: TOOL_OUTCOME_UNKNOWN, never a second run", async ({ page }) => {
   const { sessionId } = await openPage(page, `${app.url}/resume.html`);
   const pending = callTool(app, sessionId, "write_once", { gate_name: "w2" });

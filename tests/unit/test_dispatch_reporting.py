@@ -377,9 +377,9 @@ class RecordingLedger(MemoryLedger):
         if what[0] == self.fail:
             raise OSError("storage full")
 
-    def start(self, tool_request_id: str, tool: str) -> None:
-        self._note("start", tool_request_id, tool)
-        super().start(tool_request_id, tool)
+    def start(self, tool_request_id: str, tool: str, *, resumable: bool = False) -> None:
+        self._note("start", tool_request_id, tool, *["resumable"] * resumable)
+        super().start(tool_request_id, tool, resumable=resumable)
 
     def approve(self, tool_request_id: str, tool: str) -> None:
         self._note("approve", tool_request_id, tool)
@@ -394,7 +394,8 @@ async def _run_each(ledger: RecordingLedger, *, local: bool) -> list[Any]:
     async def later() -> str:
         return "later"
 
-    session = Session([approval_tool([]), tool("sync", lambda: "now"), tool("async", later)],
+    session = Session([approval_tool([]), tool("sync", lambda: "now"),
+                       tool("async", later, annotations={"idempotentHint": True})],
                       ledger=ledger)
     session.on_approval(lambda request: True)
     out = []
@@ -410,7 +411,7 @@ async def test_the_ledger_is_told_each_request_id_and_tool_and_never_a_local_one
     assert ledger.told == []  # an id made here can never be re-sent: nothing to record
     assert await _run_each(ledger, local=False) == ["now", "later", {"deleted": 1}]
     assert ledger.told == [("start", "q-sync", "sync"), ("finish", "q-sync"),
-                           ("start", "q-async", "async"), ("finish", "q-async"),
+                           ("start", "q-async", "async", "resumable"), ("finish", "q-async"),
                            ("approve", "q-delete", "delete"), ("start", "q-delete", "delete"),
                            ("finish", "q-delete")]
 

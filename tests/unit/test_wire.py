@@ -138,16 +138,19 @@ async def test_a_re_sent_request_never_runs_twice() -> None:
     assert runs == ["q1"]
 
 
-def test_after_a_reload_a_finished_request_gets_its_stored_result() -> None:
+@pytest.mark.parametrize("annotations", [None, {"readOnlyHint": True},
+                                         {"idempotentHint": True}])
+def test_after_a_reload_a_finished_request_gets_its_stored_result(annotations: Any) -> None:
+    """Whatever its tool: a resumable one's start is not written, its result is."""
     storage = DictStorage()
     runs: list[int] = []
-    first = Session(ledger=StorageLedger(storage, "pedelec:"))
-    first.on_tool("t", lambda: runs.append(1) or len(runs))
+    tool = define_tool(name="t", description="d", args_schema={"type": "object"},
+                       handler=lambda: runs.append(1) or len(runs), annotations=annotations)
+    first = Session([tool], ledger=StorageLedger(storage, "pedelec:"))
     connected(first).sent.clear()
     first.receive(request("q1"))
 
-    reloaded = Session(ledger=StorageLedger(storage, "pedelec:"))
-    reloaded.on_tool("t", lambda: runs.append(1) or len(runs))
+    reloaded = Session([tool], ledger=StorageLedger(storage, "pedelec:"))
     core = connected(reloaded)
     reloaded.receive(request("q1"))
     assert core.of_type("tool.result")[0]["result"] == 1
@@ -249,6 +252,113 @@ async def test_a_reload_after_an_async_body_began_is_outcome_unknown() -> None:
     assert result["error"]["code"] == "TOOL_OUTCOME_UNKNOWN" and runs == ["a"]
 
 
+async def test_a_reload_while_a_resumable_request_runs_lets_it_run_again() -> None:
+    """Its start was kept in memory only: after the reload it runs as if never started,
+    which is what its start would have let it do."""
+    storage = DictStorage()
+    runs: list[str] = []
+    release = asyncio.Event()
+
+    async def read(key: str) -> str:
+        """Reads something: safe to run again."""
+        runs.append(key)
+        await release.wait()
+        return key
+
+    tool = define_tool(read, annotations={"readOnlyHint": True})
+    first = Session([tool], ledger=StorageLedger(storage, "p:"))
+    connected(first)
+    first.receive(request("q1", "read", {"key": "a"}))
+    await asyncio.sleep(0)
+    assert runs == ["a"]
+    for task in list(first._tasks.values()):  # the tab goes away mid-run
+        task.cancel()
+
+    reloaded = Session([tool], ledger=StorageLedger(storage, "p:"))
+    core = connected(reloaded)
+    reloaded.receive(request("q1", "read", {"key": "a"}))
+    release.set()
+    await spin()
+    assert runs == ["a", "a"] and core.of_type("tool.result")[0]["result"] == "a"
+    reloaded.receive(request("q1", "read", {"key": "a"}))  # finished: never a third run
+    assert runs == ["a", "a"] and core.of_type("tool.result")[1]["result"] == "a"
+
+
+def test_an_approved_resumable_request_is_not_asked_about_again_after_a_reload() -> None:
+    storage = DictStorage()
+    ledger = StorageLedger(storage, "p:")
+    ledger.approve("q1", "t")
+    ledger.start("q1", "t", resumable=True)  # (not written: the approval stays)
+    assert ledger.was_started("q1")
+    reloaded = StorageLedger(storage, "p:")
+    assert reloaded.was_approved("q1") and not reloaded.was_started("q1")
+
+
+def test_a_resumable_request_costs_its_result_one_write_and_no_read() -> None:
+    """Its start is in memory only; its result, stored where no chunk names it, is found
+    by the next ledger among the storage's keys and indexed then, once."""
+    calls: list[tuple[str, str]] = []
+
+    class Recording(DictStorage):
+        def getItem(self, key: str) -> str | None:
+            calls.append(("get", key))
+            return super().getItem(key)
+
+        def setItem(self, key: str, value: str) -> None:
+            calls.append(("set", key))
+            super().setItem(key, value)
+
+    storage = Recording()
+    ledger = StorageLedger(storage, "p:")
+    ledger.start("warm", "t")  # the first chunk, and the index naming it
+    calls.clear()
+    assert ledger.get("q1") is None and not ledger.was_started("q1")
+    ledger.start("q1", "t", resumable=True)
+    assert ledger.was_started("q1") and calls == []
+    ledger.finish("q1", "7", "named")
+    assert calls == [("set", "p:q1")]
+
+    calls.clear()
+    reloaded = StorageLedger(storage, "p:")
+    # q1 indexed, in the chunk it joined
+    assert [call for call in calls if call[0] == "set"] == [("set", "p:index:0")]
+    assert reloaded.get("q1") == ("7", "named") and reloaded.was_started("q1")
+    assert reloaded.was_started("warm") and reloaded.get("warm") is None
+    calls.clear()
+    StorageLedger(storage, "p:")  # indexed now: nothing more to write
+    assert [call for call in calls if call[0] == "set"] == []
+
+
+def test_a_ledger_indexes_only_its_own_entries_and_each_chunk_once() -> None:
+    """Other keys in the storage (the app's, another ledger's, the index's own) are not
+    its entries; many entries no chunk names cost one write per chunk that takes them."""
+    writes: list[str] = []
+
+    class Recording(DictStorage):
+        def setItem(self, key: str, value: str) -> None:
+            writes.append(key)
+            super().setItem(key, value)
+
+    storage = Recording()
+    for key in ["app:state", "p", "p2:ledger:x", "q:p:x"]:
+        storage.setItem(key, "{}")
+    ledger = StorageLedger(storage, "p:", max_entries=1000)
+    for n in range(100):
+        ledger.start(f"q{n}", "t", resumable=True)
+        ledger.finish(f"q{n}", str(n), "named")
+    ledger.start("running", "t", resumable=True)  # not finished: leaves nothing
+    writes.clear()
+    reloaded = StorageLedger(storage, "p:", max_entries=1000)
+    # into the chunks the first ledger made but never wrote (the index names them)
+    assert sorted(writes) == [f"p:index:{n}" for n in range(4)]
+    assert all(reloaded.get(f"q{n}") == (str(n), "named") for n in range(100))
+    assert not reloaded.was_approved("running")
+    kept = {key for key in storage.items if key.startswith("p:")}
+    assert kept == {"p:index", *(f"p:index:{n}" for n in range(4)),
+                    *(f"p:q{n}" for n in range(100))}
+    assert storage.items["app:state"] == "{}" and storage.items["q:p:x"] == "{}"
+
+
 @pytest.mark.parametrize("ledger_of", [
     lambda: StorageLedger(DictStorage(), "p:", max_entries=3),
     lambda: MemoryLedger(max_entries=3),
@@ -274,19 +384,25 @@ def test_storage_ledger_is_bounded() -> None:
     assert len(storage.items) <= 3 + 3 + 1  # entries, their index chunks, the chunk list
 
 
-def test_storage_ledger_stays_bounded_across_reloads_oldest_first() -> None:
+@pytest.mark.parametrize(("every", "resumable"), [(37, False), (37, True), (1, True)])
+def test_storage_ledger_stays_bounded_across_reloads_oldest_first(every: int,
+                                                                  resumable: bool) -> None:
     storage = DictStorage()
     ids = [f"{n:032x}" for n in range(250)]
-    for start in range(0, 250, 37):  # a reload every 37 requests: a new ledger each time
+    for start in range(0, 250, every):  # a reload every few requests: a new ledger each time
         ledger = StorageLedger(storage, "p:", max_entries=100)
-        for request_id in ids[start:start + 37]:
-            ledger.start(request_id, "t")
+        for request_id in ids[start:start + every]:
+            ledger.start(request_id, "t", resumable=resumable)
             ledger.finish(request_id, "1", "named")
+    ledger = StorageLedger(storage, "p:", max_entries=100)
     kept = {key[2:] for key in storage.items if not key.startswith("p:index")}
     assert 75 <= len(kept) <= 100
     assert set(ids[-75:]) <= kept and kept <= set(ids[-100:])
+    assert all(ledger.get(request_id) == ("1", "named") for request_id in kept)
     chunks = [key for key in storage.items if key.startswith("p:index:")]
     assert len(storage.items) == len(kept) + len(chunks) + 1
+    index = json.loads(storage.items["p:index"])
+    assert index["next"] - index["first"] <= 100 // ledger._chunk_size + 1
 
 
 def test_storage_ledger_rewrites_one_small_chunk_per_request() -> None:
@@ -352,6 +468,9 @@ def test_storage_ledger_keeps_each_requests_state_across_reloads(max_entries: in
     ledger = StorageLedger(storage, "p:", max_entries=max_entries)
     model = MemoryLedger(max_entries=max_entries)
     ids: list[str] = []
+    # started as resumable and not finished: started in memory only, so after a reload as
+    # if never started (which a resumable request's start allows) or approved, if it was
+    volatile: set[str] = set()
     for step in range(3 * max_entries):
         if rng.random() < 0.1:
             ledger = StorageLedger(storage, "p:", max_entries=max_entries)  # a reload
@@ -362,14 +481,18 @@ def test_storage_ledger_keeps_each_requests_state_across_reloads(max_entries: in
             ids.append(request_id)
         if model.get(request_id) is not None:
             continue  # answered: never recorded again
-        action = rng.choice(["approve", "start", "finish", "finish"])
+        action = rng.choice(["approve", "start", "start resumable", "finish", "finish"])
         if action == "approve" and not model.was_started(request_id):
             ledger.approve(request_id, "t")
             model.approve(request_id, "t")
-        elif action == "start":
-            ledger.start(request_id, "t")
+        elif action.startswith("start"):
+            resumable = action == "start resumable"
+            if resumable:
+                volatile.add(request_id)
+            ledger.start(request_id, "t", resumable=resumable)
             model.start(request_id, "t")
         elif action == "finish":
+            volatile.discard(request_id)
             ledger.finish(request_id, f'"{request_id}"', "named")
             model.finish(request_id, f'"{request_id}"', "named")
         indexed = sum(len(json.loads(storage.items[key]).get("s", []))
@@ -380,6 +503,9 @@ def test_storage_ledger_keeps_each_requests_state_across_reloads(max_entries: in
     recent = [i for i in ids if i in ids[-(max_entries - reloaded._chunk_size):]]
     for request_id in recent:
         assert reloaded.get(request_id) == model.get(request_id), request_id
+        if request_id in volatile:
+            assert reloaded.was_approved(request_id) <= model.was_approved(request_id)
+            continue
         assert reloaded.was_started(request_id) == model.was_started(request_id), request_id
         assert reloaded.was_approved(request_id) == model.was_approved(request_id), request_id
     assert len([k for k in storage.items if not k.startswith("p:index")]) <= max_entries

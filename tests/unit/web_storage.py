@@ -8,15 +8,27 @@ class DictStorage:
 
     def __init__(self) -> None:
         self.items: dict[str, str] = {}
+        self._keys: list[str] | None = None  # the keys in order, until the next change
+
+    @property
+    def length(self) -> int:
+        return len(self.items)
+
+    def key(self, index: int) -> str | None:
+        if self._keys is None:
+            self._keys = list(self.items)
+        return self._keys[index] if 0 <= index < len(self._keys) else None
 
     def getItem(self, key: str) -> str | None:
         return self.items.get(key)
 
     def setItem(self, key: str, value: str) -> None:
         self.items[key] = value
+        self._keys = None
 
     def removeItem(self, key: str) -> None:
         self.items.pop(key, None)
+        self._keys = None
 
 
 class QuotaExceededError(Exception):
