@@ -7,9 +7,9 @@
 //           a socket of its own: what any Python handler in the page pays for Pyodide
 //   floor:  bare, plus the two sessionStorage writes that keep a call from being lost or
 //           run twice across a reload or a crash: the least such a Python handler costs
-// 1. one `echo` call at a time: rounds of calls rotating the four; ratios of the p50s.
-//    Then the same with `peek`, a read-only tool (its start is not written: the floor's
-//    calls make one write, not two).
+// 1. one call at a time: rounds of calls rotating the four; ratios of the p50s. Each round
+//    calls `echo`, and `peek`, a read-only tool, in turn (its start is not written: the
+//    floor's calls make one write, not two).
 // 2. 100 concurrent `wait` calls (each handler awaits 50 ms): time to all 100 results,
 //    against each other and the ideal 50 ms.
 // 3. part 1 again (a third of the rounds) with the page's JS listening to `toolcall`: the
@@ -45,19 +45,21 @@ try {
   for (let i = 0; i < 30; i += 1) for (const name of VARIANTS) await timed(name, "echo", i);
 
   // `count` rounds of one `echo` call at a time, the variants in rotating order
-  async function oneCallRounds(count, names = VARIANTS, tool = "echo") {
-    const ms = Object.fromEntries(names.map((name) => [name, []]));
+  // each tool's calls by variant: { tool: { name: [ms] } }
+  async function oneCallRounds(count, names = VARIANTS, tools = ["echo"]) {
+    const ms = Object.fromEntries(tools.map((tool) => [tool, Object.fromEntries(names.map((name) => [name, []]))]));
     for (let r = 0; r < count; r += 1) {
       for (let i = 0; i < perRound; i += 1) {
-        for (const name of rotated(names, r + i)) ms[name].push(await timed(name, tool, i));
+        for (const tool of rotated(tools, i)) {
+          for (const name of rotated(names, r + i)) ms[tool][name].push(await timed(name, tool, i));
+        }
       }
     }
     return ms;
   }
-  const single = await oneCallRounds(rounds);
-  console.log(`one call, p50: ${compared(single, (ms) => `${ms.toFixed(2)} ms`)}`);
-  const readOnly = await oneCallRounds(rounds, VARIANTS, "peek");
-  console.log(`one read-only call, p50: ${compared(readOnly, (ms) => `${ms.toFixed(2)} ms`)}`);
+  const single = await oneCallRounds(rounds, VARIANTS, ["echo", "peek"]);
+  console.log(`one call, p50: ${compared(single.echo, (ms) => `${ms.toFixed(2)} ms`)}`);
+  console.log(`one read-only call, p50: ${compared(single.peek, (ms) => `${ms.toFixed(2)} ms`)}`);
 
   const concurrent = Object.fromEntries(VARIANTS.map((name) => [name, []]));
   for (let r = 0; r < Math.max(3, Math.round(rounds / 3)); r += 1) {
@@ -72,7 +74,7 @@ try {
   // Last, with the page's JS listening to `toolcall` (as an app showing its calls would):
   // the same one-call rounds, and the handler's share of Python's time.
   await page.evaluate(() => window.listenToCalls());
-  const heard = await oneCallRounds(Math.max(3, Math.round(rounds / 3)), ["python", "js"]);
+  const heard = (await oneCallRounds(Math.max(3, Math.round(rounds / 3)), ["python", "js"])).echo;
   const handlerMs = median(await page.evaluate(() => window.pyDurations));
   const hpy = median(heard.python);
   const hjs = median(heard.js);

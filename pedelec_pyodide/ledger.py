@@ -11,11 +11,14 @@ runs again only if its tool is read-only or idempotent. The browser keeps the le
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import OrderedDict
 from typing import Protocol
 
 from .protocol import HandledBy
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_ENTRIES = 1024
 INDEX_CHUNK = 32
@@ -148,9 +151,10 @@ class StorageLedger:
 
     A resumable request's start is kept in memory only (see :meth:`Ledger.start`): its
     call costs one write, its result's, and its chunk says it started the next time the
-    chunk is written for another. A result no chunk names is found when a ledger is made,
-    among the storage's keys (read then, once), and indexed as an earlier version's entry:
-    its stored value says what it is.
+    chunk is written for another. The first such start marks the index ``loose``: results
+    may stand where no chunk names them. A ledger made on a loose index finds them among
+    the storage's keys (read then, once) and indexes them as an earlier version's entries
+    (their stored values say what they are).
 
     When the storage is full (``QuotaExceededError``: a few results near the 1 MiB limit
     fill ``sessionStorage``), the oldest entries give up their stored results, oldest
@@ -184,7 +188,10 @@ class StorageLedger:
         # False once the index was found damaged: its entries may be anywhere, so an id
         # not indexed is looked up in the storage too
         self._complete = True
+        # the stored index says results may stand where no chunk names them (see start)
+        self._loose = False
         earlier: list[str] = []
+        loose = False
         try:
             raw = storage.getItem(prefix + "index")
             meta = json.loads(raw) if raw else None
@@ -193,6 +200,7 @@ class StorageLedger:
                 for number in range(self._first, int(meta["next"])):
                     stored = storage.getItem(self._chunk_key(number))
                     self._chunks.append(_read_chunk(json.loads(stored) if stored else []))
+                loose = meta.get("loose") is True
             elif isinstance(meta, list):  # an earlier version's index: one list of ids
                 earlier = [str(tool_request_id) for tool_request_id in meta]
             elif meta is not None:
@@ -206,19 +214,36 @@ class StorageLedger:
         # the newest chunk's ids, each encoded, while all of them are started (see start)
         self._newest_ids: list[str] | None = (
             _encoded_ids(self._chunks[-1]) if self._chunks else None)
-        if self._complete:  # (else every id not indexed is looked up in the storage)
-            unindexed = dict.fromkeys(earlier)
-            for number in range(storage.length):
-                key = storage.key(number)
-                if isinstance(key, str) and key.startswith(prefix):  # (not JS null)
-                    tool_request_id = key[len(prefix):]
-                    if (tool_request_id not in self._chunk_of
-                            and not _INDEX_KEY.fullmatch(tool_request_id)):
-                        unindexed[tool_request_id] = None
-            if unindexed:
-                self._adopt(list(unindexed))
+        try:
+            if earlier:
+                self._adopt(earlier)
+            elif loose and self._complete:  # (else every id not indexed is read when asked)
+                self._adopt(self._unindexed(storage))
+        except Exception:  # the storage is full: indexed in memory; the next ledger again
+            logger.warning("the delivery ledger could not index its entries in storage",
+                           exc_info=True)
+
+    def _unindexed(self, storage: Storage) -> list[str]:
+        """The ids of the entries in ``storage`` that no chunk names."""
+        prefix, key_at = self._prefix, storage.key
+        found: list[str] = []
+        for number in range(storage.length):
+            key = key_at(number)
+            if isinstance(key, str) and key.startswith(prefix):  # (not JS null)
+                tool_request_id = key[len(prefix):]
+                if (tool_request_id not in self._chunk_of
+                        and not _INDEX_KEY.fullmatch(tool_request_id)):
+                    found.append(tool_request_id)
+        return found
 
     def start(self, tool_request_id: str, tool: str, *, resumable: bool = False) -> None:
+        if resumable and not self._loose:  # once: before any result no chunk names
+            self._loose = True
+            try:
+                self._write_index()
+            except Exception:
+                self._loose = False
+                raise
         chunk = self._chunk_of.get(tool_request_id)
         if chunk is not None:
             if chunk[tool_request_id] != _STARTED_MARK:
@@ -281,9 +306,10 @@ class StorageLedger:
         """Index entries no chunk names, each as an earlier version's (its stored value
         says what it is): in the newest chunk while it has room, then in the chunks that
         are empty (no start wrote them, see :meth:`start`: these entries were theirs),
-        then in new ones. Each chunk that takes some is written once."""
+        then in new ones. Each chunk that takes some is written once, then the index, no
+        longer loose."""
         chunks, size = self._chunks, self._chunk_size
-        before = len(chunks)
+        self._loose = True  # (until the chunks that take them are written)
         room = [chunk for chunk in chunks if not chunk]
         if chunks and 0 < len(chunks[-1]) < size:
             room.insert(0, chunks[-1])
@@ -296,10 +322,12 @@ class StorageLedger:
             chunk = self._chunk_of[tool_request_id] = taking[-1]
             chunk[tool_request_id] = _EARLIER
             self._results.add(tool_request_id)
-        self._evict(new_chunk=len(chunks) > before)
+        self._evict(new_chunk=False)
         for chunk in taking:
             if any(kept is chunk for kept in chunks):  # (not evicted)
                 self._set(self._chunk_key(self._number(chunk)), _write_chunk(chunk))
+        self._loose = False
+        self._write_index()
         self._newest_ids = _encoded_ids(chunks[-1]) if chunks else None
 
     def _number(self, chunk: dict[str, str]) -> int:
@@ -322,8 +350,14 @@ class StorageLedger:
             self._first += 1
             changed = True
         if changed:
-            self._set(self._prefix + "index", json.dumps(
-                {"first": self._first, "next": self._first + len(chunks)}))
+            self._write_index()
+
+    def _write_index(self) -> None:
+        index: dict[str, int | bool] = {"first": self._first,
+                                        "next": self._first + len(self._chunks)}
+        if self._loose:
+            index["loose"] = True
+        self._set(self._prefix + "index", json.dumps(index))
 
     def _set(self, key: str, value: str, keep: str | None = None) -> None:
         """``setItem``, making room when the storage is full; raises if it cannot."""

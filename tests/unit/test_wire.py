@@ -17,7 +17,7 @@ from sessionkit import (
     side_effect_tool,
     spin,
 )
-from web_storage import DictStorage, QuotaStorage
+from web_storage import DictStorage, QuotaExceededError, QuotaStorage
 
 from pedelec_pyodide import (
     MemoryLedger,
@@ -295,11 +295,16 @@ def test_an_approved_resumable_request_is_not_asked_about_again_after_a_reload()
 
 
 def test_a_resumable_request_costs_its_result_one_write_and_no_read() -> None:
-    """Its start is in memory only; its result, stored where no chunk names it, is found
-    by the next ledger among the storage's keys and indexed then, once."""
+    """Its start is in memory only (the first such start marks the index loose, once);
+    its result, stored where no chunk names it, is found by the next ledger among the
+    storage's keys, read only then, and indexed once."""
     calls: list[tuple[str, str]] = []
 
     class Recording(DictStorage):
+        def key(self, index: int) -> str | None:
+            calls.append(("key", str(index)))
+            return super().key(index)
+
         def getItem(self, key: str) -> str | None:
             calls.append(("get", key))
             return super().getItem(key)
@@ -312,6 +317,9 @@ def test_a_resumable_request_costs_its_result_one_write_and_no_read() -> None:
     ledger = StorageLedger(storage, "p:")
     ledger.start("warm", "t")  # the first chunk, and the index naming it
     calls.clear()
+    ledger.start("r0", "t", resumable=True)
+    assert calls == [("set", "p:index")] and json.loads(storage.items["p:index"])["loose"]
+    calls.clear()
     assert ledger.get("q1") is None and not ledger.was_started("q1")
     ledger.start("q1", "t", resumable=True)
     assert ledger.was_started("q1") and calls == []
@@ -320,13 +328,46 @@ def test_a_resumable_request_costs_its_result_one_write_and_no_read() -> None:
 
     calls.clear()
     reloaded = StorageLedger(storage, "p:")
-    # q1 indexed, in the chunk it joined
-    assert [call for call in calls if call[0] == "set"] == [("set", "p:index:0")]
+    assert ("key", "0") in calls  # the keys read, once
+    # q1 indexed, in the chunk it joined; then the index, no longer loose
+    assert [call for call in calls if call[0] == "set"] == [("set", "p:index:0"),
+                                                            ("set", "p:index")]
+    assert "loose" not in json.loads(storage.items["p:index"])
     assert reloaded.get("q1") == ("7", "named") and reloaded.was_started("q1")
     assert reloaded.was_started("warm") and reloaded.get("warm") is None
+    assert not reloaded.was_started("r0")  # never finished: as if never started
     calls.clear()
-    StorageLedger(storage, "p:")  # indexed now: nothing more to write
-    assert [call for call in calls if call[0] == "set"] == []
+    StorageLedger(storage, "p:")  # nothing loose: no key read, nothing written
+    assert [call for call in calls if call[0] != "get"] == []
+
+
+def test_a_ledger_that_cannot_index_its_loose_results_still_finds_them(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Storage full when a ledger is made: its loose results are indexed in memory (and
+    logged), the index stays loose, and the next ledger indexes them."""
+
+    class Full(DictStorage):
+        full = False
+
+        def setItem(self, key: str, value: str) -> None:
+            if self.full:
+                raise QuotaExceededError(key)
+            super().setItem(key, value)
+
+    storage = Full()
+    ledger = StorageLedger(storage, "p:")
+    ledger.start("q1", "t", resumable=True)
+    ledger.finish("q1", "7", "named")
+    storage.full = True
+    with caplog.at_level(logging.WARNING):
+        full = StorageLedger(storage, "p:")
+    assert full.get("q1") == ("7", "named") and full.was_started("q1")
+    assert "could not index" in caplog.text
+    assert json.loads(storage.items["p:index"])["loose"]
+    storage.full = False
+    StorageLedger(storage, "p:")
+    assert "loose" not in json.loads(storage.items["p:index"])
+    assert StorageLedger(storage, "p:").get("q1") == ("7", "named")
 
 
 def test_a_ledger_indexes_only_its_own_entries_and_each_chunk_once() -> None:
@@ -350,7 +391,7 @@ def test_a_ledger_indexes_only_its_own_entries_and_each_chunk_once() -> None:
     writes.clear()
     reloaded = StorageLedger(storage, "p:", max_entries=1000)
     # into the chunks the first ledger made but never wrote (the index names them)
-    assert sorted(writes) == [f"p:index:{n}" for n in range(4)]
+    assert writes == [*(f"p:index:{n}" for n in range(4)), "p:index"]
     assert all(reloaded.get(f"q{n}") == (str(n), "named") for n in range(100))
     assert not reloaded.was_approved("running")
     kept = {key for key in storage.items if key.startswith("p:")}
