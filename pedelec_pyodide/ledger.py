@@ -151,10 +151,11 @@ class StorageLedger:
 
     A resumable request's start is kept in memory only (see :meth:`Ledger.start`): its
     call costs one write, its result's, and its chunk says it started the next time the
-    chunk is written for another. The first such start marks the index ``loose``: results
-    may stand where no chunk names them. A ledger made on a loose index finds them among
-    the storage's keys (read then, once) and indexes them as an earlier version's entries
-    (their stored values say what they are).
+    chunk is written (when it is made, when it is full, or for another request). The first
+    such start marks the index ``loose``: results may stand where no chunk names them. A
+    ledger made on a loose index finds them among the storage's keys (read then, once)
+    and indexes them as an earlier version's entries (their stored values say what they
+    are), in the newest chunk, where they were.
 
     When the storage is full (``QuotaExceededError``: a few results near the 1 MiB limit
     fill ``sessionStorage``), the oldest entries give up their stored results, oldest
@@ -176,6 +177,9 @@ class StorageLedger:
         self._prefix = prefix
         self.max_entries = max_entries
         self._chunk_size = max(1, min(INDEX_CHUNK, max_entries // 4))
+        # full chunks hold the bound with one to spare; one more, for those that are not
+        # full (their resumable requests never finished, see start)
+        self._max_chunks = max_entries // self._chunk_size + 2
         self._first = 0  # the number of the oldest chunk
         # oldest first; each: id -> _APPROVED_MARK, _STARTED_MARK or _EARLIER (an earlier
         # version's entry: its stored value says), in the order recorded
@@ -196,8 +200,10 @@ class StorageLedger:
             raw = storage.getItem(prefix + "index")
             meta = json.loads(raw) if raw else None
             if isinstance(meta, dict):
-                self._first = int(meta["first"])
-                for number in range(self._first, int(meta["next"])):
+                self._first, end = int(meta["first"]), int(meta["next"])
+                if not 0 <= end - self._first <= self._max_chunks:
+                    raise ValueError("not an index of this bound")
+                for number in range(self._first, end):
                     stored = storage.getItem(self._chunk_key(number))
                     self._chunks.append(_read_chunk(json.loads(stored) if stored else []))
                 loose = meta.get("loose") is True
@@ -207,10 +213,13 @@ class StorageLedger:
                 raise ValueError("not an index")
         except (ValueError, TypeError, KeyError):  # not ours, or damaged: index afresh
             self._first, self._chunks, self._complete = 0, [], False
-        for chunk in self._chunks:
-            for tool_request_id in chunk:
-                self._chunk_of[tool_request_id] = chunk
-                self._results.add(tool_request_id)
+        for chunk in reversed(self._chunks):  # an id in two chunks (damage) is the newest's
+            for tool_request_id in list(chunk):
+                if tool_request_id in self._chunk_of:
+                    del chunk[tool_request_id]
+                else:
+                    self._chunk_of[tool_request_id] = chunk
+                    self._results.add(tool_request_id)
         # the newest chunk's ids, each encoded, while all of them are started (see start)
         self._newest_ids: list[str] | None = (
             _encoded_ids(self._chunks[-1]) if self._chunks else None)
@@ -237,6 +246,8 @@ class StorageLedger:
         return found
 
     def start(self, tool_request_id: str, tool: str, *, resumable: bool = False) -> None:
+        if resumable and _INDEX_KEY.fullmatch(tool_request_id):
+            resumable = False  # its entry's key is not told from the index's by the keys
         if resumable and not self._loose:  # once: before any result no chunk names
             self._loose = True
             try:
@@ -258,7 +269,7 @@ class StorageLedger:
         newest[tool_request_id] = _STARTED_MARK
         self._chunk_of[tool_request_id] = newest
         encoded.append(_COMPACT.encode(tool_request_id))
-        if not resumable:
+        if not resumable or len(newest) >= self._chunk_size:  # (see _mark)
             self._set(self._chunk_key(self._first + len(self._chunks) - 1),
                       f'{{"{_STARTED_MARK}":[{",".join(encoded)}]}}', tool_request_id)
         if len(self._chunk_of) > self.max_entries:
@@ -295,40 +306,45 @@ class StorageLedger:
                 chunks.append({})
             chunk = self._chunk_of[tool_request_id] = chunks[-1]
         chunk[tool_request_id] = state
-        if write:
+        new_chunk = added and len(chunk) == 1
+        # A chunk is written when it is made (so no older one stands under its key) and
+        # when it is full, even for resumable starts: then only the newest chunk can lack
+        # some of its requests, and the next ledger puts them back in it (see _adopt).
+        if write or new_chunk or (added and len(chunk) >= self._chunk_size):
             self._set(self._chunk_key(self._number(chunk)), _write_chunk(chunk),
                       tool_request_id)
         if added:
-            self._evict(new_chunk=len(chunk) == 1)
+            self._evict(new_chunk=new_chunk)
         self._newest_ids = _encoded_ids(chunks[-1]) if chunks else None
 
     def _adopt(self, ids: list[str]) -> None:
-        """Index entries no chunk names, each as an earlier version's (its stored value
-        says what it is): in the newest chunk while it has room, then in the chunks that
-        are empty (no start wrote them, see :meth:`start`: these entries were theirs),
-        then in new ones. Each chunk that takes some is written once, then the index, no
-        longer loose."""
+        """Index entries no chunk names, as the newest, each as an earlier version's (its
+        stored value says what it is): in the newest chunk while it has room, then in new
+        ones. Each chunk that takes some is written once, then the index, no longer loose
+        (it stays loose in storage until all of that is written). No stored result gives
+        way to room for these writes: in a full storage the next ledger tries again."""
         chunks, size = self._chunks, self._chunk_size
-        self._loose = True  # (until the chunks that take them are written)
-        room = [chunk for chunk in chunks if not chunk]
-        if chunks and 0 < len(chunks[-1]) < size:
-            room.insert(0, chunks[-1])
+        self._loose = True
         taking: list[dict[str, str]] = []
         for tool_request_id in ids:
-            if not taking or len(taking[-1]) >= size:
-                if not room:
-                    chunks.append({})
-                taking.append(room.pop(0) if room else chunks[-1])
-            chunk = self._chunk_of[tool_request_id] = taking[-1]
+            if not chunks or len(chunks[-1]) >= size:
+                chunks.append({})
+            chunk = self._chunk_of[tool_request_id] = chunks[-1]
             chunk[tool_request_id] = _EARLIER
             self._results.add(tool_request_id)
-        self._evict(new_chunk=False)
+            if not taking or taking[-1] is not chunk:
+                taking.append(chunk)
+        self._newest_ids = _encoded_ids(chunks[-1])
+        self._evict(new_chunk=False)  # (the index is written below)
         for chunk in taking:
             if any(kept is chunk for kept in chunks):  # (not evicted)
-                self._set(self._chunk_key(self._number(chunk)), _write_chunk(chunk))
+                self._set_item(self._chunk_key(self._number(chunk)), _write_chunk(chunk))
         self._loose = False
-        self._write_index()
-        self._newest_ids = _encoded_ids(chunks[-1]) if chunks else None
+        try:
+            self._write_index(room=False)
+        except Exception:
+            self._loose = True
+            raise
 
     def _number(self, chunk: dict[str, str]) -> int:
         """The chunk's number (its key's), found from the newest."""
@@ -339,7 +355,7 @@ class StorageLedger:
     def _evict(self, *, new_chunk: bool) -> None:
         remove, chunks = self._remove_item, self._chunks
         changed = new_chunk
-        while len(self._chunk_of) > self.max_entries:
+        while len(self._chunk_of) > self.max_entries or len(chunks) > self._max_chunks:
             for old in chunks.pop(0):
                 del self._chunk_of[old]
                 if old in self._results:
@@ -352,12 +368,13 @@ class StorageLedger:
         if changed:
             self._write_index()
 
-    def _write_index(self) -> None:
+    def _write_index(self, *, room: bool = True) -> None:
+        """Write the index (``room``: making room if the storage is full, see _set)."""
         index: dict[str, int | bool] = {"first": self._first,
                                         "next": self._first + len(self._chunks)}
         if self._loose:
             index["loose"] = True
-        self._set(self._prefix + "index", json.dumps(index))
+        (self._set if room else self._set_item)(self._prefix + "index", json.dumps(index))
 
     def _set(self, key: str, value: str, keep: str | None = None) -> None:
         """``setItem``, making room when the storage is full; raises if it cannot."""

@@ -356,6 +356,7 @@ def test_a_ledger_that_cannot_index_its_loose_results_still_finds_them(
 
     storage = Full()
     ledger = StorageLedger(storage, "p:")
+    ledger.start("q0", "t", resumable=True)  # (its chunk is written, being new)
     ledger.start("q1", "t", resumable=True)
     ledger.finish("q1", "7", "named")
     storage.full = True
@@ -368,6 +369,64 @@ def test_a_ledger_that_cannot_index_its_loose_results_still_finds_them(
     StorageLedger(storage, "p:")
     assert "loose" not in json.loads(storage.items["p:index"])
     assert StorageLedger(storage, "p:").get("q1") == ("7", "named")
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_a_ledger_stays_bounded_when_its_resumable_requests_leave_no_result(
+        finished: bool) -> None:
+    """Reload after reload, read-only requests still running (nothing of theirs stored),
+    or finished with results too large for the storage to keep: chunks stay few, each
+    ledger reads only those, and the newest result is kept."""
+    storage = QuotaStorage(quota=50_000)
+    big = json.dumps("x" * 10_000)  # a few fill the storage
+    for life in range(60):
+        ledger = StorageLedger(storage, "p:", max_entries=100)
+        for n in range(30):
+            ledger.start(f"r{life}-{n}", "t", resumable=True)
+            if finished:
+                ledger.finish(f"r{life}-{n}", big, "named")
+        index = json.loads(storage.items["p:index"])
+        assert index["next"] - index["first"] <= ledger._max_chunks
+        assert len(storage.items) <= 100 + ledger._max_chunks + 1
+    if finished:
+        assert StorageLedger(storage, "p:", max_entries=100).get("r59-29") == (big, "named")
+
+
+def test_a_damaged_index_brings_back_no_stale_chunk() -> None:
+    """Indexed afresh after damage, the chunks are numbered from 0 again: each is written
+    when it is made, resumable starts too, so no chunk of before the damage is read back
+    (its ids twice, an eviction failing, started requests forgotten)."""
+    storage = DictStorage()
+    ledger = StorageLedger(storage, "p:", max_entries=8)  # chunks of 2
+    for request_id in ("p0", "p1", "a"):
+        ledger.start(request_id, "t")
+    storage.setItem("p:index", "{not json")
+    ledger = StorageLedger(storage, "p:", max_entries=8)
+    for request_id, resumable in [("a", False), ("r1", True), ("r2", True)]:
+        ledger.start(request_id, "t", resumable=resumable)
+    ledger = StorageLedger(storage, "p:", max_entries=8)
+    started = [f"w{n}" for n in range(12)]
+    for request_id in started:
+        ledger.start(request_id, "t")
+    reloaded = StorageLedger(storage, "p:", max_entries=8)
+    assert all(reloaded.was_started(request_id) for request_id in started[-5:])
+
+
+def test_an_index_over_its_bound_is_damaged_not_read_through() -> None:
+    storage = DictStorage()
+    StorageLedger(storage, "p:").finish("q1", "1", "named")
+    storage.setItem("p:index", json.dumps({"first": 0, "next": 10**12}))
+    damaged = StorageLedger(storage, "p:")  # (not 10**12 reads)
+    assert damaged.get("q1") == ("1", "named") and damaged.was_started("q1")
+
+
+def test_a_resumable_request_whose_id_looks_like_an_index_key_keeps_its_result() -> None:
+    storage = DictStorage()
+    ledger = StorageLedger(storage, "p:")
+    ledger.start("w", "t")
+    ledger.start("index:7", "t", resumable=True)  # (written: its key is not told apart)
+    ledger.finish("index:7", '"r"', "named")
+    assert StorageLedger(storage, "p:").get("index:7") == ('"r"', "named")
 
 
 def test_a_ledger_indexes_only_its_own_entries_and_each_chunk_once() -> None:
@@ -390,8 +449,8 @@ def test_a_ledger_indexes_only_its_own_entries_and_each_chunk_once() -> None:
     ledger.start("running", "t", resumable=True)  # not finished: leaves nothing
     writes.clear()
     reloaded = StorageLedger(storage, "p:", max_entries=1000)
-    # into the chunks the first ledger made but never wrote (the index names them)
-    assert writes == [*(f"p:index:{n}" for n in range(4)), "p:index"]
+    # the full chunks were written as they filled; the newest takes back its own
+    assert writes == ["p:index:3", "p:index"]
     assert all(reloaded.get(f"q{n}") == (str(n), "named") for n in range(100))
     assert not reloaded.was_approved("running")
     kept = {key for key in storage.items if key.startswith("p:")}
