@@ -48,7 +48,7 @@ from pedelec_pyodide.core.sessions import (
     TOO_MANY_SESSIONS,
 )
 from pedelec_pyodide.core.sessions.turns import appended_history, trimmed_history, trimmed_with
-from pedelec_pyodide.core.store import char_width, kept_size
+from pedelec_pyodide.core.store import JsonText, char_width, kept_size
 
 MIB = 1024 * 1024
 TOKEN = "memory-test-token"
@@ -262,6 +262,19 @@ def test_a_trimmed_history_counts_the_width_of_its_commas_and_brackets() -> None
     many = [{} for _ in range(1000)] + [{"e": smiles * 1200}]
     assert kept_size(trimmed_history(many, 13_834)) <= 13_834
     assert kept_size(trimmed_with(json.dumps(many[:-1]), many[-1:], 13_834)) <= 13_834 * 3 // 4
+
+
+def test_a_history_counts_the_width_of_a_result_kept_as_the_page_wrote_it() -> None:
+    """A tool's result is kept as the JSON text its page sent (JsonText), wide characters
+    as they are even in an entry otherwise escaped: its width is counted, so a trimmed
+    history stays within its bound."""
+    kept = trimmed_history([{"turn": "t0", "text": "x" * 4000}], 10**6)
+    new = [{"turn": "t1", "calls": [{"result": JsonText('{"e":"' + "\U0001f600" * 50
+                                                           + '"}')}], "reply": "t \u2192 r"}]
+    for limit in (4000, 5500, 6000, 20_000):
+        assert kept_size(trimmed_with(kept, new, limit)) <= limit * 3 // 4
+        appended = appended_history(kept, new, limit)
+        assert appended is None or kept_size(appended) <= limit
 
 
 @given(st.lists(st.tuples(st.sampled_from(["t1", "t2", "t3", "t4"]),

@@ -413,12 +413,14 @@ def appended_history(history_json: str, entries: list[dict[str, Any]], limit: in
     texts, _ = _kept_texts(entries, len(history_json) if history_json.isascii() else 0)
     # a stored history is any JSON list (store/rows.py): whitespace may stand around its
     # closing bracket, and an empty one may be "[ ]". The kept text (up to the bound) is
-    # copied once, into the new one.
+    # copied once, and the new entries added to the copy in place (CPython resizes a
+    # string no one else holds: a join would copy the whole again, ~20 times slower).
     end = len(history_json.rstrip()) - 1  # where its closing bracket is
     if history_json[end - 1:end].isspace():
         end = len(history_json[:end].rstrip())
     separator = "" if history_json[end - 1:end] == "[" or not texts else ","
-    text = "".join((history_json[:end], separator, ",".join(texts), "]"))
+    text = history_json[:end]
+    text += separator + ",".join(texts) + "]"
     return text if kept_size(text) <= limit else None
 
 
@@ -468,17 +470,32 @@ def _past_whitespace(text: str, at: int) -> int:
 def _kept_texts(history: list[dict[str, Any]], ascii_chars: int = 0
                 ) -> tuple[list[str], int]:
     """Each entry's JSON text, and the bytes each character of them all will take once
-    joined (the width of the widest): their characters as they are, or all ASCII with
-    escapes where that takes less memory (see :func:`~.store.kept_json`), joined with
-    ``ascii_chars`` characters of ASCII text besides."""
+    joined (the width of the widest): their characters as they are, or escaped where that
+    takes less memory (see :func:`~.store.kept_json`), joined with ``ascii_chars``
+    characters of ASCII text besides. (Escaped is not always ASCII: a tool's result is
+    kept as the text its page sent, a :class:`~.store.JsonText`, characters as they are.)"""
+    escaped: list[str] | None = None
+    if ascii_chars:
+        # With more ASCII text kept than these take escaped, escaped is the form: the same
+        # text if they are ASCII anyway, else at most a wider width's half of the memory.
+        escaped = [dump_json(entry, ascii=True) for entry in history]
+        if _width(escaped) == 1 and ascii_chars > sum(map(len, escaped)):
+            return escaped, 1
     texts = [dump_json(entry) for entry in history]
-    width = max(map(char_width, texts), default=1)
+    width = _width(texts)
     if width == 1:
         return texts, 1
-    escaped = [dump_json(entry, ascii=True) for entry in history]
-    if ascii_chars + sum(map(len, escaped)) < width * (ascii_chars + sum(map(len, texts))):
-        return escaped, 1
+    if escaped is None:
+        escaped = [dump_json(entry, ascii=True) for entry in history]
+    escaped_width = _width(escaped)
+    if (escaped_width * (ascii_chars + sum(map(len, escaped)))
+            < width * (ascii_chars + sum(map(len, texts)))):
+        return escaped, escaped_width
     return texts, width
+
+
+def _width(texts: list[str]) -> int:
+    return max(map(char_width, texts), default=1)
 
 
 def _steps(journal: list[RequestRecord]) -> list[list[RequestRecord]]:
