@@ -474,19 +474,17 @@ def _kept_texts(history: list[dict[str, Any]], ascii_chars: int = 0
     takes less memory (see :func:`~.store.kept_json`), joined with ``ascii_chars``
     characters of ASCII text besides. (Escaped is not always ASCII: a tool's result is
     kept as the text its page sent, a :class:`~.store.JsonText`, characters as they are.)"""
-    escaped: list[str] | None = None
-    if ascii_chars:
-        # With more ASCII text kept than these take escaped, escaped is the form: the same
-        # text if they are ASCII anyway, else at most a wider width's half of the memory.
-        escaped = [dump_json(entry, ascii=True) for entry in history]
-        if _width(escaped) == 1 and ascii_chars > sum(map(len, escaped)):
-            return escaped, 1
+    escaped = [dump_json(entry, ascii=True) for entry in history]
+    # Escaped is the form, with no need to write them as they are: when it escapes nothing
+    # (the same text), or when more ASCII text is kept than these take escaped (as they
+    # are, they would take at least a wider width's half of the memory more).
+    if _width(escaped) == 1 and (ascii_chars > sum(map(len, escaped))
+                                 or not any("\\u" in text for text in escaped)):
+        return escaped, 1
     texts = [dump_json(entry) for entry in history]
     width = _width(texts)
     if width == 1:
         return texts, 1
-    if escaped is None:
-        escaped = [dump_json(entry, ascii=True) for entry in history]
     escaped_width = _width(escaped)
     if (escaped_width * (ascii_chars + sum(map(len, escaped)))
             < width * (ascii_chars + sum(map(len, texts)))):
