@@ -18,45 +18,33 @@ test("a reload keeps the session (id from sessionStorage, resumed by Core)", asy
   expect(info.connected).toBe(true);
 });
 
-test("finished in the tab, not yet delivered, then reload: result delivered once, handler run once", async ({ page }) => {
-  const { sessionId } = await openPage(page, `${app.url}/resume.html`);
-  const pending = callTool(app, sessionId, "write_once", { gate_name: "w1" });
-  await expect.poll(() => runs(page, "write_once")).toBe(1);
-  // cut the link to Core (no reconnect), then let the handler finish: the result stays in
-  // the ledger (sessionStorage), undelivered
-  await runPython(page, `
+// A side-effecting tool's start and result are both in sessionStorage; a read-only one's
+// start is not (run again if cut short, it does no harm): its result is, and the reloaded
+// page finds it among the storage's keys.
+for (const [tool, gateName, result] of [
+  ["write_once", "w1", { written: "w1" }],
+  ["read_value", "r0", { read: "r0" }],
+]) {
+  test(`${tool} finished in the tab, not yet delivered, then reload: result delivered once, handler run once`, async ({ page }) => {
+    const { sessionId } = await openPage(page, `${app.url}/resume.html`);
+    const pending = callTool(app, sessionId, tool, { gate_name: gateName });
+    await expect.poll(() => runs(page, tool)).toBe(1);
+    // cut the link to Core (no reconnect), then let the handler finish: the result stays
+    // in the ledger (sessionStorage), undelivered
+    await runPython(page, `
 from pedelec_pyodide.browser import bridge_of
 bridge_of(session).stop()
-gate("w1").set()`);
-  await waitForState(page, "connecting");
-  expect(await runs(page, "write_once")).toBe(1);
+gate("${gateName}").set()`);
+    await waitForState(page, "connecting");
+    expect(await runs(page, tool)).toBe(1);
 
-  const again = await reload(page);
-  expect(again.sessionId).toBe(sessionId);
-  const response = await pending;
-  expect(response).toMatchObject({ result: { written: "w1" }, handledBy: "inline" });
-  await waitForState(page, "idle");
-  expect(await runs(page, "write_once")).toBe(1);
-});
-
-test("a read-only call finished in the tab, not yet delivered, then reload: its stored result delivered, never a second run", async ({ page }) => {
-  // its start is not written to sessionStorage (a read-only call may run again if
-  // interrupted); its result is, and the reloaded page finds it among the storage's keys
-  const { sessionId } = await openPage(page, `${app.url}/resume.html`);
-  const pending = callTool(app, sessionId, "read_value", { gate_name: "r0" });
-  await expect.poll(() => runs(page, "read_value")).toBe(1);
-  await runPython(page, `
-from pedelec_pyodide.browser import bridge_of
-bridge_of(session).stop()
-gate("r0").set()`);
-  await waitForState(page, "connecting");
-
-  const again = await reload(page);
-  expect(again.sessionId).toBe(sessionId);
-  expect(await pending).toMatchObject({ result: { read: "r0" }, handledBy: "inline" });
-  await waitForState(page, "idle");
-  expect(await runs(page, "read_value")).toBe(1);
-});
+    const again = await reload(page);
+    expect(again.sessionId).toBe(sessionId);
+    expect(await pending).toMatchObject({ result, handledBy: "inline" });
+    await waitForState(page, "idle");
+    expect(await runs(page, tool)).toBe(1);
+  });
+}
 
 test("reload while a side-effecting call runs: TOOL_OUTCOME_UNKNOWN, never a second run", async ({ page }) => {
   const { sessionId } = await openPage(page, `${app.url}/resume.html`);

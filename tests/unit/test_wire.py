@@ -17,7 +17,7 @@ from sessionkit import (
     side_effect_tool,
     spin,
 )
-from web_storage import DictStorage, QuotaExceededError, QuotaStorage
+from web_storage import DictStorage, QuotaExceededError, QuotaStorage, RecordingStorage
 
 from pedelec_pyodide import (
     MemoryLedger,
@@ -298,22 +298,8 @@ def test_a_resumable_request_costs_its_result_one_write_and_no_read() -> None:
     """Its start is in memory only (the first such start marks the index loose, once);
     its result, stored where no chunk names it, is found by the next ledger among the
     storage's keys, read only then, and indexed once."""
-    calls: list[tuple[str, str]] = []
-
-    class Recording(DictStorage):
-        def key(self, index: int) -> str | None:
-            calls.append(("key", str(index)))
-            return super().key(index)
-
-        def getItem(self, key: str) -> str | None:
-            calls.append(("get", key))
-            return super().getItem(key)
-
-        def setItem(self, key: str, value: str) -> None:
-            calls.append(("set", key))
-            super().setItem(key, value)
-
-    storage = Recording()
+    storage = RecordingStorage()
+    calls = storage.calls
     ledger = StorageLedger(storage, "p:")
     ledger.start("warm", "t")  # the first chunk, and the index naming it
     calls.clear()
@@ -526,18 +512,8 @@ def test_storage_ledger_costs_a_request_one_write_to_start_one_to_finish_and_no_
     """On a tool call's path (Chromium: ~15-30 µs a storage call from Python): a request
     the tab never recorded is looked up in memory; its start is one write (its chunk,
     which says it started), its result one more."""
-    calls: list[tuple[str, str]] = []
-
-    class Recording(DictStorage):
-        def getItem(self, key: str) -> str | None:
-            calls.append(("get", key))
-            return super().getItem(key)
-
-        def setItem(self, key: str, value: str) -> None:
-            calls.append(("set", key))
-            super().setItem(key, value)
-
-    storage = Recording()
+    storage = RecordingStorage()
+    calls = storage.calls
     ledger = StorageLedger(storage, "p:")
     ledger.start("warm", "t")  # the first chunk, and the index naming it
     calls.clear()

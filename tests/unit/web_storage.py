@@ -31,6 +31,27 @@ class DictStorage:
         self._keys = None
 
 
+class RecordingStorage(DictStorage):
+    """A DictStorage that lists the calls made to it (``("get" | "set" | "key", key or
+    index)``) in ``calls``: what each would cost in the page, a call across to JS."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str]] = []
+
+    def key(self, index: int) -> str | None:
+        self.calls.append(("key", str(index)))
+        return super().key(index)
+
+    def getItem(self, key: str) -> str | None:
+        self.calls.append(("get", key))
+        return super().getItem(key)
+
+    def setItem(self, key: str, value: str) -> None:
+        self.calls.append(("set", key))
+        super().setItem(key, value)
+
+
 class QuotaExceededError(Exception):
     """What ``setItem`` throws when Web Storage is full."""
 
