@@ -225,21 +225,24 @@ async def test_a_task_cancelled_before_its_first_step_is_let_go() -> None:
     assert task.cancelled() and runs == [] and session._tasks == {}
 
 
-async def test_a_reload_after_an_async_body_began_is_outcome_unknown() -> None:
+@pytest.mark.parametrize("annotations", [None, {"readOnlyHint": True}])
+async def test_a_reload_after_an_async_body_began(annotations: Any) -> None:
+    """A side-effecting request cut short is TOOL_OUTCOME_UNKNOWN; a read-only one (its
+    start kept in memory only) runs as if never started, which its start would allow."""
     storage = DictStorage()
     runs: list[str] = []
     release = asyncio.Event()
 
-    async def side_effect(key: str) -> str:
-        """Writes something: must not run twice."""
+    async def act(key: str) -> str:
+        """Writes something, unless marked read-only."""
         runs.append(key)
         await release.wait()
         return key
 
-    tool = define_tool(side_effect)
+    tool = define_tool(act, annotations=annotations)
     first = Session([tool], ledger=StorageLedger(storage, "p:"))
     connected(first)
-    first.receive(request("q1", "side_effect", {"key": "a"}))
+    first.receive(request("q1", "act", {"key": "a"}))
     await asyncio.sleep(0)
     assert runs == ["a"]
     for task in list(first._tasks.values()):  # the tab goes away mid-run
@@ -247,40 +250,15 @@ async def test_a_reload_after_an_async_body_began_is_outcome_unknown() -> None:
 
     reloaded = Session([tool], ledger=StorageLedger(storage, "p:"))
     core = connected(reloaded)
-    reloaded.receive(request("q1", "side_effect", {"key": "a"}))
-    result = core.of_type("tool.result")[0]["result"]
-    assert result["error"]["code"] == "TOOL_OUTCOME_UNKNOWN" and runs == ["a"]
-
-
-async def test_a_reload_while_a_resumable_request_runs_lets_it_run_again() -> None:
-    """Its start was kept in memory only: after the reload it runs as if never started,
-    which is what its start would have let it do."""
-    storage = DictStorage()
-    runs: list[str] = []
-    release = asyncio.Event()
-
-    async def read(key: str) -> str:
-        """Reads something: safe to run again."""
-        runs.append(key)
-        await release.wait()
-        return key
-
-    tool = define_tool(read, annotations={"readOnlyHint": True})
-    first = Session([tool], ledger=StorageLedger(storage, "p:"))
-    connected(first)
-    first.receive(request("q1", "read", {"key": "a"}))
-    await asyncio.sleep(0)
-    assert runs == ["a"]
-    for task in list(first._tasks.values()):  # the tab goes away mid-run
-        task.cancel()
-
-    reloaded = Session([tool], ledger=StorageLedger(storage, "p:"))
-    core = connected(reloaded)
-    reloaded.receive(request("q1", "read", {"key": "a"}))
+    reloaded.receive(request("q1", "act", {"key": "a"}))
     release.set()
     await spin()
-    assert runs == ["a", "a"] and core.of_type("tool.result")[0]["result"] == "a"
-    reloaded.receive(request("q1", "read", {"key": "a"}))  # finished: never a third run
+    result = core.of_type("tool.result")[0]["result"]
+    if annotations is None:
+        assert result["error"]["code"] == "TOOL_OUTCOME_UNKNOWN" and runs == ["a"]
+        return
+    assert result == "a" and runs == ["a", "a"]
+    reloaded.receive(request("q1", "act", {"key": "a"}))  # finished: never a third run
     assert runs == ["a", "a"] and core.of_type("tool.result")[1]["result"] == "a"
 
 
