@@ -277,6 +277,18 @@ def test_a_history_counts_the_width_of_a_result_kept_as_the_page_wrote_it() -> N
         assert appended is None or kept_size(appended) <= limit
 
 
+def test_latin_1_is_kept_as_it_is() -> None:
+    """Characters U+0080 to U+00FF take 1 byte of memory as they are, like ASCII, and 6
+    escaped: a history keeps them as they are."""
+    kept = trimmed_history([{"turn": "t0", "text": "x" * 20_000}], 10**6)
+    new = [{"turn": "t1", "text": "\u00e9" * 1000}]
+    appended = appended_history(kept, new, 10**6)
+    assert appended is not None and "\u00e9" * 1000 in appended
+    assert kept_size(appended) == len(kept) + 1 + len(json.dumps(new[0], ensure_ascii=False,
+                                                                  separators=(",", ":"))) + 1000
+    assert "\u00e9" * 1000 in trimmed_with(kept, new, 40_000)
+
+
 @given(st.lists(st.tuples(st.sampled_from(["t1", "t2", "t3", "t4"]),
                           st.text(max_size=30)), max_size=12),
        st.lists(st.text(max_size=30), max_size=3),

@@ -476,20 +476,29 @@ def _kept_texts(history: list[dict[str, Any]], ascii_chars: int = 0
     kept as the text its page sent, a :class:`~.store.JsonText`, characters as they are.)"""
     escaped = [dump_json(entry, ascii=True) for entry in history]
     # Escaped is the form, with no need to write them as they are: when it escapes nothing
-    # (the same text), or when more ASCII text is kept than these take escaped (as they
-    # are, they would take at least a wider width's half of the memory more).
-    if _width(escaped) == 1 and (ascii_chars > sum(map(len, escaped))
-                                 or not any("\\u" in text for text in escaped)):
+    # (the same text), or when it escapes no Latin-1 (which takes 1 byte as it is) and
+    # more ASCII text is kept than these take escaped (as they are, 2 or 4 bytes a
+    # character, they would take more: at least the kept text's again).
+    if _width(escaped) == 1 and (
+            not any("\\u" in text for text in escaped)
+            or (ascii_chars > sum(map(len, escaped))
+                and not any(map(_LATIN_1_ESCAPE.search, escaped)))):
         return escaped, 1
     texts = [dump_json(entry) for entry in history]
     width = _width(texts)
     if width == 1:
         return texts, 1
     escaped_width = _width(escaped)
-    if (escaped_width * (ascii_chars + sum(map(len, escaped)))
-            < width * (ascii_chars + sum(map(len, texts)))):
+    others = ascii_chars + len(history) + 1  # (and the commas and brackets, at the width)
+    if (escaped_width * (others + sum(map(len, escaped)))
+            < width * (others + sum(map(len, texts)))):
         return escaped, escaped_width
     return texts, width
+
+
+# a character U+0080 to U+00FF escaped (or a backslash written before "u00e9" and the
+# like, which only takes the longer way)
+_LATIN_1_ESCAPE = re.compile(r"\\u00[89a-f]")
 
 
 def _width(texts: list[str]) -> int:
