@@ -414,7 +414,7 @@ def appended_history(history_json: str, entries: list[dict[str, Any]], limit: in
     # a stored history is any JSON list (store/rows.py): whitespace may stand around its
     # closing bracket, and an empty one may be "[ ]". The kept text (up to the bound) is
     # copied once, and the new entries added to the copy in place (CPython resizes a
-    # string no one else holds: a join would copy the whole again, ~20 times slower).
+    # string no one else holds: a join would copy the whole again).
     end = len(history_json.rstrip()) - 1  # where its closing bracket is
     if history_json[end - 1:end].isspace():
         end = len(history_json[:end].rstrip())
