@@ -310,6 +310,30 @@ def test_a_trimmed_history_keeps_whole_newest_turns_within_its_bound(
     assert kept_size(trimmed) <= limit * 3 // 4
 
 
+def test_a_history_core_cannot_write_again_is_kept_and_the_turn_still_ends(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A stored history nested as deep as a store can hold but Core cannot encode again
+    (a wide character at depth ~990: it is written again at the trim) fails its trim:
+    the turn still ends, the history is kept as it was, and the next turn runs."""
+    stored = '[{"turn_id":"t0","x":' + "[" * 990 + '"\u00e9\u2192"' + "]" * 990 + "}]"
+
+    async def main() -> None:
+        async with running_core(config(agent_factory=OfflineAgent,
+                                       max_history_bytes=2048)) as core:
+            page = await Page(sink_session()).connect(core.ws_url)
+            sid = page.session.session_id
+            assert sid is not None
+            core.registry.sessions[sid].record.history = stored
+            for n in range(2):
+                answer = await core.turn(sid, f'/call sink {{"n": {n}}}')
+                assert answer.json()["status"] == "completed"
+            assert core.registry.sessions[sid].record.history == stored
+            await page.drop()
+
+    run(main())
+    assert "event=turn.history_failed" in caplog.text and "RecursionError" in caplog.text
+
+
 def test_the_offline_agents_history_stays_within_its_bytes() -> None:
     async def main() -> None:
         async with running_core(config(agent_factory=OfflineAgent,

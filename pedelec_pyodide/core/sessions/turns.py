@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from typing import Any, NamedTuple
 
@@ -240,7 +241,13 @@ class TurnRunner:
                       error=record.error["message"])
         self._ending = True
         config = session.registry.config
-        self._finish(await self._kept_history(config.max_history_bytes))
+        try:
+            history = await self._kept_history(config.max_history_bytes)
+        except Exception as exc:  # (a stored history Core cannot write again): kept as it was
+            history = None
+            log_event("turn.history_failed", level=logging.WARNING, session=session.id,
+                      turn=record.id, error=f"{type(exc).__name__}: {excerpt(str(exc))}")
+        self._finish(history)
         # The page hears of the end only once it is stored: a Core killed right after
         # sending it would otherwise come back with the turn still running, and run it
         # again while the page has moved on (its next turn.start refused TURN_BUSY).
