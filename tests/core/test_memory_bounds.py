@@ -310,48 +310,43 @@ def test_a_trimmed_history_keeps_whole_newest_turns_within_its_bound(
     assert kept_size(trimmed) <= limit * 3 // 4
 
 
+def offline_turns(texts: list[str], history: str | None = None) -> str:
+    """Turns of the offline agent on a page's session (its history bound 2 KiB, and
+    ``history`` as it was stored, if given), each completed: the history kept after."""
+    async def main() -> str:
+        async with running_core(config(agent_factory=OfflineAgent,
+                                       max_history_bytes=2048)) as core:
+            page = await Page(sink_session()).connect(core.ws_url)
+            sid = page.session.session_id
+            assert sid is not None
+            if history is not None:
+                core.registry.sessions[sid].record.history = history
+            for text in texts:
+                answer = await core.turn(sid, text)
+                assert answer.json()["status"] == "completed"
+            await page.drop()
+            return core.registry.sessions[sid].record.history
+
+    return run(main())
+
+
 def test_a_history_core_cannot_write_again_is_kept_and_the_turn_still_ends(
         caplog: pytest.LogCaptureFixture) -> None:
     """A stored history nested as deep as a store can hold but Core cannot encode again
     (a wide character at depth ~990: it is written again at the trim) fails its trim:
     the turn still ends, the history is kept as it was, and the next turn runs."""
     stored = '[{"turn_id":"t0","x":' + "[" * 990 + '"\u00e9\u2192"' + "]" * 990 + "}]"
-
-    async def main() -> None:
-        async with running_core(config(agent_factory=OfflineAgent,
-                                       max_history_bytes=2048)) as core:
-            page = await Page(sink_session()).connect(core.ws_url)
-            sid = page.session.session_id
-            assert sid is not None
-            core.registry.sessions[sid].record.history = stored
-            for n in range(2):
-                answer = await core.turn(sid, f'/call sink {{"n": {n}}}')
-                assert answer.json()["status"] == "completed"
-            assert core.registry.sessions[sid].record.history == stored
-            await page.drop()
-
-    run(main())
+    assert offline_turns([f'/call sink {{"n": {n}}}' for n in range(2)], stored) == stored
     assert "event=turn.history_failed" in caplog.text and "RecursionError" in caplog.text
 
 
 def test_the_offline_agents_history_stays_within_its_bytes() -> None:
-    async def main() -> None:
-        async with running_core(config(agent_factory=OfflineAgent,
-                                       max_history_bytes=2048)) as core:
-            page = await Page(sink_session()).connect(core.ws_url)
-            sid = page.session.session_id
-            assert sid is not None
-            for n in range(12):
-                answer = await core.turn(sid, f'/call sink {{"n": {n}, "pad": "{"p" * 200}"}}')
-                assert answer.json()["status"] == "completed"
-            history = core.registry.sessions[sid].record.history
-            assert len(history.encode()) <= 2048
-            kept = json.loads(history)
-            assert kept and kept[-1]["calls"][0]["args"]["n"] == 11  # the newest kept
-            assert len(kept) < 12
-            await page.drop()
-
-    run(main())
+    history = offline_turns([f'/call sink {{"n": {n}, "pad": "{"p" * 200}"}}'
+                             for n in range(12)])
+    assert len(history.encode()) <= 2048
+    kept = json.loads(history)
+    assert kept and kept[-1]["calls"][0]["args"]["n"] == 11  # the newest kept
+    assert len(kept) < 12
 
 
 def test_a_tools_update_does_not_serialise_the_history_again(
