@@ -334,7 +334,7 @@ class StorageLedger:
             self._results.add(tool_request_id)
             if not taking or taking[-1] is not chunk:
                 taking.append(chunk)
-        self._newest_ids = _encoded_ids(chunks[-1])
+        self._newest_ids = _encoded_ids(chunks[-1]) if chunks else None
         self._evict(new_chunk=False)  # (the index is written below)
         for chunk in taking:
             if any(kept is chunk for kept in chunks):  # (not evicted)

@@ -393,6 +393,19 @@ def test_a_resumable_request_whose_id_looks_like_an_index_key_keeps_its_result()
     assert StorageLedger(storage, "p:").get("index:7") == ('"r"', "named")
 
 
+def test_a_loose_index_with_nothing_to_index_is_made_tight_quietly(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Marked loose by a first resumable start whose chunk was never written (the tab
+    gone between the two writes): the next ledger finds nothing, and says nothing."""
+    storage = DictStorage()
+    storage.setItem("p:index", json.dumps({"first": 0, "next": 0, "loose": True}))
+    with caplog.at_level(logging.WARNING):
+        ledger = StorageLedger(storage, "p:")
+    assert caplog.text == "" and json.loads(storage.items["p:index"]) == {"first": 0, "next": 0}
+    ledger.start("q1", "t")
+    assert StorageLedger(storage, "p:").was_started("q1")
+
+
 def test_a_ledger_indexes_only_its_own_entries_and_each_chunk_once() -> None:
     """Other keys in the storage (the app's, another ledger's, the index's own) are not
     its entries; many entries no chunk names cost one write per chunk that takes them."""
