@@ -415,10 +415,8 @@ class Engine:
                 if reply:
                     self.outbox.send_result(rec)
                 return rec
-            if reply and self.ledger.was_started(request_id):
-                definition = self.tools.get(tool)
-                if definition is None or not definition.resumable:
-                    return self._interrupted(rec)
+            if reply and self.ledger.was_started(request_id) and not self._resumable(tool):
+                return self._interrupted(rec)
         self.inflight[request_id] = rec
         # A request refused before its handler runs (no handler, bad args) is handled by
         # no tier: its record carries no registration, so it says handledBy "none".
@@ -721,11 +719,14 @@ class Engine:
     # Delivery-ledger writes. One that fails (storage full or gone) costs that record,
     # never the request: the handler still runs and its result still goes to Core.
 
-    def _ledger_start(self, tool_request_id: str, tool: str) -> None:
+    def _resumable(self, tool: str) -> bool:
+        """Whether a request to ``tool`` cut short may run again (its definition says)."""
         definition = self.tools.get(tool)
+        return definition is not None and definition.resumable
+
+    def _ledger_start(self, tool_request_id: str, tool: str) -> None:
         try:
-            self.ledger.start(tool_request_id, tool,
-                              resumable=definition is not None and definition.resumable)
+            self.ledger.start(tool_request_id, tool, resumable=self._resumable(tool))
         except Exception:
             _ledger_failed(tool_request_id)
 

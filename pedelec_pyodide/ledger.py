@@ -249,12 +249,7 @@ class StorageLedger:
         if resumable and _INDEX_KEY.fullmatch(tool_request_id):
             resumable = False  # its entry's key is not told from the index's by the keys
         if resumable and not self._loose:  # once: before any result no chunk names
-            self._loose = True
-            try:
-                self._write_index()
-            except Exception:
-                self._loose = False
-                raise
+            self._write_index(loose=True)
         chunk = self._chunk_of.get(tool_request_id)
         if chunk is not None:
             if chunk[tool_request_id] != _STARTED_MARK:
@@ -324,7 +319,7 @@ class StorageLedger:
         (it stays loose in storage until all of that is written). No stored result gives
         way to room for these writes: in a full storage the next ledger tries again."""
         chunks, size = self._chunks, self._chunk_size
-        self._loose = True
+        self._loose = True  # (its index writes stay loose until the chunks are written)
         taking: list[dict[str, str]] = []
         for tool_request_id in ids:
             if not chunks or len(chunks[-1]) >= size:
@@ -339,12 +334,7 @@ class StorageLedger:
         for chunk in taking:
             if any(kept is chunk for kept in chunks):  # (not evicted)
                 self._set_item(self._chunk_key(self._number(chunk)), _write_chunk(chunk))
-        self._loose = False
-        try:
-            self._write_index(room=False)
-        except Exception:
-            self._loose = True
-            raise
+        self._write_index(loose=False, room=False)
 
     def _number(self, chunk: dict[str, str]) -> int:
         """The chunk's number (its key's), found from the newest."""
@@ -368,13 +358,16 @@ class StorageLedger:
         if changed:
             self._write_index()
 
-    def _write_index(self, *, room: bool = True) -> None:
-        """Write the index (``room``: making room if the storage is full, see _set)."""
+    def _write_index(self, *, loose: bool | None = None, room: bool = True) -> None:
+        """Write the index, ``loose`` or not (None: as it is), and keep it so once it is
+        written (``room``: making room if the storage is full, see _set)."""
+        loose = self._loose if loose is None else loose
         index: dict[str, int | bool] = {"first": self._first,
                                         "next": self._first + len(self._chunks)}
-        if self._loose:
+        if loose:
             index["loose"] = True
         (self._set if room else self._set_item)(self._prefix + "index", json.dumps(index))
+        self._loose = loose
 
     def _set(self, key: str, value: str, keep: str | None = None) -> None:
         """``setItem``, making room when the storage is full; raises if it cannot."""
