@@ -239,15 +239,15 @@ class StorageLedger:
         for number in range(storage.length):
             key = key_at(number)
             if isinstance(key, str) and key.startswith(prefix):  # (not JS null)
-                tool_request_id = key[len(prefix):]
-                if (tool_request_id not in self._chunk_of
-                        and not _INDEX_KEY.fullmatch(tool_request_id)):
+                name = key[len(prefix):]
+                if _INDEX_KEY.fullmatch(name):
+                    continue
+                tool_request_id = name[:-1] if _ESCAPED_ID.fullmatch(name) else name
+                if tool_request_id not in self._chunk_of:
                     found.append(tool_request_id)
         return found
 
     def start(self, tool_request_id: str, tool: str, *, resumable: bool = False) -> None:
-        if resumable and _INDEX_KEY.fullmatch(tool_request_id):
-            resumable = False  # its entry's key is not told from the index's by the keys
         if resumable and not self._loose:  # once: before any result no chunk names
             self._write_index(loose=True)
         chunk = self._chunk_of.get(tool_request_id)
@@ -271,7 +271,7 @@ class StorageLedger:
             self._evict(new_chunk=False)
 
     def finish(self, tool_request_id: str, result_json: str, handled_by: HandledBy) -> None:
-        self._set(self._prefix + tool_request_id,
+        self._set(self._entry_key(tool_request_id),
                   json.dumps({"result": result_json, "handledBy": handled_by}),
                   tool_request_id)
         self._results.add(tool_request_id)
@@ -350,7 +350,7 @@ class StorageLedger:
                 del self._chunk_of[old]
                 if old in self._results:
                     self._results.discard(old)
-                    remove(self._prefix + old)
+                    remove(self._entry_key(old))
                 self._shrunk.discard(old)
             remove(self._chunk_key(self._first))
             self._first += 1
@@ -390,7 +390,7 @@ class StorageLedger:
                         or tool_request_id not in self._results):
                     continue
                 self._shrunk.add(tool_request_id)
-                key = self._prefix + tool_request_id
+                key = self._entry_key(tool_request_id)
                 if not str(self._get_item(key) or "").startswith(_RESULT_PREFIX):
                     continue
                 if state == _STARTED_MARK:
@@ -404,11 +404,19 @@ class StorageLedger:
     def _chunk_key(self, number: int) -> str:
         return f"{self._prefix}index:{number}"
 
+    def _entry_key(self, tool_request_id: str) -> str:
+        """The key of a request's entry: ``<prefix><id>``, but ``<prefix><id>/`` for an id
+        that is one of the index's keys (``index``, ``index:<n>``) followed by any number
+        of ``/``: no entry's key is the index's or another entry's."""
+        if tool_request_id.startswith("index") and _ESCAPED_ID.fullmatch(tool_request_id):
+            return f"{self._prefix}{tool_request_id}/"
+        return self._prefix + tool_request_id
+
     def get(self, tool_request_id: str) -> tuple[str, HandledBy] | None:
         if tool_request_id not in self._results and (
                 self._complete or tool_request_id in self._chunk_of):
             return None  # nothing stored for it: not read
-        raw = self._get_item(self._prefix + tool_request_id)
+        raw = self._get_item(self._entry_key(tool_request_id))
         if not raw:
             return None
         try:
@@ -423,7 +431,7 @@ class StorageLedger:
             return state == _STARTED_MARK
         if state is None and self._complete:
             return False
-        raw = self._get_item(self._prefix + tool_request_id)
+        raw = self._get_item(self._entry_key(tool_request_id))
         if not raw:  # None, "", or JS null (a JsNull in Pyodide, not None)
             return False
         return not str(raw).startswith(_APPROVED_PREFIX)
@@ -434,7 +442,7 @@ class StorageLedger:
             return True
         if state is None and self._complete:
             return False
-        return bool(self._get_item(self._prefix + tool_request_id))
+        return bool(self._get_item(self._entry_key(tool_request_id)))
 
 
 # a request's state in a StorageLedger chunk
@@ -442,8 +450,10 @@ _STARTED_MARK = "s"
 _APPROVED_MARK = "a"
 _EARLIER = "?"  # an earlier version's chunk (a list of ids): the entry itself says
 _MARKS = (_STARTED_MARK, _APPROVED_MARK, _EARLIER)
-# the index's keys after a ledger's prefix (an entry's is its request's id)
+# the index's keys after a ledger's prefix
 _INDEX_KEY = re.compile(r"index(:[0-9]+)?")
+# the ids whose entry's key is the id and one "/" more (see StorageLedger._entry_key)
+_ESCAPED_ID = re.compile(r"index(:[0-9]+)?/*")
 
 
 def _read_chunk(stored: object) -> dict[str, str]:

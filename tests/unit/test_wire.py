@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from typing import Any
 
 import pytest
@@ -384,13 +385,23 @@ def test_an_index_over_its_bound_is_damaged_not_read_through() -> None:
     assert damaged.get("q1") == ("1", "named") and damaged.was_started("q1")
 
 
-def test_a_resumable_request_whose_id_looks_like_an_index_key_keeps_its_result() -> None:
+@pytest.mark.parametrize("resumable", [False, True])
+def test_requests_whose_ids_look_like_the_index_keys_leave_the_index_whole(
+        resumable: bool) -> None:
+    """An id may be any string: ``index`` or ``index:0`` (the keys of the index and of its
+    first chunk) is a request like any other, and its result overwrites neither."""
+    ids = ["w", "index", "index:0", "index:1", "index/", "index:0//", "x"]
     storage = DictStorage()
     ledger = StorageLedger(storage, "p:")
-    ledger.start("w", "t")
-    ledger.start("index:7", "t", resumable=True)  # (written: its key is not told apart)
-    ledger.finish("index:7", '"r"', "named")
-    assert StorageLedger(storage, "p:").get("index:7") == ('"r"', "named")
+    for request_id in ids:
+        ledger.start(request_id, "t", resumable=resumable)
+        ledger.finish(request_id, json.dumps(request_id), "named")
+    reloaded = StorageLedger(storage, "p:")
+    assert reloaded._complete and json.loads(storage.items["p:index"])["first"] == 0
+    for request_id in ids:
+        assert reloaded.get(request_id) == (json.dumps(request_id), "named"), request_id
+        assert reloaded.was_started(request_id)
+    assert len(storage.items) == len(ids) + 2  # the index, its one chunk, one entry each
 
 
 def test_a_loose_index_with_nothing_to_index_is_made_tight_quietly(
@@ -543,8 +554,8 @@ def test_storage_ledger_keeps_each_requests_state_across_reloads(max_entries: in
             ledger = StorageLedger(storage, "p:", max_entries=max_entries)  # a reload
         if ids and rng.random() < 0.3:
             request_id = rng.choice(ids[-5:])
-        else:
-            request_id = f"q{step}"
+        else:  # (some ids are the index's keys: index:1 is a chunk's while it lives)
+            request_id = f"index:{step // 7}" if step % 7 == 0 else f"q{step}"
             ids.append(request_id)
         if model.get(request_id) is not None:
             continue  # answered: never recorded again
@@ -575,7 +586,8 @@ def test_storage_ledger_keeps_each_requests_state_across_reloads(max_entries: in
             continue
         assert reloaded.was_started(request_id) == model.was_started(request_id), request_id
         assert reloaded.was_approved(request_id) == model.was_approved(request_id), request_id
-    assert len([k for k in storage.items if not k.startswith("p:index")]) <= max_entries
+    index_keys = re.compile(r"p:index(:[0-9]+)?")
+    assert len([k for k in storage.items if not index_keys.fullmatch(k)]) <= max_entries
 
 
 def test_storage_ledger_reads_what_an_earlier_version_wrote() -> None:
