@@ -190,6 +190,10 @@ def test_history_is_trimmed_by_whole_turns_oldest_first() -> None:
     offline = [{"agent": "offline", "turn_id": f"t{n}", "user": "u" * 100} for n in range(5)]
     limit = len(json.dumps(offline[-2:], separators=(",", ":")))
     assert json.loads(trimmed_history(offline, limit)) == offline[-2:]
+    # turns told apart as JSON tells them: 1, 1.0 and true are three
+    odd = [{"turn": turn, "text": "t" * 50} for turn in (1, 1, True, 1.0, "1")]
+    limit = len(json.dumps(odd[2:], separators=(",", ":")))
+    assert json.loads(trimmed_history(odd, limit)) == odd[2:]
 
 
 def test_an_agent_that_only_adds_to_its_history_appends_as_text_within_the_bound() -> None:

@@ -378,10 +378,11 @@ class TurnRunner:
         return outcomes
 
 
-def _turn_of(entry: Any) -> Any:
+def _turn_of(entry: Any) -> tuple[type, Any] | None:
     """The turn a history entry belongs to: ``turn`` (model adapters) or ``turn_id``
-    (the offline agent)."""
-    return entry.get("turn", entry.get("turn_id")) if isinstance(entry, dict) else None
+    (the offline agent), with its type (as JSON says, 1, 1.0 and true are three turns)."""
+    turn = entry.get("turn", entry.get("turn_id")) if isinstance(entry, dict) else None
+    return None if turn is None else (type(turn), turn)
 
 
 def trimmed_history(history: list[dict[str, Any]], limit: int) -> str:
