@@ -416,7 +416,7 @@ def decode_json(text: str | bytes, *, max_bytes: int = MAX_FRAME_BYTES,
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ProtocolError(FRAME_NOT_JSON, f"{what} is not UTF-8 text: {exc}") from None
-    if _nests_too_deep(text):
+    if nests_too_deep(text):
         raise ProtocolError(FRAME_TOO_DEEP, f"{what} nests deeper than {MAX_DEPTH}")
     try:
         data = strictjson.decode(text)
@@ -549,7 +549,7 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
 _NOT_BRACKET_BYTES = bytes(b for b in range(256) if b not in b"[]{}")
 
 
-def _nests_too_deep(text: str) -> bool:
+def nests_too_deep(text: str) -> bool:
     """Whether the JSON text nests deeper than MAX_DEPTH, checked *before* decoding it.
 
     Decoding first is not safe everywhere: in Pyodide, json's C decoder on a deeply nested

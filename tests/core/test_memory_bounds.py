@@ -46,9 +46,10 @@ from pedelec_pyodide.core.sessions import (
     METADATA_TOO_LARGE,
     TOO_MANY_PENDING,
     TOO_MANY_SESSIONS,
+    turns,
 )
 from pedelec_pyodide.core.sessions.turns import appended_history, trimmed_history, trimmed_with
-from pedelec_pyodide.core.store import JsonText, char_width, kept_size
+from pedelec_pyodide.core.store import JsonText, char_width, dump_json, kept_size
 
 MIB = 1024 * 1024
 TOKEN = "memory-test-token"
@@ -334,12 +335,30 @@ def offline_turns(texts: list[str], history: str | None = None) -> str:
     return run(main())
 
 
-def test_a_history_core_cannot_write_again_is_kept_and_the_turn_still_ends(
+def test_a_history_nested_deeper_than_core_can_write_ages_out(
         caplog: pytest.LogCaptureFixture) -> None:
-    """A stored history nested as deep as a store can hold but Core cannot encode again
-    (a wide character at depth ~990: it is written again at the trim) fails its trim:
-    the turn still ends, the history is kept as it was, and the next turn runs."""
-    stored = '[{"turn_id":"t0","x":' + "[" * 990 + '"\u00e9\u2192"' + "]" * 990 + "}]"
+    """A stored history nested as deep as a store can hold but json cannot encode again
+    (a wide character at depth ~990, which a trim would write again) is trimmed like any:
+    that entry kept as it stands while it is among the newest, then dropped with its
+    turn; the turns after it are kept."""
+    deep = '{"turn_id":"t0","x":' + "[" * 990 + '"\u00e9\u2192"' + "]" * 990 + "}"
+    stored = f"[{deep}]"
+    with pytest.raises(RecursionError):  # (the kind of entry this is about)
+        dump_json(json.loads(stored))
+    history = offline_turns([f'/call sink {{"n": {n}}}' for n in range(4)], stored)
+    assert deep not in history and len(json.loads(history)) >= 1
+    assert "turn.history_failed" not in caplog.text
+
+
+def test_a_history_core_cannot_trim_is_kept_and_the_turn_still_ends(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should a trim fail all the same, the turn still ends, the history is kept as it
+    was, and the next turn runs."""
+    def failing(*args: Any) -> str:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(turns, "trimmed_with", failing)
+    stored = json.dumps([{"turn_id": "t0", "x": "y" * 2000}])
     assert offline_turns([f'/call sink {{"n": {n}}}' for n in range(2)], stored) == stored
     assert "event=turn.history_failed" in caplog.text and "RecursionError" in caplog.text
 

@@ -439,11 +439,19 @@ def trimmed_with(history_json: str, entries: list[dict[str, Any]], limit: int) -
     stays as it stands (decoded only to read its turn); any other is written again with
     the new ones, in the form that takes the least memory over the whole history, as
     :func:`trimmed_history` writes it (else one wide character kept as it is would make
-    every character of the history take its width)."""
+    every character of the history take its width), unless it nests deeper than a frame
+    may."""
     kept, texts = _kept_items(history_json)
-    again = [n for n, text in enumerate(texts) if not text.isascii()]
+    again: list[int] = []  # the entries written again
+    stands: list[int] = []  # and those that stay as they stand, though not ASCII
+    for n, text in enumerate(texts):
+        if not text.isascii():
+            # one nested deeper than a frame may (only a store can hold it) stays as it
+            # stands: json's encoder might not reach its bottom, and no trim would be done
+            (stands if protocol.nests_too_deep(text) else again).append(n)
     written, width = _kept_texts([kept[n] for n in again] + entries, sum(
         len(text) for text in texts if text.isascii()))
+    width = max(width, _width([texts[n] for n in stands]))
     for n, text in zip(again, written, strict=False):
         texts[n] = text
     return _trimmed(kept + entries, texts + written[len(again):], width, limit * 3 // 4)
