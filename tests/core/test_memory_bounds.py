@@ -294,6 +294,22 @@ def test_latin_1_is_kept_as_it_is() -> None:
     assert "\u00e9" * 1000 in trimmed_with(kept, new, 40_000)
 
 
+def test_entries_appended_to_a_history_that_is_not_ascii_take_the_least_memory() -> None:
+    """The kept text's own width counts: new wide characters are escaped after a long
+    Latin-1 history (as they are, every character kept would take 2 bytes), and kept as
+    they are after a history already that wide (escaped, they would only take more)."""
+    cjk = [{"turn": "t1", "text": "\u6f22" * 100}]
+    latin_1 = trimmed_history([{"turn": "t0", "text": "\u00e9" * 20_000}], 10**6)
+    appended = appended_history(latin_1, cjk, 10**6)
+    assert appended is not None and json.loads(appended)[1:] == cjk
+    assert char_width(appended) == 1 and "\\u6f22" in appended
+    wide = trimmed_history([{"turn": "t0", "text": "\u2192" * 20_000}], 10**6)
+    appended = appended_history(wide, cjk, 10**6)
+    assert appended is not None and "\u6f22" * 100 in appended and char_width(appended) == 2
+    assert len(appended) == len(wide) + 1 + len(json.dumps(cjk[0], ensure_ascii=False,
+                                                            separators=(",", ":")))
+
+
 @given(st.lists(st.tuples(st.sampled_from(["t1", "t2", "t3", "t4"]),
                           st.text(max_size=30)), max_size=12),
        st.lists(st.text(max_size=30), max_size=3),

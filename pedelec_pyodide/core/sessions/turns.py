@@ -418,7 +418,7 @@ def appended_history(history_json: str, entries: list[dict[str, Any]], limit: in
     whole); None when that is over ``limit`` (see :func:`trimmed_history`)."""
     # (in the form that costs least joined to the kept text, when that is ASCII: a few
     # wide characters written as they are would make all of it take their width)
-    texts, _ = _kept_texts(entries, len(history_json) if history_json.isascii() else 0)
+    texts, _ = _kept_texts(entries, len(history_json), char_width(history_json))
     # a stored history is any JSON list (store/rows.py): whitespace may stand around its
     # closing bracket, and an empty one may be "[ ]". The kept text (up to the bound) is
     # copied once, and the new entries added to the copy in place (CPython resizes a
@@ -449,9 +449,9 @@ def trimmed_with(history_json: str, entries: list[dict[str, Any]], limit: int) -
             # one nested deeper than a frame may (only a store can hold it) stays as it
             # stands: json's encoder might not reach its bottom, and no trim would be done
             (stands if protocol.nests_too_deep(text) else again).append(n)
-    written, width = _kept_texts([kept[n] for n in again] + entries, sum(
-        len(text) for text in texts if text.isascii()))
-    width = max(width, _width([texts[n] for n in stands]))
+    standing = [text for text in texts if text.isascii()] + [texts[n] for n in stands]
+    written, width = _kept_texts([kept[n] for n in again] + entries,
+                                 sum(map(len, standing)), _width(standing))
     for n, text in zip(again, written, strict=False):
         texts[n] = text
     return _trimmed(kept + entries, texts + written[len(again):], width, limit * 3 // 4)
@@ -483,29 +483,30 @@ def _past_whitespace(text: str, at: int) -> int:
     return found.end()
 
 
-def _kept_texts(history: list[dict[str, Any]], ascii_chars: int = 0
+def _kept_texts(history: list[dict[str, Any]], kept_chars: int = 0, kept_width: int = 1
                 ) -> tuple[list[str], int]:
     """Each entry's JSON text, and the bytes each character of them all will take once
-    joined (the width of the widest): their characters as they are, or escaped where that
-    takes less memory (see :func:`~.store.kept_json`), joined with ``ascii_chars``
-    characters of ASCII text besides. (Escaped is not always ASCII: a tool's result is
-    kept as the text its page sent, a :class:`~.store.JsonText`, characters as they are.)"""
+    joined with ``kept_chars`` characters of text kept besides, which take ``kept_width``
+    bytes each (the width of the widest): the entries' characters as they are, or escaped
+    where that takes less memory in all (see :func:`~.store.kept_json`). (Escaped is not
+    always ASCII: a tool's result is kept as the text its page sent, a
+    :class:`~.store.JsonText`, characters as they are.)"""
     escaped = [dump_json(entry, ascii=True) for entry in history]
     # Escaped is the form, with no need to write them as they are: when it escapes nothing
     # (the same text), or when it escapes no Latin-1 (which takes 1 byte as it is) and
-    # more ASCII text is kept than these take escaped (as they are, 2 or 4 bytes a
-    # character, they would take more: at least the kept text's again).
+    # more text of 1 byte a character is kept than these take escaped (as they are, 2 or
+    # 4 bytes a character, they would take more: at least the kept text's again).
     if _width(escaped) == 1 and (
             not any("\\u" in text for text in escaped)
-            or (ascii_chars > sum(map(len, escaped))
+            or (kept_width == 1 and kept_chars > sum(map(len, escaped))
                 and not any(map(_LATIN_1_ESCAPE.search, escaped)))):
-        return escaped, 1
+        return escaped, kept_width
     texts = [dump_json(entry) for entry in history]
-    width = _width(texts)
-    if width == 1:
-        return texts, 1
-    escaped_width = _width(escaped)
-    others = ascii_chars + len(history) + 1  # (and the commas and brackets, at the width)
+    width = max(kept_width, _width(texts))
+    if width == kept_width:  # as they are, they take no more than the kept text does
+        return texts, width
+    escaped_width = max(kept_width, _width(escaped))
+    others = kept_chars + len(history) + 1  # (and the commas and brackets, at the width)
     if (escaped_width * (others + sum(map(len, escaped)))
             < width * (others + sum(map(len, texts)))):
         return escaped, escaped_width
