@@ -14,9 +14,9 @@ import json
 import logging
 import re
 from collections import OrderedDict
-from typing import Protocol
+from typing import Any, Protocol
 
-from .protocol import HandledBy
+from .protocol import HANDLED_BY, HandledBy, nests_too_deep
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +164,9 @@ class StorageLedger:
     ``TOOL_OUTCOME_UNKNOWN``; it is never run twice by mistake.
 
     Entries an earlier version wrote (chunks that are lists of ids, entries that say
-    ``{"tool"}`` or ``{"approved"}``) are read as they were meant.
+    ``{"tool"}`` or ``{"approved"}``) are read as they were meant. A damaged index (or one
+    of another bound) is made again from what the storage holds, as a loose one is; a
+    damaged entry holds no result.
     """
 
     def __init__(self, storage: Storage, prefix: str,
@@ -194,18 +196,21 @@ class StorageLedger:
         self._complete = True
         # the stored index says results may stand where no chunk names them (see start)
         self._loose = False
+        # the stored index does not name every chunk in memory, or names evicted ones (its
+        # write failed): written with the next chunk that is
+        self._index_owed = False
         earlier: list[str] = []
         loose = False
         try:
-            raw = storage.getItem(prefix + "index")
-            meta = json.loads(raw) if raw else None
+            meta = _decoded(storage.getItem(prefix + "index"))
             if isinstance(meta, dict):
-                self._first, end = int(meta["first"]), int(meta["next"])
-                if not 0 <= end - self._first <= self._max_chunks:
+                self._first, end = meta["first"], meta["next"]
+                if not (type(self._first) is int and type(end) is int and self._first >= 0
+                        and 0 <= end - self._first <= self._max_chunks):
                     raise ValueError("not an index of this bound")
                 for number in range(self._first, end):
-                    stored = storage.getItem(self._chunk_key(number))
-                    self._chunks.append(_read_chunk(json.loads(stored) if stored else []))
+                    stored = _decoded(storage.getItem(self._chunk_key(number)))
+                    self._chunks.append(_read_chunk([] if stored is None else stored))
                 loose = meta.get("loose") is True
             elif isinstance(meta, list):  # an earlier version's index: one list of ids
                 earlier = [str(tool_request_id) for tool_request_id in meta]
@@ -225,27 +230,54 @@ class StorageLedger:
             _encoded_ids(self._chunks[-1]) if self._chunks else None)
         try:
             if earlier:
-                self._adopt(earlier)
-            elif loose and self._complete:  # (else every id not indexed is read when asked)
-                self._adopt(self._unindexed(storage))
+                self._adopt(dict.fromkeys(earlier, _EARLIER))
+            elif loose or not self._complete:  # (a damaged index: its entries found again)
+                found, unnamed_chunks = self._unindexed(storage)
+                self._adopt(found)
+                live = range(self._first, self._first + len(self._chunks))
+                for number in unnamed_chunks:  # what they held is in the live ones now
+                    if number not in live:
+                        self._remove_item(self._chunk_key(number))
+            self._complete = True
         except Exception:  # the storage is full: indexed in memory; the next ledger again
+            # (an id not indexed is looked up in the storage until then)
             logger.warning("the delivery ledger could not index its entries in storage",
                            exc_info=True)
 
-    def _unindexed(self, storage: Storage) -> list[str]:
-        """The ids of the entries in ``storage`` that no chunk names."""
+    def _unindexed(self, storage: Storage) -> tuple[dict[str, str], list[int]]:
+        """What ``storage`` holds that the index does not name: the requests in chunks it
+        does not name (a damaged index's), oldest first, each with its state, then the
+        entries no chunk names, as an earlier version's (only keys holding a value a
+        ledger writes: anything else under the prefix is not an entry); and the numbers
+        of those chunks."""
         prefix, key_at = self._prefix, storage.key
-        found: list[str] = []
-        for number in range(storage.length):
-            key = key_at(number)
+        entries: list[str] = []
+        unnamed_chunks: list[int] = []
+        live = range(self._first, self._first + len(self._chunks))
+        for at in range(storage.length):
+            key = key_at(at)
             if isinstance(key, str) and key.startswith(prefix):  # (not JS null)
                 name = key[len(prefix):]
-                if _INDEX_KEY.fullmatch(name):
+                index_key = _INDEX_KEY.fullmatch(name)
+                if index_key:
+                    if index_key[1] and int(index_key[1][1:]) not in live:
+                        unnamed_chunks.append(int(index_key[1][1:]))
                     continue
                 tool_request_id = name[:-1] if _ESCAPED_ID.fullmatch(name) else name
-                if tool_request_id not in self._chunk_of:
-                    found.append(tool_request_id)
-        return found
+                if (tool_request_id not in self._chunk_of
+                        and str(self._get_item(key) or "").startswith(_ENTRY_PREFIXES)):
+                    entries.append(tool_request_id)
+        unnamed_chunks.sort()
+        found: dict[str, str] = {}
+        for number in unnamed_chunks:
+            try:
+                stored = _decoded(self._get_item(self._chunk_key(number)))
+                found.update(_read_chunk([] if stored is None else stored))
+            except (ValueError, TypeError):  # damaged: what it said is lost
+                continue
+        for tool_request_id in entries:
+            found.setdefault(tool_request_id, _EARLIER)
+        return found, unnamed_chunks
 
     def start(self, tool_request_id: str, tool: str, *, resumable: bool = False) -> None:
         if resumable and not self._loose:  # once: before any result no chunk names
@@ -267,20 +299,21 @@ class StorageLedger:
         if not resumable or len(newest) >= self._chunk_size:  # (see _mark)
             self._set(self._chunk_key(self._first + len(self._chunks) - 1),
                       f'{{"{_STARTED_MARK}":[{",".join(encoded)}]}}', tool_request_id)
-        if len(self._chunk_of) > self.max_entries:
-            self._evict(new_chunk=False)
+        if len(self._chunk_of) > self.max_entries or self._index_owed:
+            self._evict()
 
     def finish(self, tool_request_id: str, result_json: str, handled_by: HandledBy) -> None:
+        # A request that never ran (no handler, invalid args, denied) is finished without
+        # a start: marked started first, so that its result never stands where no chunk
+        # names it (no eviction would find it), and if it gives way to room the request is
+        # still never run again.
+        if self._state(tool_request_id) != _STARTED_MARK:
+            self._mark(tool_request_id, _STARTED_MARK)
         self._set(self._entry_key(tool_request_id),
                   json.dumps({"result": result_json, "handledBy": handled_by}),
                   tool_request_id)
         self._results.add(tool_request_id)
         self._shrunk.discard(tool_request_id)  # a result stored now may give way later
-        # A request that never ran (no handler, invalid args, denied) is finished without
-        # a start: marked started with it, so that if its result gives way to room it is
-        # still never run again.
-        if self._state(tool_request_id) != _STARTED_MARK:
-            self._mark(tool_request_id, _STARTED_MARK)
 
     def approve(self, tool_request_id: str, tool: str) -> None:
         if self._state(tool_request_id) != _STARTED_MARK:
@@ -299,6 +332,7 @@ class StorageLedger:
         if chunk is None:
             if not chunks or len(chunks[-1]) >= self._chunk_size:
                 chunks.append({})
+                self._index_owed = True  # (written after the chunk: see _evict)
             chunk = self._chunk_of[tool_request_id] = chunks[-1]
         chunk[tool_request_id] = state
         new_chunk = added and len(chunk) == 1
@@ -308,29 +342,31 @@ class StorageLedger:
         if write or new_chunk or (added and len(chunk) >= self._chunk_size):
             self._set(self._chunk_key(self._number(chunk)), _write_chunk(chunk),
                       tool_request_id)
-        if added:
-            self._evict(new_chunk=new_chunk)
         self._newest_ids = _encoded_ids(chunks[-1]) if chunks else None
+        self._evict()
 
-    def _adopt(self, ids: list[str]) -> None:
-        """Index entries no chunk names, as the newest, each as an earlier version's (its
-        stored value says what it is): in the newest chunk while it has room, then in new
-        ones. Each chunk that takes some is written once, then the index, no longer loose
+    def _adopt(self, ids: dict[str, str]) -> None:
+        """Index requests no chunk names (``ids``, each with its state: for an earlier
+        version's entry, its stored value says), as the newest: in the newest chunk while
+        it has room, then in new ones. Each chunk that takes some is written once, then the index, no longer loose
         (it stays loose in storage until all of that is written). No stored result gives
         way to room for these writes: in a full storage the next ledger tries again."""
         chunks, size = self._chunks, self._chunk_size
         self._loose = True  # (its index writes stay loose until the chunks are written)
         taking: list[dict[str, str]] = []
-        for tool_request_id in ids:
+        for tool_request_id, state in ids.items():
+            if tool_request_id in self._chunk_of:
+                continue
             if not chunks or len(chunks[-1]) >= size:
                 chunks.append({})
+                self._index_owed = True
             chunk = self._chunk_of[tool_request_id] = chunks[-1]
-            chunk[tool_request_id] = _EARLIER
+            chunk[tool_request_id] = state
             self._results.add(tool_request_id)
             if not taking or taking[-1] is not chunk:
                 taking.append(chunk)
         self._newest_ids = _encoded_ids(chunks[-1]) if chunks else None
-        self._evict(new_chunk=False)  # (the index is written below)
+        self._evict(write_index=False)  # (the index is written below)
         for chunk in taking:
             if any(kept is chunk for kept in chunks):  # (not evicted)
                 self._set_item(self._chunk_key(self._number(chunk)), _write_chunk(chunk))
@@ -342,9 +378,10 @@ class StorageLedger:
         return self._first + next(i for i in range(len(chunks) - 1, -1, -1)
                                   if chunks[i] is chunk)
 
-    def _evict(self, *, new_chunk: bool) -> None:
+    def _evict(self, *, write_index: bool = True) -> None:
+        """Drop the oldest chunks while over the bound, and write the index if it is owed
+        (a chunk made or dropped), unless told not to."""
         remove, chunks = self._remove_item, self._chunks
-        changed = new_chunk
         while len(self._chunk_of) > self.max_entries or len(chunks) > self._max_chunks:
             for old in chunks.pop(0):
                 del self._chunk_of[old]
@@ -354,8 +391,8 @@ class StorageLedger:
                 self._shrunk.discard(old)
             remove(self._chunk_key(self._first))
             self._first += 1
-            changed = True
-        if changed:
+            self._index_owed = True
+        if write_index and self._index_owed:
             self._write_index()
 
     def _write_index(self, *, loose: bool | None = None, room: bool = True) -> None:
@@ -368,6 +405,7 @@ class StorageLedger:
             index["loose"] = True
         (self._set if room else self._set_item)(self._prefix + "index", json.dumps(index))
         self._loose = loose
+        self._index_owed = False
 
     def _set(self, key: str, value: str, keep: str | None = None) -> None:
         """``setItem``, making room when the storage is full; raises if it cannot."""
@@ -416,14 +454,15 @@ class StorageLedger:
         if tool_request_id not in self._results and (
                 self._complete or tool_request_id in self._chunk_of):
             return None  # nothing stored for it: not read
-        raw = self._get_item(self._entry_key(tool_request_id))
-        if not raw:
-            return None
-        try:
-            entry = json.loads(raw)
-            return entry["result"], entry["handledBy"]
+        try:  # (as stored: a result JSON text and who handled it)
+            entry: Any = _decoded(self._get_item(self._entry_key(tool_request_id)))
+            result, handled_by = entry["result"], entry["handledBy"]
+            if (type(result) is str and handled_by in HANDLED_BY
+                    and _decoded(result) is not None):
+                return result, handled_by
         except (ValueError, TypeError, KeyError):  # started only, or damaged: no result
-            return None
+            pass
+        return None
 
     def was_started(self, tool_request_id: str) -> bool:
         state = self._state(tool_request_id)
@@ -450,6 +489,22 @@ _STARTED_MARK = "s"
 _APPROVED_MARK = "a"
 _EARLIER = "?"  # an earlier version's chunk (a list of ids): the entry itself says
 _MARKS = (_STARTED_MARK, _APPROVED_MARK, _EARLIER)
+# how each value a ledger writes under an entry's key begins (an earlier version's
+# "started" said which tool)
+_ENTRY_PREFIXES = (_RESULT_PREFIX, _APPROVED_PREFIX, _STARTED, '{"tool":')
+
+
+def _decoded(raw: object) -> object:
+    """A stored value decoded (None for none): JSON, not nested deeper than a frame may
+    be, which none of a ledger's values is (in the page json's decoder would overflow the
+    JS stack on a deep one rather than raise); ValueError if it is not."""
+    if not raw:  # None, "", or JS null (a JsNull in Pyodide, not None)
+        return None
+    if type(raw) is not str or nests_too_deep(raw):
+        raise ValueError("not a value a ledger writes")
+    return json.loads(raw)
+
+
 # the index's keys after a ledger's prefix
 _INDEX_KEY = re.compile(r"index(:[0-9]+)?")
 # the ids whose entry's key is the id and one "/" more (see StorageLedger._entry_key)

@@ -404,6 +404,89 @@ def test_requests_whose_ids_look_like_the_index_keys_leave_the_index_whole(
     assert len(storage.items) == len(ids) + 2  # the index, its one chunk, one entry each
 
 
+def test_a_start_that_returns_is_recorded_though_an_earlier_write_failed() -> None:
+    """A full storage refuses a new chunk's write (or its index's): the requests that join
+    that chunk afterwards write the index with it, so a start that returned normally is
+    recorded; a refused request's result is never stored where no chunk names it (it
+    would hold its room for good, and every later write would fail)."""
+    storage = QuotaStorage(200)
+    ledger = StorageLedger(storage, "p:", 16)
+    with pytest.raises(QuotaExceededError):  # refused, finished without a start: too big
+        ledger.finish("e", json.dumps("v" * 150), "named")
+    ledger.start("f", "t")
+    reloaded = StorageLedger(storage, "p:", 16)
+    assert reloaded.was_started("f") and reloaded.was_started("e")
+    for request_id in ["g", "h", "i"]:  # room for the ledger's own writes is still there
+        reloaded.start(request_id, "t")
+    assert StorageLedger(storage, "p:", 16).was_started("i")
+
+
+@pytest.mark.parametrize("index", [
+    '{"first": 1e400, "next": 0}', '{"first": Infinity, "next": 0}', "[" * 100_000,
+    '{"first": -1, "next": -1}', '{"first": 0.5, "next": 1}', '{"first": true, "next": 1}',
+])
+def test_a_ledger_takes_any_damaged_index_and_keeps_its_entries(index: str) -> None:
+    """Damaged (not JSON, too deep to decode safely in the page, numbers out of range): the
+    ledger starts a new index, and finds again, for good (not for one reload only), what
+    its chunks and entries held; an id like a chunk's key never overwrites one."""
+    storage = DictStorage()
+    ledger = StorageLedger(storage, "p:")
+    ledger.start("a", "t")
+    ledger.finish("a", '"A"', "named")
+    ledger.start("running", "t")
+    storage.setItem("p:index", index)
+    storage.setItem("p:index:7", "[" * 100_000)  # (a chunk no index names, damaged too)
+    damaged = StorageLedger(storage, "p:")
+    damaged.start("index:-1", "t")
+    damaged.finish("index:-1", '"r"', "named")
+    damaged.start("b", "t")
+    for _ in range(2):
+        reloaded = StorageLedger(storage, "p:")
+        assert reloaded.get("a") == ('"A"', "named") and reloaded.was_started("running")
+        assert reloaded.get("index:-1") == ('"r"', "named") and reloaded.was_started("b")
+
+
+@pytest.mark.parametrize("stored", [
+    "[" * 100_000, '{"result": 5, "handledBy": "named"}', '{"result": "[", "handledBy": "named"}',
+    '{"result": "1", "handledBy": "someone"}', '{"result": "' + "[" * 5000 + '"}', "null", "7",
+])
+def test_a_damaged_entry_is_no_result(stored: str) -> None:
+    """What ``get`` gives the engine is a result it can send: a result text (JSON, not
+    nested too deep to decode in the page) and who handled it; a damaged entry is none."""
+    storage = DictStorage()
+    ledger = StorageLedger(storage, "p:")
+    ledger.start("q", "t")
+    storage.setItem("p:q", stored)
+    assert StorageLedger(storage, "p:").get("q") is None
+    assert StorageLedger(storage, "p:").was_started("q")
+
+
+def test_a_loose_index_takes_only_its_own_entries_back() -> None:
+    """Keys under the ledger's prefix that hold no value a ledger writes (an app's) are
+    not taken for entries: they never push the ledger's own out; chunks the index does not
+    name are removed."""
+    storage = DictStorage()
+    ledger = StorageLedger(storage, "p:", 64)
+    ledger.start("real", "t")
+    ledger.start("r2", "t", resumable=True)  # the index is loose from here
+    for n in range(70):
+        storage.setItem(f"p:other-app-{n}", "x")
+    storage.setItem("p:index:99", '{"s": ["ghost"]}')
+    reloaded = StorageLedger(storage, "p:", 64)
+    assert reloaded.was_started("real") and not reloaded.was_approved("other-app-3")
+    assert sum(key.startswith("p:other-app-") for key in storage.items) == 70
+    assert "p:index:99" not in storage.items
+
+
+def test_an_earlier_index_naming_an_id_twice_is_read_once() -> None:
+    storage = DictStorage()
+    storage.setItem("p:index", json.dumps(["a", *(f"u{n}" for n in range(40)), "a"]))
+    ledger = StorageLedger(storage, "p:", 64)
+    for n in range(200):  # chunks evicted past both of a's places
+        ledger.start(f"n{n}", "t")
+    assert StorageLedger(storage, "p:", 64).was_started("n199")
+
+
 def test_a_loose_index_with_nothing_to_index_is_made_tight_quietly(
         caplog: pytest.LogCaptureFixture) -> None:
     """Marked loose by a first resumable start whose chunk was never written (the tab
