@@ -348,9 +348,10 @@ class StorageLedger:
     def _adopt(self, ids: dict[str, str]) -> None:
         """Index requests no chunk names (``ids``, each with its state: for an earlier
         version's entry, its stored value says), as the newest: in the newest chunk while
-        it has room, then in new ones. Each chunk that takes some is written once, then the index, no longer loose
-        (it stays loose in storage until all of that is written). No stored result gives
-        way to room for these writes: in a full storage the next ledger tries again."""
+        it has room, then in new ones. Each chunk that takes some is written once, then
+        the index, no longer loose (it stays loose in storage until all of that is
+        written). No stored result gives way to room for these writes: in a full storage
+        the next ledger tries again."""
         chunks, size = self._chunks, self._chunk_size
         self._loose = True  # (its index writes stay loose until the chunks are written)
         taking: list[dict[str, str]] = []
