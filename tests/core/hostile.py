@@ -95,7 +95,8 @@ def default_bound_mib(sessions: int, connections: int, running: int = 0) -> floa
 #: RSS growth bounds (MiB) of issue 10, for the attack sizes the issue names; the quick
 #: scale keeps them (not scaled down: a bounded Core has a fixed cost per attack too, and
 #: today's unbounded one is over them at the quick sizes already)
-RSS_BOUNDS_MIB = {"sessions": 256, "never_reads": 128, "bad_frames": 128, "turn_args": 256}
+RSS_BOUNDS_MIB = {"sessions": 256, "never_reads": 128, "bad_frames": 128, "turn_args": 256,
+                  "http": 64}
 
 ECHO_TOOLS = [
     {"name": "update_counter", "description": "adds delta to the counter",
@@ -123,16 +124,21 @@ class Scale:
     arg_turns: int  # turns with ~1 MiB of /call args (the issue's figure: 25)
     bad_frames: int  # bad frames each quoting a ~1 MiB value (the issue: 300)
     flood_hellos: int  # hellos of ~1 MiB from one client, as fast as it can (issue 22: 256)
+    pipelining_sockets: int  # sockets pipelining requests by the MiB, reading no answer
+    header_floods: int  # requests of 15,000 header lines, one after the other
+    unfinished_frames: int  # connections never saying hello, each a frame of ~4 MiB unfinished
 
 
 FULL = Scale("full", probes=200, cap=30.0, deadline=180.0, ref_chain_bytes=285 * KIB,
              words_bytes=117 * KIB, fill_properties=4000, fill_bytes=400 * KIB,
              unique_items=60_000, sessions=40, never_read_frames=400, arg_turns=25,
-             bad_frames=300, flood_hellos=256)
+             bad_frames=300, flood_hellos=256, pipelining_sockets=20, header_floods=2000,
+             unfinished_frames=600)
 QUICK = Scale("quick", probes=40, cap=3.0, deadline=30.0, ref_chain_bytes=96 * KIB,
               words_bytes=40 * KIB, fill_properties=1000, fill_bytes=100 * KIB,
               unique_items=20_000, sessions=12, never_read_frames=200, arg_turns=8,
-              bad_frames=200, flood_hellos=48)
+              bad_frames=200, flood_hellos=48, pipelining_sockets=8, header_floods=300,
+              unfinished_frames=200)
 
 
 # --- Core in a process of its own ---------------------------------------------------------
@@ -1002,6 +1008,98 @@ async def attack_session_flood(ctx: Context) -> None:
             await ws.close()
 
 
+async def _raw(ctx: Context) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A TCP connection to Core from :data:`ATTACKER`'s address."""
+    return await asyncio.open_connection("127.0.0.1", ctx.core.port, local_addr=(ATTACKER, 0))
+
+
+def _watch_window(ctx: Context) -> float:
+    """When the probes' window under attack ends (``time.monotonic()``)."""
+    return time.monotonic() + ctx.scale.probes / PROBE_RATE
+
+
+async def attack_pipelined_unread(ctx: Context) -> None:
+    """Requests pipelined by the MiB on a few sockets whose client reads no answer (found
+    from outside: uvicorn queued every request of each read, ~30 times its bytes in memory,
+    and read on after each answer: 20 such sockets took Core past a GiB, and health to
+    seconds)."""
+    request = b"GET /pedelec/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    blob = request * (KIB * KIB // len(request))
+    writers = []
+    for _ in range(ctx.scale.pipelining_sockets):
+        _, writer = await _raw(ctx)
+        writers.append(writer)
+    sent = 0
+    end = _watch_window(ctx)
+    try:
+        while time.monotonic() < end:
+            for writer in writers:
+                if writer.transport.get_write_buffer_size() < len(blob):  # (ours bounded too)
+                    writer.write(blob)
+                    sent += len(blob)
+            ctx.mark_rss()
+            await asyncio.sleep(0.05)
+    finally:
+        for writer in writers:
+            writer.transport.abort()
+    ctx.notes.append(f"{sent // (KIB * KIB)} MiB of requests pipelined, no answer read")
+
+
+async def attack_many_headers(ctx: Context) -> None:
+    """Heads of 15,000 empty header lines (60 KiB: under the size bound), one after the
+    other (found from outside: each cost ~4.5 ms and ~1.8 MiB kept until the garbage
+    collector's rare full pass)."""
+    head = (b"GET /pedelec/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"a:\r\n" * 15_000
+            + b"\r\n")
+    statuses: dict[bytes, int] = {}
+    for n in range(ctx.scale.header_floods):
+        reader, writer = await _raw(ctx)
+        writer.write(head)
+        line = await asyncio.wait_for(reader.readline(), ctx.scale.cap)
+        status = line[9:12]
+        statuses[status] = statuses.get(status, 0) + 1
+        writer.transport.abort()
+        if n % 20 == 0:
+            ctx.mark_rss()
+    ctx.notes.append("answers: " + ", ".join(f"{k.decode() or 'none'} x{v}"
+                                             for k, v in sorted(statuses.items())))
+    if statuses.get(b"200"):
+        ctx.failures.append("a head of 15,000 header lines was served")
+
+
+async def attack_unfinished_frames(ctx: Context) -> None:
+    """WebSocket connections that never say hello, each sending a frame of ~4 MiB (four
+    times the frame limit, the most the WebSocket layer takes) all but its last byte, held
+    until the hello deadline (found from outside: ~4 MiB each, as many as the client
+    opened: 600 of them held 2.5 GiB)."""
+    frame_size = 4 * MAX_FRAME_BYTES - 64
+    head = bytes([0x81, 0x80 | 127]) + frame_size.to_bytes(8, "big") + b"\0\0\0\0"
+    body = b"a" * (frame_size - 1)
+    writers = []
+    refused = 0
+    try:
+        for _ in range(ctx.scale.unfinished_frames):
+            reader, writer = await _raw(ctx)
+            writers.append(writer)
+            writer.write(b"GET /pedelec/v1/bridge HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                         b"Sec-WebSocket-Version: 13\r\n"
+                         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), ctx.scale.cap)
+            writer.write(head + body)
+            try:
+                await asyncio.wait_for(writer.drain(), ctx.scale.cap)
+            except (ConnectionError, TimeoutError):
+                refused += 1
+            ctx.mark_rss()
+        await asyncio.sleep(0.5)
+        ctx.mark_rss()
+    finally:
+        for writer in writers:
+            writer.transport.abort()
+    ctx.notes.append(f"{len(writers)} connections, {refused} cut off while sending")
+
+
 ATTACKS = [
     Attack("ref_chain", "a $ref chain d0 -> ... -> dN (allOf) in hello", attack_ref_chain),
     Attack("word_matching", "tool description and turn text of distinct words",
@@ -1035,6 +1133,14 @@ ATTACKS = [
            flood_patterns("groups", before_hello=True), strict=True),
     Attack("patterns_32_sockets", "the groups flood over 32 sockets of one client",
            flood_patterns("groups", connections=32), strict=True),
+    Attack("pipelined_unread", "requests pipelined by the MiB, no answer read",
+           attack_pipelined_unread, rss_kind="http"),
+    Attack("many_headers", "heads of 15,000 empty header lines", attack_many_headers,
+           rss_kind="http"),
+    Attack("unfinished_frames", "connections never saying hello, each a ~4 MiB frame "
+           "unfinished", attack_unfinished_frames,
+           # the client's connections that may await their hello (as many as its sessions)
+           rss_bound=lambda scale: default_bound_mib(0, 32)),
 ]
 
 

@@ -47,10 +47,12 @@ def test_client_keys_group_ipv6_by_its_64_and_map_ipv4() -> None:
 def test_a_client_over_its_cap_is_refused_and_another_client_is_not() -> None:
     async def main() -> None:
         async with running_core(config(max_sessions_per_client=2)) as core:
-            mine = [await from_address(core.ws_url, "127.0.0.2") for _ in range(3)]
-            assert (await mine[0].hello())["type"] == "welcome"
-            assert (await mine[1].hello())["type"] == "welcome"
-            refused = await mine[2].hello()
+            mine = []
+            for _ in range(3):  # (each says hello before the next connects: see below)
+                mine.append(await from_address(core.ws_url, "127.0.0.2"))
+                answer = await mine[-1].hello()
+            assert [m.ws.close_code for m in mine[:2]] == [None, None]
+            refused = answer
             assert refused["code"] == TOO_MANY_SESSIONS
             assert "--max-sessions-per-client" in refused["message"]
             assert await closed_with(mine[2]) == CLOSE_TRY_AGAIN
@@ -58,6 +60,31 @@ def test_a_client_over_its_cap_is_refused_and_another_client_is_not() -> None:
             assert (await other.hello())["type"] == "welcome"
             assert len(core.registry.sessions) == 3
             for client in (*mine[:2], other):
+                await client.close()
+
+    run(main())
+
+
+def test_connections_yet_to_say_hello_are_bounded_per_client_and_in_all() -> None:
+    """No session counts a connection before its hello, yet each may hold a frame of MiBs
+    being received: a client may have as many of them as it may have sessions, Core as
+    many as it may hold sessions; one more is closed at once (1013, try again), nothing
+    more it sends read. A hello (or a close) gives the place back."""
+    async def main() -> None:
+        async with running_core(config(max_sessions=3, max_sessions_per_client=2)) as core:
+            mine = [await from_address(core.ws_url, "127.0.0.2") for _ in range(3)]
+            assert await closed_with(mine[2]) == CLOSE_TRY_AGAIN
+            others = [await from_address(core.ws_url, "127.0.0.3") for _ in range(2)]
+            assert await closed_with(others[1]) == CLOSE_TRY_AGAIN  # three in all
+            assert (await mine[0].hello())["type"] == "welcome"
+            again = await from_address(core.ws_url, "127.0.0.2")  # mine[0]'s place
+            assert (await again.hello())["type"] == "welcome"
+            await mine[1].close()
+            assert (await (await from_address(core.ws_url, "127.0.0.4")).hello())[
+                "type"] == "welcome"
+            assert (await others[0].hello()).get("code") == TOO_MANY_SESSIONS  # Core full
+            assert len(core.registry.arrivals) == 0
+            for client in (mine[0], again):
                 await client.close()
 
     run(main())
@@ -76,8 +103,10 @@ def test_hellos_never_evict_another_clients_session_nor_its_pending_call() -> No
             assert (await page.recv())["type"] == "tool.request"
             await page.close()  # the page reloads
             await until(lambda: core.registry.sessions[sid].connection is None, "the drop")
-            flood = [await from_address(core.ws_url, "127.0.0.3") for _ in range(4)]
-            answers = [await client.hello() for client in flood]
+            flood, answers = [], []
+            for _ in range(4):
+                flood.append(await from_address(core.ws_url, "127.0.0.3"))
+                answers.append(await flood[-1].hello())
             assert [a["type"] for a in answers[:2]] == ["welcome", "welcome"]
             # Core is full (3) and the one session awaiting a resume is not theirs
             assert [a.get("code") for a in answers[2:]] == [TOO_MANY_SESSIONS] * 2

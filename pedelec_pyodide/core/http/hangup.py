@@ -38,6 +38,11 @@ class HangUp:
             self._resume_reading()
         return self._done
 
+    @property
+    def awaited(self) -> bool:
+        """Whether a handler has asked to hear of it (:meth:`done`)."""
+        return self._done is not None
+
     def hung_up(self) -> None:
         """The caller is gone (the server calls this once)."""
         if self._done is None:

@@ -8,8 +8,11 @@ never finished, holds its socket for good. :class:`BoundedHttpProtocol` adds bot
 and parses nothing itself: it feeds uvicorn's own ``data_received`` in slices and counts
 with the parser's callbacks.
 
-Size: a request head (request line and headers) over :data:`MAX_HEAD_BYTES` is answered
-431 and its connection closed; the parser never holds more than that of it. The same
+Size: a request head (request line and headers) over :data:`MAX_HEAD_BYTES`, or with
+over :data:`MAX_HEADERS` header lines, is answered 431 and its connection closed; the
+parser never holds more than that of it (llhttp keeps no header; uvicorn keeps each as a
+pair of byte strings, and the memory of a 64 KiB head of 15,000 empty headers lasted
+until the garbage collector's rare full pass). The same
 bound holds for a chunked body's framing and trailers. While such a section may be open,
 the parser gets at most :data:`FEED_BYTES` at a time; a body with a Content-Length, at
 most what is left of it (llhttp reports every byte of such a body). llhttp does not say
@@ -26,6 +29,14 @@ read") is cut off. uvicorn's ``timeout_keep_alive`` closes a connection idle bet
 requests; a response complete while its request's body is still arriving (a refusal sent
 before the body was read) leaves the rest of that body the same timeout, however slowly
 it trickles in.
+
+Pipelining: requests a client sends ahead, before it has read the answers it awaits, are
+parsed one small slice at a time while a request is answered, and none more once one
+waits behind it: the rest waits unparsed (at most :data:`MAX_AHEAD_BYTES`, else the
+connection is closed), reading paused, until the answers before it are out. uvicorn
+would parse every request of each read and queue them all, resuming reading after each
+answer (a client pipelining 1 MiB of requests a few times a second, reading nothing,
+took Core past a GiB).
 
 Hang-ups: each request's scope holds a :class:`~.hangup.HangUp` that the connection's
 loss completes, so a handler that waits hears of its caller going without a task of its
@@ -51,15 +62,23 @@ from .response_writes import HeadWithBody
 
 #: the largest request head (request line and headers, with their line ends) Core takes
 MAX_HEAD_BYTES = 64 * 1024
+#: the most header lines a request head may have (the WebSocket library's own bound)
+MAX_HEADERS = 128
 #: the most bytes the parser is given at once while a head, chunk framing or trailers
 #: may be open: the count's only uncertainty (see above)
 FEED_BYTES = 16 * 1024
+#: the same while a request is answered: what a client pipelines is queued a few requests
+#: at a time
+PIPELINED_FEED_BYTES = 256
+#: the most of what a client sends ahead of its answers that waits unparsed
+MAX_AHEAD_BYTES = 1024 * 1024
 
 #: idle: between requests; head: a request line has begun; body: its head is complete
 Phase = Literal["idle", "head", "body"]
 
 _TOO_LARGE = (f"431 Request Header Fields Too Large: a request head (request line and "
-              f"headers) may have at most {MAX_HEAD_BYTES} bytes\n").encode()
+              f"headers) may have at most {MAX_HEAD_BYTES} bytes and {MAX_HEADERS} "
+              "header lines\n").encode()
 
 
 class BoundedHttpProtocol(HttpToolsProtocol):
@@ -85,6 +104,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._dropped = False
         #: a pipelined head was too large: it is refused once the answers before it are out
         self._refusing = False
+        self._headers = 0  # header lines of the open head
+        #: what was read behind a request waiting for the one answered, not parsed yet
+        self._ahead = b""
         #: when the awaited head's time began (the connection's opening, or its first
         #: byte); None while no head is awaited or its first byte has not come
         self._head_since: float | None = None
@@ -105,13 +127,16 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._ahead = b""
         if self._stalled is not None:
             self._stalled.cancel()
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            hang_up = hang_up_of(cast(dict[str, Any], cycle.scope))
-            if hang_up is not None:
-                hang_up.hung_up()
+        # the request answered, and any pipelined behind it (uvicorn's ``cycle`` is the
+        # last one parsed)
+        for cycle in {self._answering_cycle, self.cycle, *(c for c, _ in self.pipeline)}:
+            if cycle is not None and not cycle.response_complete:
+                hang_up = hang_up_of(cast(dict[str, Any], cycle.scope))
+                if hang_up is not None:
+                    hang_up.hung_up()
         super().connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -138,6 +163,13 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._dropped = False
         if self._refusing:
             return  # what follows a refused head is never read
+        if self._ahead:  # (reading resumed, to hear of a hang-up): it waits behind
+            if len(self._ahead) + len(data) > MAX_AHEAD_BYTES:
+                log_event("http.too_far_ahead", client=self._peer())
+                self.transport.close()
+                return
+            self._ahead += data
+            return
         view = memoryview(data)
         while view and not self._dropped and not self.transport.is_closing():
             holding = self._holding()
@@ -148,10 +180,14 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                 size = self._body_left or len(view)  # llhttp reports all of such a body
             else:
                 size = min(FEED_BYTES, MAX_HEAD_BYTES - self._open_bytes)
+                if self._answering():
+                    size = min(size, PIPELINED_FEED_BYTES)
             piece, view = view[:size], view[size:]
             self._slice_body = 0
             self._slice_ended = False
             super().data_received(piece)  # type: ignore[arg-type]  # httptools takes a view
+            if self._refusing:
+                return
             outside_body = len(piece) - self._slice_body
             if self._slice_ended:  # all of it may belong to what opened since
                 self._open_bytes = outside_body if self._holding() else 0
@@ -159,6 +195,21 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                 self._open_bytes += outside_body
             if self._open_bytes > MAX_HEAD_BYTES:
                 self._refuse()
+                return
+            if self.pipeline and view:
+                # a request waits behind the one answered: what follows waits unparsed, and
+                # no deadline runs for a head Core is not reading. Reading stays paused (as
+                # uvicorn paused it) unless the answer's handler waits to hear of a hang-up.
+                self._ahead = bytes(view)
+                self._head_since = None
+                self._disarm()
+                answering = self._answering_cycle
+                hang_up = None if answering is None else hang_up_of(
+                    cast(dict[str, Any], answering.scope))
+                if hang_up is not None and hang_up.awaited:
+                    self.flow.resume_reading()
+                else:
+                    self.flow.pause_reading()
                 return
         if self._head_since is not None and not self._dropped:
             self._arm_head_deadline()  # a head still to come: only then a timer
@@ -168,8 +219,15 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._phase = "head"
+        self._headers = 0
         if self._head_since is None:  # pipelined behind the request that just ended
             self._head_since = self.clock.monotonic()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers += 1
+        if self._headers > MAX_HEADERS:  # the parser stops; uvicorn would answer 400
+            raise _TooManyHeaders
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._phase = "body"
@@ -246,6 +304,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             cycle.transport.flush()
 
     def send_400_response(self, msg: str) -> None:
+        if self._headers > MAX_HEADERS:
+            self._refuse("http.too_many_headers")
+            return
         self._write_held_head()
         super().send_400_response(msg)
 
@@ -260,6 +321,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             # keep-alive timeout, however slowly it comes
             self._disarm()
             self._deadline = self.clock.call_later(self.timeout_keep_alive, self._expire)
+        if self._ahead and not self.pipeline and not self.transport.is_closing():
+            ahead, self._ahead = self._ahead, b""
+            self.data_received(ahead)  # the next requests, as if read now
 
     # --- the bounds -------------------------------------------------------------------------
 
@@ -290,8 +354,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             log_event("http.timeout", client=self._peer(), phase=self._phase)
             self.transport.close()
 
-    def _refuse(self) -> None:
-        log_event("http.head_too_large", client=self._peer(), phase=self._phase)
+    def _refuse(self, event: str = "http.head_too_large") -> None:
+        log_event(event, client=self._peer(), phase=self._phase)
         if self._phase != "head":
             self.transport.close()  # trailers: the request itself cannot be finished
         elif self._answering() or self.pipeline:
@@ -314,6 +378,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def _peer(self) -> str | None:
         return self.client[0] if self.client else None
+
+
+class _TooManyHeaders(Exception):
+    """Raised in the parser's callback to stop it (see :meth:`BoundedHttpProtocol.on_header`)."""
 
 
 def bounded_http(header_timeout: float, clock: Clock) -> type[BoundedHttpProtocol]:

@@ -90,7 +90,8 @@ class BridgeConnection:
         self.page = PageConnection(
             registry, self, bucket=None if self.guard is None else self.guard.bucket,
             client=client_key(None if address is None else address.host))
-        self._awaiting_hello = True
+        #: counted among the connections that have not said hello (Arrivals) until it has
+        self._awaiting_hello = False
         self._flusher: asyncio.Task[None] | None = None
         self._planned: asyncio.Handle | None = None  # the call of _write_out on its way
         self._handling = False  # the serve loop is handling a frame (it may be waiting)
@@ -182,6 +183,16 @@ class BridgeConnection:
                 await websocket.close(code=CLOSE_POLICY)
                 return
             await websocket.accept()
+            if not self.registry.arrivals.enter(page.client):
+                log_event("bridge.too_many_arriving", client=page.client)
+                reason = ("too many connections of this client (or in all) have not said "
+                          "hello yet; try again")
+                if self.guard is not None:  # (nothing more it sends is read)
+                    self.guard.cut_off(protocol.CLOSE_TRY_AGAIN, reason)
+                else:
+                    await websocket.close(code=protocol.CLOSE_TRY_AGAIN, reason=reason)
+                return
+            self._awaiting_hello = True
             if self.guard is not None:
                 timeout = self.registry.config.hello_timeout
                 self.guard.start_deadline(timeout, "bridge.hello_timeout",
@@ -202,6 +213,7 @@ class BridgeConnection:
                     break
                 del message, data  # an idle connection keeps no frame (each up to MiBs)
         finally:
+            self._arrived()
             if self.guard is not None:
                 self.guard.take = None
             self.flush()  # the frames queued last, before they are dropped
@@ -254,7 +266,14 @@ class BridgeConnection:
                 page.new_id = await self.leases.new_session_id()
         going_on = page.receive(data, parsed)
         if self._awaiting_hello and page.session is not None:  # a valid hello
-            self._awaiting_hello = False
+            self._arrived()
             if self.guard is not None:
                 self.guard.cancel_deadline()
         return going_on
+
+    def _arrived(self) -> None:
+        """No longer one of the connections that have not said hello (it has, or it
+        closed)."""
+        if self._awaiting_hello:
+            self._awaiting_hello = False
+            self.registry.arrivals.leave(self.page.client)

@@ -7,7 +7,8 @@ a client of its own would make every per-client bound 2**64 times larger.
 
 :class:`PatternBudgets` holds each client's bucket for the regular expressions
 Core checks for it, kept after its last connection until it has filled up again (a client
-that reconnects does not get a fresh burst).
+that reconnects does not get a fresh burst). :class:`Arrivals` counts each client's
+connections that have not said ``hello`` yet.
 """
 
 from __future__ import annotations
@@ -82,3 +83,40 @@ class PatternBudgets:
         """Clients whose bucket is kept (for tests and the memory bound)."""
         with self._lock:
             return len(self._live) + len(self._idle)
+
+
+class Arrivals:
+    """WebSocket connections that have not said ``hello`` yet, per client and in all.
+
+    No session counts them, yet each may hold a frame of up to four times
+    ``--max-frame-bytes`` being received until ``--hello-timeout``: without a bound, one
+    client opening them by the hundred, each sending a frame it never finishes, held GiBs.
+    They are bounded as sessions are, apart from them: ``per_client`` for each client,
+    ``in_all`` together (a page that reloads says ``hello`` within milliseconds)."""
+
+    def __init__(self, per_client: int, in_all: int) -> None:
+        self.per_client = per_client
+        self.in_all = in_all
+        self._count: dict[str, int] = {}
+        self._total = 0
+
+    def enter(self, client: str) -> bool:
+        """A connection of ``client`` opens: False, and not counted, when over a bound."""
+        count = self._count.get(client, 0)
+        if count >= self.per_client or self._total >= self.in_all:
+            return False
+        self._count[client] = count + 1
+        self._total += 1
+        return True
+
+    def __len__(self) -> int:
+        return self._total
+
+    def leave(self, client: str) -> None:
+        """A connection :meth:`enter` counted said ``hello``, or closed."""
+        count = self._count[client] - 1
+        if count:
+            self._count[client] = count
+        else:
+            del self._count[client]
+        self._total -= 1

@@ -258,8 +258,13 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
             return False
         return True
 
-    def _cut(self, reason: str) -> None:
-        """Close now: a close frame (1008) for a client that reads, and the socket in any
+    def cut_off(self, code: int, reason: str) -> None:
+        """Close now with ``code``, reading nothing more (see :meth:`_cut`): for a
+        connection the app refuses outright, whose client may be sending a frame of MiBs."""
+        self._cut(reason, code)
+
+    def _cut(self, reason: str, code: int = CLOSE_POLICY) -> None:
+        """Close now: a close frame (``code``) for a client that reads, and the socket in any
         case (dropped at once if bytes are still unsent: the client does not read). Past
         a close frame already sent, reading stops and the write side is shut (the client
         reads the close, then the end), and the close timer drops the socket: closed now
@@ -272,9 +277,8 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
                 self.transport.write_eof()
             return
         self._cut_off = self.close_sent = True
-        self.conn.fail(CLOSE_POLICY, reason)
-        self.queue.put_nowait({"type": "websocket.disconnect", "code": CLOSE_POLICY,
-                               "reason": reason})
+        self.conn.fail(code, reason)
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": reason})
         if self._lost:
             return
         self.transport.write(b"".join(self.conn.data_to_send()))

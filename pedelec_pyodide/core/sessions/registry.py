@@ -21,7 +21,7 @@ from ..background import spawn
 from ..clock import wait, wait_for
 from ..config import CoreConfig
 from ..log import log_event
-from ..page.clients import PatternBudgets
+from ..page.clients import Arrivals, PatternBudgets
 from ..page.outboxes import Outboxes
 from ..store import SessionRecord, Snapshot, Store, StoreError, hash_token
 from .codes import SHUTDOWN_SECONDS, TOO_MANY_SESSIONS
@@ -64,6 +64,8 @@ class Registry:
         self.clients: dict[str, ClientSessions] = {}
         # bytes queued for all connections, and each client's budget for new patterns
         self.outboxes = Outboxes(config.max_queued_total_bytes)
+        # connections that have not said hello yet, bounded as sessions are
+        self.arrivals = Arrivals(config.max_sessions_per_client, config.max_sessions)
         self.patterns = PatternBudgets(config.pattern_rate, PATTERN_BURST_SECONDS
                                        * config.pattern_rate, config.clock)
         # this process's name as a node of the cluster sharing the store (Redis): the
