@@ -1029,20 +1029,23 @@ async def attack_pipelined_unread(ctx: Context) -> None:
     for _ in range(ctx.scale.pipelining_sockets):
         _, writer = await _raw(ctx)
         writers.append(writer)
-    sent = 0
+    taken = 0  # bytes the kernel took (what Core read, and what its socket buffers hold)
     end = _watch_window(ctx)
     try:
         while time.monotonic() < end:
             for writer in writers:
-                if writer.transport.get_write_buffer_size() < len(blob):  # (ours bounded too)
-                    writer.write(blob)
-                    sent += len(blob)
+                buffered = writer.transport.get_write_buffer_size()
+                if not writer.transport.is_closing() and buffered < len(blob):
+                    writer.write(blob)  # (ours bounded too)
+                    taken += len(blob) - writer.transport.get_write_buffer_size() + buffered
             ctx.mark_rss()
             await asyncio.sleep(0.05)
     finally:
+        closed = sum(writer.transport.is_closing() for writer in writers)
         for writer in writers:
             writer.transport.abort()
-    ctx.notes.append(f"{sent // (KIB * KIB)} MiB of requests pipelined, no answer read")
+    ctx.notes.append(f"{taken // (KIB * KIB)} MiB of requests taken by the kernel, no "
+                     f"answer read; {closed} of {len(writers)} sockets closed by Core")
 
 
 async def attack_many_headers(ctx: Context) -> None:

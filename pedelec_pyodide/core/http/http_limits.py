@@ -203,13 +203,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                 self._ahead = bytes(view)
                 self._head_since = None
                 self._disarm()
-                answering = self._answering_cycle
-                hang_up = None if answering is None else hang_up_of(
-                    cast(dict[str, Any], answering.scope))
-                if hang_up is not None and hang_up.awaited:
-                    self.flow.resume_reading()
-                else:
-                    self.flow.pause_reading()
+                self._read_while_ahead()
                 return
         if self._head_since is not None and not self._dropped:
             self._arm_head_deadline()  # a head still to come: only then a timer
@@ -321,9 +315,23 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             # keep-alive timeout, however slowly it comes
             self._disarm()
             self._deadline = self.clock.call_later(self.timeout_keep_alive, self._expire)
-        if self._ahead and not self.pipeline and not self.transport.is_closing():
-            ahead, self._ahead = self._ahead, b""
-            self.data_received(ahead)  # the next requests, as if read now
+        if self._ahead and not self.transport.is_closing():
+            if self.pipeline:  # (uvicorn resumed reading for the one it started)
+                self._read_while_ahead()
+            else:
+                ahead, self._ahead = self._ahead, b""
+                self.data_received(ahead)  # the next requests, as if read now
+
+    def _read_while_ahead(self) -> None:
+        """While requests wait unparsed: reading paused, unless the request answered
+        waits to hear of a hang-up (then what comes waits too, up to its bound)."""
+        answering = self._answering_cycle
+        hang_up = None if answering is None else hang_up_of(
+            cast(dict[str, Any], answering.scope))
+        if hang_up is not None and hang_up.awaited:
+            self.flow.resume_reading()
+        else:
+            self.flow.pause_reading()
 
     # --- the bounds -------------------------------------------------------------------------
 
