@@ -274,6 +274,12 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         "Core, that it checks per second for one client address (a burst "
                         "of 4 s of it); more are refused RATE_LIMITED "
                         f"(default: {CoreConfig.pattern_rate:g})")
+    parser.add_argument("--metadata-rate", type=_positive(float),
+                        default=CoreConfig.metadata_rate, metavar="N",
+                        help="characters of tool metadata (hello and tools.update frames) "
+                        "Core checks per second for one client address (a burst of 4 s of "
+                        "it); more are refused RATE_LIMITED "
+                        f"(default: {CoreConfig.metadata_rate:g})")
     parser.add_argument("--max-pending", type=_positive(int), default=CoreConfig.max_pending,
                         metavar="N", help="tool requests pending at once per session; "
                         "more are answered TOO_MANY_PENDING "
@@ -383,6 +389,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         max_history_bytes=args.max_history_bytes,
         max_sessions_per_client=args.max_sessions_per_client,
         max_queued_total_bytes=args.max_queued_total_bytes, pattern_rate=args.pattern_rate,
+        metadata_rate=args.metadata_rate,
     )
     return cfg, generated
 

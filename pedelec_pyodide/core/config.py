@@ -123,6 +123,10 @@ class CoreConfig:
     #: checks per second for one client address (a burst of 4 s of it); over it a hello
     #: or tools.update is refused RATE_LIMITED
     pattern_rate: float = 16384.0
+    #: characters of tool metadata (hello and tools.update frames) Core checks per second
+    #: for one client address (a burst of 4 s of it); over it such a frame is refused
+    #: RATE_LIMITED
+    metadata_rate: float = float(MAX_FRAME_BYTES)
     #: tool requests pending at once per session
     max_pending: int = DEFAULT_MAX_PENDING
     #: an agent's history per session, as JSON bytes (oldest turns dropped first)

@@ -60,6 +60,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from storekit import free_port
+from websockets.frames import Opcode
+from ws_hostile import RawSocket, frame
 
 from pedelec_pyodide.core.config import CoreConfig
 from pedelec_pyodide.core.http.http_limits import MAX_HEAD_BYTES
@@ -740,3 +742,91 @@ def test_haproxy_in_front_names_the_client(tmp_path: Path) -> None:
                 proxy.wait(10)
 
     assert run(scenario()) == ("127.0.0.2", "127.0.0.2")
+
+
+# --- below the page's messages: what the WebSocket layer takes ------------------------------
+
+
+def test_a_text_message_that_is_not_utf8_closes_its_connection_with_one_log_line(
+        tmp_path: Path) -> None:
+    """Before or after hello: closed 1007, one ``bridge.not_utf8`` line (uvicorn logged a
+    traceback for each, which anyone could make Core write by the thousand)."""
+    with core(tmp_path) as process:
+        async def scenario() -> None:
+            for said_hello in (False, True):
+                sock = await RawSocket.open(process.port)
+                if said_hello:
+                    await sock.send_text(json.dumps({"type": "hello", "protocol": 1,
+                                                     "tools": []}))
+                    assert (await sock.next_text(10))["type"] == "welcome"
+                await sock.write(frame(Opcode.TEXT, b'{"type": "\xff"}'))
+                close = await sock.closed_by_core(10)
+                assert close is not None and close.code == 1007
+                sock.abort()
+
+        run(scenario())
+        log = process.log.read_text(errors="replace")
+        assert logged(process, "bridge.not_utf8") == 2
+        assert "Traceback" not in log and "Invalid UTF-8" not in log
+
+
+def test_a_message_in_over_4096_frames_closes_its_connection(tmp_path: Path) -> None:
+    """The WebSocket library bounds a message's bytes, not its frames: uvicorn kept each
+    frame (~40 bytes more than its payload; empty ones counted for nothing). 4,096 frames
+    are taken; one more closes the connection (1009)."""
+    with core(tmp_path, "--rate-limit", "100000", "--rate-burst", "100000") as process:
+        async def scenario() -> None:
+            for fragments, closed in ((4095, False), (4096, True)):
+                sock = await RawSocket.open(process.port)
+                await sock.send_text(json.dumps({"type": "hello", "protocol": 1,
+                                                 "tools": []}))
+                assert (await sock.next_text(10))["type"] == "welcome"
+                await sock.write(frame(Opcode.TEXT, b'{"type": "nope", "x": "', fin=False)
+                                 + frame(Opcode.CONT, b"", fin=False) * (fragments - 1)
+                                 + frame(Opcode.CONT, b'"}'))
+                if closed:
+                    close = await sock.closed_by_core(10)
+                    assert close is not None and close.code == 1009
+                else:  # the message arrived whole: refused as any unknown type
+                    assert (await sock.next_text(10))["code"] == "UNKNOWN_TYPE"
+                sock.abort()
+
+        run(scenario())
+        assert logged(process, "bridge.too_many_fragments") == 1
+
+
+def test_refused_frames_are_logged_once_a_second_and_metadata_is_charged_per_client(
+        tmp_path: Path) -> None:
+    """A page may have 200 frames a second refused (each answered): one log line a second
+    says so, with how many more. Tool metadata costs Core work in proportion to its size:
+    each client address may have ``--metadata-rate`` characters of it checked a second
+    (a burst of 4 s), over which a tools.update is refused RATE_LIMITED."""
+    with core(tmp_path, "--metadata-rate", "25000") as process:
+        async def scenario() -> None:
+            sock = await RawSocket.open(process.port)
+            await sock.send_text(json.dumps({"type": "hello", "protocol": 1, "tools": []}))
+            assert (await sock.next_text(10))["type"] == "welcome"
+            for _ in range(50):
+                await sock.send_text('{"type": "nope"}')
+            codes = [(await sock.next_text(10))["code"] for _ in range(50)]
+            assert codes == ["UNKNOWN_TYPE"] * 50
+            await asyncio.sleep(1.1)
+            await sock.send_text('{"type": "nope"}')  # a second later: logged, with the rest
+            assert (await sock.next_text(10))["code"] == "UNKNOWN_TYPE"
+            update = json.dumps({"type": "tools.update", "tools": [
+                {"name": "t", "description": "d" * 10_000, "argsSchema": {"type": "object"}}]})
+            for _ in range(12):  # 120,000 characters: the burst (100,000) and a little
+                await sock.send_text(update)
+            await sock.send_text('{"type": "nope"}')  # (an accepted update is not answered)
+            refused = []
+            while (answer := await sock.next_text(10))["code"] != "UNKNOWN_TYPE":
+                refused.append(answer)
+            assert 1 <= len(refused) <= 3, refused
+            assert {a["code"] for a in refused} == {"RATE_LIMITED"}
+            assert "--metadata-rate" in refused[0]["message"]
+            sock.abort()
+
+        run(scenario())
+        lines = [line for line in process.log.read_text(errors="replace").splitlines()
+                 if "event=bridge.frame_refused" in line and "UNKNOWN_TYPE" in line]
+        assert len(lines) == 2 and "more=" not in lines[0] and "more=49" in lines[1], lines

@@ -183,7 +183,7 @@ class BridgeConnection:
                 await websocket.close(code=CLOSE_POLICY)
                 return
             await websocket.accept()
-            if not self.registry.arrivals.enter(page.client):
+            if not self.registry.arrivals.enter(page.client, self, self._make_room):
                 log_event("bridge.too_many_arriving", client=page.client)
                 reason = ("too many connections of this client (or in all) have not said "
                           "hello yet; try again")
@@ -276,4 +276,14 @@ class BridgeConnection:
         closed)."""
         if self._awaiting_hello:
             self._awaiting_hello = False
-            self.registry.arrivals.leave(self.page.client)
+            self.registry.arrivals.leave(self.page.client, self)
+
+    def _make_room(self) -> None:
+        """Closed, before its hello, for another client's new connection (Arrivals)."""
+        self._awaiting_hello = False  # (no longer counted)
+        log_event("bridge.arrival_closed", client=self.page.client)
+        reason = "Core makes room for other clients' pages; try again"
+        if self.guard is not None:
+            self.guard.cut_off(protocol.CLOSE_TRY_AGAIN, reason)
+        else:
+            self.page.close(protocol.CLOSE_TRY_AGAIN, reason)

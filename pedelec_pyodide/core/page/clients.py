@@ -5,9 +5,10 @@
 /64 network: one host is usually given a whole /64, so each of its addresses counting as
 a client of its own would make every per-client bound 2**64 times larger.
 
-:class:`PatternBudgets` holds each client's bucket for the regular expressions
-Core checks for it, kept after its last connection until it has filled up again (a client
-that reconnects does not get a fresh burst). :class:`Arrivals` counts each client's
+:class:`ClientBudgets` holds each client's bucket for a kind of work Core does for it (the
+regular expressions it checks, the tool metadata it checks), kept after its last
+connection until it has filled up again (a client that reconnects does not get a fresh
+burst). :class:`Arrivals` counts each client's
 connections that have not said ``hello`` yet.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 
 from ..clock import Clock
 from .ratelimit import TokenBucket
@@ -40,9 +42,9 @@ def client_key(host: str | None) -> str:
     return str(address)
 
 
-class PatternBudgets:
-    """Per client: characters of regular expressions Core has not checked before that it
-    checks for the client, ``rate`` a second with a burst of ``burst``."""
+class ClientBudgets:
+    """Per client: characters of some work Core does for it (new regular expressions
+    checked, tool metadata checked), ``rate`` a second with a burst of ``burst``."""
 
     def __init__(self, rate: float, burst: float, clock: Clock) -> None:
         self.rate = rate
@@ -91,32 +93,49 @@ class Arrivals:
     No session counts them, yet each may hold a frame of up to four times
     ``--max-frame-bytes`` being received until ``--hello-timeout``: without a bound, one
     client opening them by the hundred, each sending a frame it never finishes, held GiBs.
-    They are bounded as sessions are, apart from them: ``per_client`` for each client,
-    ``in_all`` together (a page that reloads says ``hello`` within milliseconds)."""
+    They are bounded as sessions are, apart from them: ``per_client`` for each client (one
+    more is refused), ``in_all`` together. At that cap a new one takes the place of the
+    oldest of the client that has the most, so that clients at their own cap cannot keep
+    every other client's pages out (a page that reloads says ``hello`` within
+    milliseconds); it is refused only when its own client has as many as any."""
 
     def __init__(self, per_client: int, in_all: int) -> None:
         self.per_client = per_client
         self.in_all = in_all
-        self._count: dict[str, int] = {}
+        # each client's arrivals, oldest first: what closes each
+        self._of: dict[str, OrderedDict[object, Callable[[], None]]] = {}
         self._total = 0
 
-    def enter(self, client: str) -> bool:
-        """A connection of ``client`` opens: False, and not counted, when over a bound."""
-        count = self._count.get(client, 0)
-        if count >= self.per_client or self._total >= self.in_all:
+    def enter(self, client: str, arrival: object, close: Callable[[], None]) -> bool:
+        """``arrival``, a connection of ``client``, opens (``close`` closes it, should it
+        have to make room): False, and not counted, when it may not."""
+        mine = self._of.get(client)
+        count = 0 if mine is None else len(mine)
+        if count >= self.per_client:
             return False
-        self._count[client] = count + 1
+        if self._total >= self.in_all:
+            most = max(self._of.values(), key=len)
+            if len(most) <= count + 1:  # no client has more than this one would
+                return False
+            _, closing = most.popitem(last=False)
+            self._drop_empty()
+            self._total -= 1
+            closing()
+        self._of.setdefault(client, OrderedDict())[arrival] = close
         self._total += 1
         return True
 
+    def leave(self, client: str, arrival: object) -> None:
+        """``arrival`` said ``hello``, or closed (nothing, if it made room already)."""
+        mine = self._of.get(client)
+        if mine is not None and mine.pop(arrival, None) is not None:
+            self._total -= 1
+            if not mine:
+                del self._of[client]
+
+    def _drop_empty(self) -> None:
+        for client in [client for client, mine in self._of.items() if not mine]:
+            del self._of[client]
+
     def __len__(self) -> int:
         return self._total
-
-    def leave(self, client: str) -> None:
-        """A connection :meth:`enter` counted said ``hello``, or closed."""
-        count = self._count[client] - 1
-        if count:
-            self._count[client] = count
-        else:
-            del self._count[client]
-        self._total -= 1

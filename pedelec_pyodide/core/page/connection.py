@@ -15,6 +15,7 @@ connection stays open. Before ``hello``, Core reads no more of a frame than its 
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections import deque
@@ -62,6 +63,8 @@ def _frame_of(cls: type[protocol.Message]) -> re.Pattern[str]:
 
 _RESULT_FRAME = _frame_of(protocol.ToolResult)
 _TURN_START_FRAME = _frame_of(protocol.TurnStart)
+#: the frames whose tool metadata Core checks (charged to --metadata-rate)
+_METADATA_FRAMES = frozenset({protocol.Hello.type, protocol.ToolsUpdate.type})
 #: before hello, the most of a frame Core looks at (characters, or bytes of a binary frame)
 PEEK_CHARS = 256
 # a frame's leading "type" member, JSON whitespace allowed: all Core reads before hello
@@ -127,7 +130,13 @@ class PageConnection:
         self.client = client
         # its client's budget for checking new regular expressions, until disconnected
         self._patterns: TokenBucket | None = registry.patterns.open(client)
+        # and for checking tool metadata (hello, tools.update)
+        self._metadata: TokenBucket | None = registry.metadata.open(client)
         self.session: CoreSession | None = None
+        # refused frames are logged one a second at most: when the last line was, and how
+        # many were refused since
+        self._refusal_logged = -math.inf
+        self._refusals_unlogged = 0
         self._outbox: deque[str] = deque()
         self.max_queued = config.max_queued_bytes
         # bytes of memory the outbox holds, with the frame being sent (next_frame)
@@ -235,6 +244,9 @@ class PageConnection:
         if self._patterns is not None:
             self._patterns = None
             self.registry.patterns.close(self.client)
+        if self._metadata is not None:
+            self._metadata = None
+            self.registry.metadata.close(self.client)
 
     # --- the input side -----------------------------------------------------------------
 
@@ -296,6 +308,14 @@ class PageConnection:
                                         "no more of a frame than its leading \"type\""))
         text = data if isinstance(data, str) else ""
         limit = self.max_bytes + (RESULT_ENVELOPE_BYTES if _RESULT_FRAME.match(text) else 0)
+        budget = self._metadata
+        if (budget is not None and leading_type(data) in _METADATA_FRAMES
+                and not budget.take(len(data))):
+            # (checking metadata is linear, yet ~3 ms for 16 KiB of $ref chain: 200 such
+            # frames a second from each of a client's pages would take the loop)
+            return Parsed(ProtocolError(RATE_LIMITED, (
+                f"more than {budget.rate:g} characters of tool metadata per second (burst "
+                f"{budget.burst:g}) from this client (--metadata-rate); frame dropped")))
         try:
             with charging_patterns(charge):
                 message = protocol.parse_client_frame(data, max_bytes=limit)
@@ -331,11 +351,9 @@ class PageConnection:
                 # logged only when answered: a flood is cut by the rate limit, not logged;
                 # before hello, a refusal costs no more than the look at the type
                 if exc.code != HELLO_REQUIRED:
-                    log_event("bridge.frame_refused",
-                              session=None if self.session is None else self.session.id,
-                              code=exc.code, bytes=len(data) if isinstance(data, bytes)
-                              else protocol.frame_size(text),
-                              turn=turn_of.group(1) if turn_of else None)
+                    self._log_refusal(exc.code, len(data) if isinstance(data, bytes)
+                                      else protocol.frame_size(text),
+                                      turn_of.group(1) if turn_of else None)
                 self.send(protocol.error_frame(
                     exc.code, exc.message, turn_id=turn_of.group(1) if turn_of else None))
             return charge != "cut"
@@ -363,6 +381,20 @@ class PageConnection:
             "frame dropped",
         ))
         return "refused"
+
+    def _log_refusal(self, code: str, size: int, turn: str | None) -> None:
+        """``bridge.frame_refused``, one a second at most (a page may be refused 200
+        frames a second, each answered: 50,000 lines a second over 256 of them), with
+        ``more``: how many were refused since the last line, unlogged."""
+        now = self.registry.config.clock.monotonic()
+        if now - self._refusal_logged < 1.0:
+            self._refusals_unlogged += 1
+            return
+        log_event("bridge.frame_refused",
+                  session=None if self.session is None else self.session.id, code=code,
+                  bytes=size, turn=turn, more=self._refusals_unlogged or None)
+        self._refusal_logged = now
+        self._refusals_unlogged = 0
 
     def _too_large(self, request_id: str, size: int) -> bool:
         """A result too large for Core, for a request it awaits: the caller gets

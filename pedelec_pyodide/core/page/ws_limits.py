@@ -70,6 +70,12 @@ SLICE_BYTES = 4096
 CLOSE_GRACE = 5.0
 #: the most read from a broken connection's kernel buffer (a reloading page's last results)
 LEFT_BYTES = 64 * 1024
+#: the most frames one message may come in (the WebSocket library bounds its bytes, not
+#: its frames: uvicorn keeps each, ~40 bytes more than its payload, empty ones too)
+MAX_FRAGMENTS = 4096
+#: the close codes for a text message that is not UTF-8, and for one too big to take
+CLOSE_NOT_UTF8 = 1007
+CLOSE_TOO_BIG = 1009
 #: where the app's scope holds the guard (``scope["extensions"][EXTENSION]["guard"]``)
 EXTENSION = "pedelec.frames"
 
@@ -188,19 +194,25 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
             self._next_slice = self.loop.call_soon(self._feed)
 
     def send_receive_event_to_app(self) -> None:
-        take = self.take
-        if (take is not None and not self.close_sent and self.curr_msg_data_type == "text"
-                and len(self.frames) == 1 and self.queue.empty() and not self._handing_over
-                and not self._taken):
+        if self.curr_msg_data_type == "text" and not self.close_sent:
             try:
-                text = self.frames[0].decode()
-            except UnicodeDecodeError:
-                pass  # refused as uvicorn refuses it, below
-            else:
-                if take(text):
-                    self.frames = []
-                    self._taken = True
-                    return
+                text = (self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+                        ).decode()
+            except UnicodeDecodeError:  # (uvicorn logs a traceback for each)
+                self.frames = []
+                log_event("bridge.not_utf8", client=self.client[0] if self.client else None)
+                self._cut("a text message that is not UTF-8", CLOSE_NOT_UTF8)
+                return
+            self.frames = []
+            take = self.take
+            if (take is not None and self.queue.empty() and not self._handing_over
+                    and not self._taken and take(text)):
+                self._taken = True
+                return
+            # the message waits: parsing stops, the socket reads on (see data_received)
+            self.read_paused = True
+            self.queue.put_nowait({"type": "websocket.receive", "text": text})
+            return
         if self.close_sent:
             # uvicorn drops the message, and reads on for the client's answer to the
             # close (10 s): charged here, the app no longer charging it, so a client cut
@@ -212,6 +224,8 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         super().send_receive_event_to_app()
 
     async def receive(self) -> ASGIReceiveEvent:
+        if not self.queue.empty():  # one message per step: the others' work goes between
+            await asyncio.sleep(0)
         message = await self.queue.get()
         if self.read_paused and self.queue.empty():
             self.read_paused = False
@@ -230,8 +244,14 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
     # --- frames the app never sees --------------------------------------------------------
 
     def handle_cont(self, event: Frame) -> None:
-        if self._counted("continuation"):
-            super().handle_cont(event)
+        if not self._counted("continuation"):
+            return
+        if len(self.frames) >= MAX_FRAGMENTS:
+            log_event("bridge.too_many_fragments",
+                      client=self.client[0] if self.client else None)
+            self._cut(f"a message in over {MAX_FRAGMENTS} frames", CLOSE_TOO_BIG)
+            return
+        super().handle_cont(event)
 
     def handle_ping(self) -> None:
         if not self._counted("ping") or self._lost:

@@ -21,7 +21,7 @@ from ..background import spawn
 from ..clock import wait, wait_for
 from ..config import CoreConfig
 from ..log import log_event
-from ..page.clients import Arrivals, PatternBudgets
+from ..page.clients import Arrivals, ClientBudgets
 from ..page.outboxes import Outboxes
 from ..store import SessionRecord, Snapshot, Store, StoreError, hash_token
 from .codes import SHUTDOWN_SECONDS, TOO_MANY_SESSIONS
@@ -31,9 +31,9 @@ from .session import CoreSession
 # What a wrong resume token is compared with when the session is unknown: the same
 # work as for a known one, so timing says nothing about which sessions exist.
 NO_SESSION_HASH = hash_token("")
-#: a client's burst of new regular expressions to check: this many seconds' worth of
-#: ``--pattern-rate``
-PATTERN_BURST_SECONDS = 4.0
+#: a client's burst of new regular expressions, or of tool metadata, to check: this many
+#: seconds' worth of ``--pattern-rate`` or ``--metadata-rate``
+BURST_SECONDS = 4.0
 
 
 class ClientSessions:
@@ -66,7 +66,9 @@ class Registry:
         self.outboxes = Outboxes(config.max_queued_total_bytes)
         # connections that have not said hello yet, bounded as sessions are
         self.arrivals = Arrivals(config.max_sessions_per_client, config.max_sessions)
-        self.patterns = PatternBudgets(config.pattern_rate, PATTERN_BURST_SECONDS
+        self.metadata = ClientBudgets(config.metadata_rate, BURST_SECONDS
+                                      * config.metadata_rate, config.clock)
+        self.patterns = ClientBudgets(config.pattern_rate, BURST_SECONDS
                                        * config.pattern_rate, config.clock)
         # this process's name as a node of the cluster sharing the store (Redis): the
         # holder of its sessions' leases (cluster.Node does the rest)
