@@ -477,7 +477,8 @@ def test_300_frames_quoting_a_1_mib_value_get_small_error_frames() -> None:
     size = protocol.MAX_FRAME_BYTES - 300
 
     async def main() -> None:
-        async with running_core() as core:
+        # (at once: a client is allowed 4 MiB of metadata at once, then 1 MiB a second)
+        async with running_core(config(metadata_rate=1e9)) as core:
             client = await RawClient.open(core.ws_url, max_size=None)
             assert (await client.hello([]))["type"] == "welcome"
             frames = huge_frames(size)
