@@ -455,11 +455,11 @@ class StorageLedger:
         if tool_request_id not in self._results and (
                 self._complete or tool_request_id in self._chunk_of):
             return None  # nothing stored for it: not read
-        try:  # (as stored: a result JSON text and who handled it)
+        try:  # (as stored: a result JSON text, which may be "null", and who handled it)
             entry: Any = _decoded(self._get_item(self._entry_key(tool_request_id)))
             result, handled_by = entry["result"], entry["handledBy"]
-            if (type(result) is str and handled_by in HANDLED_BY
-                    and _decoded(result) is not None):
+            if type(result) is str and result and handled_by in HANDLED_BY:
+                _decoded(result)  # (raises if it is not JSON the engine can decode)
                 return result, handled_by
         except (ValueError, TypeError, KeyError):  # started only, or damaged: no result
             pass

@@ -459,6 +459,9 @@ def test_a_damaged_entry_is_no_result(stored: str) -> None:
     storage.setItem("p:q", stored)
     assert StorageLedger(storage, "p:").get("q") is None
     assert StorageLedger(storage, "p:").was_started("q")
+    ledger.start("none", "t")  # a handler that returned None: its result is JSON null
+    ledger.finish("none", "null", "named")
+    assert StorageLedger(storage, "p:").get("none") == ("null", "named")
 
 
 def test_a_loose_index_takes_only_its_own_entries_back() -> None:
