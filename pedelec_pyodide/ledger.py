@@ -259,9 +259,10 @@ class StorageLedger:
             if isinstance(key, str) and key.startswith(prefix):  # (not JS null)
                 name = key[len(prefix):]
                 index_key = _INDEX_KEY.fullmatch(name)
-                if index_key:
-                    if index_key[1] and int(index_key[1][1:]) not in live:
-                        unnamed_chunks.append(int(index_key[1][1:]))
+                if index_key:  # the index's own, or a chunk's (named by it, or not)
+                    number = None if index_key["number"] is None else int(index_key["number"])
+                    if number is not None and number not in live:
+                        unnamed_chunks.append(number)
                     continue
                 tool_request_id = name[:-1] if _ESCAPED_ID.fullmatch(name) else name
                 if (tool_request_id not in self._chunk_of
@@ -507,7 +508,7 @@ def _decoded(raw: object) -> object:
 
 
 # the index's keys after a ledger's prefix
-_INDEX_KEY = re.compile(r"index(:[0-9]+)?")
+_INDEX_KEY = re.compile(r"index(:(?P<number>[0-9]+))?")
 # the ids whose entry's key is the id and one "/" more (see StorageLedger._entry_key)
 _ESCAPED_ID = re.compile(r"index(:[0-9]+)?/*")
 

@@ -134,7 +134,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         # last one parsed)
         for cycle in {self._answering_cycle, self.cycle, *(c for c, _ in self.pipeline)}:
             if cycle is not None and not cycle.response_complete:
-                hang_up = hang_up_of(cast(dict[str, Any], cycle.scope))
+                hang_up = _hang_up(cycle)
                 if hang_up is not None:
                     hang_up.hung_up()
         super().connection_lost(exc)
@@ -325,9 +325,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def _read_while_ahead(self) -> None:
         """While requests wait unparsed: reading paused, unless the request answered
         waits to hear of a hang-up (then what comes waits too, up to its bound)."""
-        answering = self._answering_cycle
-        hang_up = None if answering is None else hang_up_of(
-            cast(dict[str, Any], answering.scope))
+        hang_up = _hang_up(self._answering_cycle)
         if hang_up is not None and hang_up.awaited:
             self.flow.resume_reading()
         else:
@@ -386,6 +384,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def _peer(self) -> str | None:
         return self.client[0] if self.client else None
+
+
+def _hang_up(cycle: RequestResponseCycle | None) -> HangUp | None:
+    """The :class:`~.hangup.HangUp` in a request's scope (None for no request)."""
+    return None if cycle is None else hang_up_of(cast(dict[str, Any], cycle.scope))
 
 
 class _TooManyHeaders(Exception):

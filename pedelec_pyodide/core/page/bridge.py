@@ -184,13 +184,8 @@ class BridgeConnection:
                 return
             await websocket.accept()
             if not self.registry.arrivals.enter(page.client, self, self._make_room):
-                log_event("bridge.too_many_arriving", client=page.client)
-                reason = ("too many connections of this client (or in all) have not said "
-                          "hello yet; try again")
-                if self.guard is not None:  # (nothing more it sends is read)
-                    self.guard.cut_off(protocol.CLOSE_TRY_AGAIN, reason)
-                else:
-                    await websocket.close(code=protocol.CLOSE_TRY_AGAIN, reason=reason)
+                self._turn_away("bridge.too_many_arriving", "too many connections of this "
+                                "client (or in all) have not said hello yet; try again")
                 return
             self._awaiting_hello = True
             if self.guard is not None:
@@ -281,8 +276,13 @@ class BridgeConnection:
     def _make_room(self) -> None:
         """Closed, before its hello, for another client's new connection (Arrivals)."""
         self._awaiting_hello = False  # (no longer counted)
-        log_event("bridge.arrival_closed", client=self.page.client)
-        reason = "Core makes room for other clients' pages; try again"
+        self._turn_away("bridge.arrival_closed",
+                        "Core makes room for other clients' pages; try again")
+
+    def _turn_away(self, event: str, reason: str) -> None:
+        """Close a connection before its hello: 1013 (try again), nothing more it sends
+        read where Core's own protocol serves it."""
+        log_event(event, client=self.page.client)
         if self.guard is not None:
             self.guard.cut_off(protocol.CLOSE_TRY_AGAIN, reason)
         else:

@@ -114,11 +114,12 @@ class Arrivals:
         if count >= self.per_client:
             return False
         if self._total >= self.in_all:
-            most = max(self._of.values(), key=len)
+            biggest, most = max(self._of.items(), key=lambda item: len(item[1]))
             if len(most) <= count + 1:  # no client has more than this one would
                 return False
             _, closing = most.popitem(last=False)
-            self._drop_empty()
+            if not most:
+                del self._of[biggest]
             self._total -= 1
             closing()
         self._of.setdefault(client, OrderedDict())[arrival] = close
@@ -132,10 +133,6 @@ class Arrivals:
             self._total -= 1
             if not mine:
                 del self._of[client]
-
-    def _drop_empty(self) -> None:
-        for client in [client for client, mine in self._of.items() if not mine]:
-            del self._of[client]
 
     def __len__(self) -> int:
         return self._total

@@ -200,7 +200,7 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
                         ).decode()
             except UnicodeDecodeError:  # (uvicorn logs a traceback for each)
                 self.frames = []
-                log_event("bridge.not_utf8", client=self.client[0] if self.client else None)
+                log_event("bridge.not_utf8", client=self._peer())
                 self._cut("a text message that is not UTF-8", CLOSE_NOT_UTF8)
                 return
             self.frames = []
@@ -247,8 +247,7 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         if not self._counted("continuation"):
             return
         if len(self.frames) >= MAX_FRAGMENTS:
-            log_event("bridge.too_many_fragments",
-                      client=self.client[0] if self.client else None)
+            log_event("bridge.too_many_fragments", client=self._peer())
             self._cut(f"a message in over {MAX_FRAGMENTS} frames", CLOSE_TOO_BIG)
             return
         super().handle_cont(event)
@@ -277,6 +276,9 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
             self._cut("rate limit exceeded")
             return False
         return True
+
+    def _peer(self) -> str | None:
+        return self.client[0] if self.client else None
 
     def cut_off(self, code: int, reason: str) -> None:
         """Close now with ``code``, reading nothing more (see :meth:`_cut`): for a
