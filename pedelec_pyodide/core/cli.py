@@ -440,8 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"admin token (generated; set {ADMIN_TOKEN_ENV} to choose it): "
                   f"{cfg.admin_token}", flush=True)
 
-    # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again for the
-    # handler it found: ours turns it into KeyboardInterrupt, so a clean stop exits 0.
+    # until the URL is announced a stop signal ends the start as KeyboardInterrupt (exit 0);
+    # from then on it stops the server gracefully (server.run)
     for stop in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop, _interrupt)
     try:

@@ -15,9 +15,11 @@ import html
 import json
 import logging
 import mimetypes
+import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import uvicorn
@@ -33,6 +35,7 @@ from starlette.responses import (
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
+from uvicorn.server import HANDLED_SIGNALS
 
 from .. import protocol
 from ..build.snapshot import MANIFEST_NAME, SNAPSHOT_NAME, SnapshotError, stored_file
@@ -439,5 +442,24 @@ def run(config: CoreConfig, announce: Callable[[str], None] = print) -> None:
     shown = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
     if ":" in shown:
         shown = "[::1]" if shown == "::" else f"[{shown}]"
-    announce(f"http://{shown}:{config.port}/")
-    uvicorn.Server(uvicorn_config(app, config)).run(sockets=[sock])
+    server = uvicorn.Server(uvicorn_config(app, config))
+    with _stop_signals_to(server):
+        announce(f"http://{shown}:{config.port}/")
+        server.run(sockets=[sock])
+
+
+@contextlib.contextmanager
+def _stop_signals_to(server: uvicorn.Server) -> Iterator[None]:
+    """From the announcement on, a stop signal tells ``server`` to stop, as it will once it
+    installs its own handlers. One sent by whoever read the URL must not be lost in between:
+    a handler that raises (KeyboardInterrupt) can run inside a finalizer, where Python prints
+    the exception and drops it, and Core would serve on."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {stop: signal.signal(stop, server.handle_exit) for stop in HANDLED_SIGNALS}
+    try:
+        yield
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)

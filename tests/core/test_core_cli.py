@@ -233,6 +233,41 @@ def test_scripts_demo_prints_the_url_first_and_no_stray_lines() -> None:
         process.wait(timeout=30)
 
 
+STOPPED_IN_A_FINALIZER = """
+import os, signal, sys
+from pedelec_pyodide.core import cli
+
+class SignalsWhileFinalized:
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100_000):  # Python runs the handler here, inside the finalizer
+            pass
+
+serve = cli.run
+def run(cfg, announce):
+    serve(cfg, lambda url: (announce(url), SignalsWhileFinalized()))
+cli.run = run
+sys.exit(cli.main(["serve", "--port", "0", "--no-provision", "--quiet"]))
+"""
+
+
+def test_a_sigterm_as_the_url_is_read_stops_core() -> None:
+    """A supervisor that stops Core as soon as it has read the URL: the signal may be
+    handled wherever Python is at that moment, a finalizer included (the worst place, as
+    an exception raised there is dropped). Core stops, exit status 0."""
+    env = {key: value for key, value in os.environ.items() if key != "PEDELEC_ADMIN_TOKEN"}
+    process = subprocess.Popen([sys.executable, "-c", STOPPED_IN_A_FINALIZER],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    try:
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    assert out.startswith("pedelec serve: http://127.0.0.1:"), out
+    assert process.returncode == 0, err
+
+
 def test_version_names_the_distribution() -> None:
     from pedelec_pyodide import __version__
 
