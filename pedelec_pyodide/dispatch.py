@@ -694,12 +694,15 @@ class Engine:
         if rec.unsent:  # the last progress goes before the result
             self._send_progress(rec)
         request_id = rec.tool_request_id
+        # The result goes out before the ledger keeps it: both happen in this one step (a
+        # page's one JS task), which a reload cannot come between, and the write then
+        # overlaps the frame's way to Core instead of delaying it.
+        if rec.reply:
+            self.outbox.send_result(rec)
         if rec.record:
             self._ledger_finish(request_id, rec.result_json, rec.tier)
         if counted:
             del self.inflight[request_id]
-        if rec.reply:
-            self.outbox.send_result(rec)
         waiters = rec.waiters
         if waiters:
             rec.waiters = None
