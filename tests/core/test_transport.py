@@ -396,6 +396,38 @@ def test_a_client_sending_over_1_mib_ahead_of_a_waiting_call_is_cut_off(
         assert logged(process, "http.too_far_ahead") == 1
 
 
+def test_a_caller_hanging_up_mid_body_is_answered_quietly(tmp_path: Path) -> None:
+    """A control-API caller who hangs up before its body ends: no call reaches the page,
+    and the log has no traceback (Starlette's ``ClientDisconnect`` was logged whole)."""
+    with core(tmp_path) as process:
+        port = process.port
+
+        async def scenario() -> None:
+            page = await websockets.connect(process.ws_url, proxy=None)
+            sid = (await hello(page, ECHO_TOOLS, 10))["sessionId"]
+            for route in ("tool-calls", "turns"):
+                reader, writer = await connect(port)
+                writer.write(request(port, f"/pedelec/v1/sessions/{sid}/{route}",
+                                     b"Authorization: Bearer " + TOKEN.encode(),
+                                     b"Content-Length: 1000", method=b"POST")
+                             + b'{"tool": "echo", "args": {}')
+                await writer.drain()
+                await asyncio.sleep(0.2)  # the body's start read, its end still awaited
+                writer.close()
+            reader, writer = await connect(port)  # Core serves on
+            writer.write(request(port))
+            assert (await one_response(reader))[0] == 200
+            writer.close()
+            with contextlib.suppress(TimeoutError):  # nothing reached the page
+                frame = await asyncio.wait_for(page.recv(), 0.5)
+                raise AssertionError(f"the page got {frame}")
+            await page.close()
+
+        run(scenario())
+        log = process.log.read_text(errors="replace")
+        assert "Traceback" not in log and "ClientDisconnect" not in log, log
+
+
 async def _trickle(writer: asyncio.StreamWriter, data: bytes, forever: bytes) -> None:
     """Send ``data`` a byte at a time, then ``forever`` a byte at a time, looping, every
     :data:`TRICKLE` seconds, until the connection breaks."""

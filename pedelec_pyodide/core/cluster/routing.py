@@ -38,13 +38,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ... import strictjson
 from ..clock import wait
 from ..http.control import (
-    PAYLOAD_TOO_LARGE,
     RETRY_AFTER_SECONDS,
     ROUTE_KEY,
     SESSION_NOT_FOUND,
     ApiError,
     authorize,
     hung_up,
+    read_body,
 )
 from ..http.hangup import EXTENSION, HangUp, hang_up_of
 from ..log import log_event
@@ -93,14 +93,9 @@ class ClusterRouter:
             return
         try:  # nothing reaches Redis for a caller without the token, or a body too large
             authorize(Request(scope))
+            body = await read_body(Request(scope, receive), registry.config.max_frame_bytes)
         except ApiError as exc:
             await exc.response()(scope, receive, send)
-            return
-        limit = registry.config.max_frame_bytes
-        body = await _body(receive, limit)
-        if body is None:
-            await ApiError(413, PAYLOAD_TOO_LARGE, f"the body is over {limit} bytes, the "
-                           "largest frame a page takes").response()(scope, receive, send)
             return
         headers = [(name, value) for name, value in scope["headers"] if name in _FORWARDED]
         own_key = scope["method"] == "POST" and not any(n == _KEY_HEADER for n, _ in headers)
@@ -242,20 +237,6 @@ def _moved(status: int, answer: str, *, here: bool) -> bool:
         return False  # (most answers: not decoded again)
     code = _error_code(answer)
     return code == SESSION_MOVED or (not here and status == 404 and code == SESSION_NOT_FOUND)
-
-
-async def _body(receive: Receive, limit: int) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
 
 
 async def serve_forwarded(core: Starlette, call: HttpCall, hung_up: asyncio.Future[None]
