@@ -628,9 +628,10 @@ class Engine:
     def cancel(self, tool_request_id: str, reason: str, *, grace: bool) -> bool:
         """Mark a request cancelled. One awaiting approval is answered ``TOOL_CANCELLED``
         at once (nothing ran); a running one, with ``grace``, once the grace period has
-        passed if its handler has not finished by then. False if it is not in flight."""
+        passed if its handler has not finished by then. False if it is not in flight (none,
+        or answered already: its result is on its way)."""
         rec = self.inflight.get(tool_request_id)
-        if rec is None:
+        if rec is None or rec.answered:
             return False
         if rec.cancelled_by is None:
             rec.cancelled_by = reason
@@ -696,13 +697,17 @@ class Engine:
         request_id = rec.tool_request_id
         # The result goes out before the ledger keeps it: both happen in this one step (a
         # page's one JS task), which a reload cannot come between, and the write then
-        # overlaps the frame's way to Core instead of delaying it.
-        if rec.reply:
-            self.outbox.send_result(rec)
-        if rec.record:
-            self._ledger_finish(request_id, rec.result_json, rec.tier)
-        if counted:
-            del self.inflight[request_id]
+        # overlaps the frame's way to Core instead of delaying it. Until it is kept the
+        # record stays in flight, answered (what a transport's send may run meanwhile
+        # finds it so), and it is kept even if the send raised (an interrupt).
+        try:
+            if rec.reply:
+                self.outbox.send_result(rec)
+        finally:
+            if rec.record:
+                self._ledger_finish(request_id, rec.result_json, rec.tier)
+            if counted:
+                del self.inflight[request_id]
         waiters = rec.waiters
         if waiters:
             rec.waiters = None

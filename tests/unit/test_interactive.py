@@ -561,6 +561,70 @@ async def test_cancelling_a_request_awaiting_approval_answers_it_at_once(by: str
     assert session.pending == [] and session.state == SessionState.IDLE
 
 
+class ReentrantCore(FakeCore):
+    """A transport whose ``send`` of the first ``tool.result`` runs ``react`` before it
+    returns (a transport may be anything with ``send``)."""
+
+    def __init__(self, react: Any) -> None:
+        super().__init__()
+        self.react: Any = react
+
+    def send(self, frame: str) -> None:
+        super().send(frame)
+        if json.loads(frame)["type"] == "tool.result" and self.react is not None:
+            react, self.react = self.react, None
+            react()
+
+
+@pytest.mark.parametrize("then", ["core cancels", "session closes"])
+async def test_a_transport_reentering_the_session_as_a_result_goes_out_answers_once(
+        then: str) -> None:
+    """A denial's result is sent while its request is still awaiting approval: a cancel or
+    a close that its send runs finds it answered (it was answered twice, and the second
+    answer raised ``KeyError`` in the request's task)."""
+    runs: list[Any] = []
+    session = Session([approval_tool(runs)])
+    session.on_approval(lambda request: False)
+    cancel = '{"type":"tool.cancel","toolRequestId":"q1","reason":"deadline"}'
+    core = ReentrantCore(lambda: session.receive(cancel) if then == "core cancels"
+                         else session.close())
+    session.connection_made(core)
+    session.receive(WELCOME)
+    errors: list[Any] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+    session.receive(request("q1", "delete", {"id": 1}))
+    await spin()
+    (answer,) = core.of_type("tool.result")
+    assert answer["result"]["error"]["code"] == "TOOL_DENIED"
+    assert errors == [] and runs == [] and session.pending == []
+    assert session._engine.ledger.get("q1") is not None
+
+
+async def test_a_result_whose_send_is_interrupted_is_kept_for_the_request_sent_again() -> None:
+    """A KeyboardInterrupt out of the transport's ``send`` (Ctrl-C in a CPython session):
+    the result is kept all the same, so the request Core sends again after a reconnect is
+    answered from it, not left in flight for ever nor run twice."""
+    runs: list[Any] = []
+    session = Session([tool("t", lambda args: runs.append(1) or "ran")])
+
+    class Interrupted(FakeCore):
+        def send(self, frame: str) -> None:
+            super().send(frame)
+            if json.loads(frame)["type"] == "tool.result":
+                raise KeyboardInterrupt
+
+    session.connection_made(Interrupted())
+    session.receive(WELCOME)
+    with pytest.raises(KeyboardInterrupt):
+        session.receive(request("r1", "t"))
+    session.connection_lost()
+    core = connected(session)
+    session.receive(request("r1", "t"))
+    await spin()
+    assert [frame["result"] for frame in core.of_type("tool.result")] == ["ran"]
+    assert runs == [1] and session.pending == []
+
+
 async def test_closing_the_session_settles_every_request_in_flight() -> None:
     clock = ManualClock()
     runs: list[Any] = []
