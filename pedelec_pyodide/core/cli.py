@@ -7,7 +7,6 @@ import errno
 import ipaddress
 import json
 import math
-import signal
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
@@ -394,10 +393,6 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
     return cfg, generated
 
 
-def _interrupt(number: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """Like ``parser.parse_args``, but an unknown option is reported by the command it was
     given to, with that command's usage (argparse reports it with the top-level usage)."""
@@ -440,13 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"admin token (generated; set {ADMIN_TOKEN_ENV} to choose it): "
                   f"{cfg.admin_token}", flush=True)
 
-    # until the URL is announced a stop signal ends the start as KeyboardInterrupt (exit 0);
-    # from then on it stops the server gracefully (server.run)
-    for stop in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop, _interrupt)
     try:
         run(cfg, announce)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # stopped before the server was up (after, it exits cleanly)
         return 0
     except (sqlite3.Error, StoreError) as exc:  # opened before the URL is announced
         print(f"pedelec: error: --store {spec.label}: {exc}", file=sys.stderr)

@@ -19,8 +19,10 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -418,48 +420,70 @@ def uvicorn_config(app: Starlette, config: CoreConfig) -> uvicorn.Config:
 
 
 def run(config: CoreConfig, announce: Callable[[str], None] = print) -> None:
-    """Bind, ``announce`` the URL, serve until Ctrl-C or SIGTERM (uvicorn handles both;
-    the lifespan cancels running turns and flushes the store)."""
-    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-    # proto=TCP: asyncio sets TCP_NODELAY only on sockets that say so (else Nagle
-    # and delayed ACKs add ~40 ms to every small answer)
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((config.host, config.port))
-        sock.listen(2048)  # connections made once the URL is out wait for the server
-    except OSError:
-        sock.close()
-        raise
-    config.port = sock.getsockname()[1]
-    # Core's worker threads (long frames, new regular expressions, large values) hold the
-    # GIL for CPU work, and at Python's 5 ms switch interval each of the loop's system
-    # calls may wait that long to get it back (the convoy effect): one client keeping the
-    # pattern thread busy added 200+ ms to everyone's /health p99. 0.5 ms bounds the wait.
-    sys.setswitchinterval(GIL_SWITCH_SECONDS)
-    app = create_app(config)
-    asyncio.run(check_reachable(config.store, config.store_timeout, config.clock))
-    shown = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
-    if ":" in shown:
-        shown = "[::1]" if shown == "::" else f"[{shown}]"
-    server = uvicorn.Server(uvicorn_config(app, config))
-    with _stop_signals_to(server):
+    """Bind, ``announce`` the URL, serve until Ctrl-C or SIGTERM (the lifespan cancels
+    running turns and flushes the store). A stop signal before the server exists ends the
+    start with KeyboardInterrupt."""
+    with _StopSignals() as stop:
+        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        # proto=TCP: asyncio sets TCP_NODELAY only on sockets that say so (else Nagle
+        # and delayed ACKs add ~40 ms to every small answer)
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((config.host, config.port))
+            sock.listen(2048)  # connections made once the URL is out wait for the server
+        except OSError:
+            sock.close()
+            raise
+        config.port = sock.getsockname()[1]
+        # Core's worker threads (long frames, new regular expressions, large values) hold
+        # the GIL for CPU work, and at Python's 5 ms switch interval each of the loop's
+        # system calls may wait that long to get it back (the convoy effect): one client
+        # keeping the pattern thread busy added 200+ ms to everyone's /health p99. 0.5 ms
+        # bounds the wait.
+        sys.setswitchinterval(GIL_SWITCH_SECONDS)
+        app = create_app(config)
+        asyncio.run(check_reachable(config.store, config.store_timeout, config.clock))
+        shown = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
+        if ":" in shown:
+            shown = "[::1]" if shown == "::" else f"[{shown}]"
+        server = uvicorn.Server(uvicorn_config(app, config))
+        stop.hand_to(server)
         announce(f"http://{shown}:{config.port}/")
         server.run(sockets=[sock])
 
 
-@contextlib.contextmanager
-def _stop_signals_to(server: uvicorn.Server) -> Iterator[None]:
-    """From the announcement on, a stop signal tells ``server`` to stop, as it will once it
-    installs its own handlers. One sent by whoever read the URL must not be lost in between:
-    a handler that raises (KeyboardInterrupt) can run inside a finalizer, where Python prints
-    the exception and drops it, and Core would serve on."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {stop: signal.signal(stop, server.handle_exit) for stop in HANDLED_SIGNALS}
-    try:
-        yield
-    finally:
-        for stop, handler in previous.items():
+class _StopSignals:
+    """SIGINT and SIGTERM while :func:`run` runs, in the main thread (elsewhere the
+    caller's handlers stay). Until the server exists a stop signal ends the start
+    (KeyboardInterrupt); from then on it tells the server to stop, as uvicorn's own
+    handlers do once installed. A signal must not be lost on the way, though a handler's
+    exception raised inside a finalizer is printed and dropped by Python: one received
+    before the server existed stops it as soon as it does."""
+
+    def __init__(self) -> None:
+        self._server: uvicorn.Server | None = None
+        self._received: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {stop: signal.signal(stop, self._handle)
+                              for stop in HANDLED_SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for stop, handler in self._previous.items():
             signal.signal(stop, handler)
+
+    def hand_to(self, server: uvicorn.Server) -> None:
+        self._server = server
+        for number in self._received:
+            server.handle_exit(number, None)
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        if self._server is not None:
+            self._server.handle_exit(number, frame)
+            return
+        self._received.append(number)
+        raise KeyboardInterrupt

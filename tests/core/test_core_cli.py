@@ -235,7 +235,7 @@ def test_scripts_demo_prints_the_url_first_and_no_stray_lines() -> None:
 
 STOPPED_IN_A_FINALIZER = """
 import os, signal, sys
-from pedelec_pyodide.core import cli
+from pedelec_pyodide.core import cli, server
 
 class SignalsWhileFinalized:
     def __del__(self) -> None:
@@ -243,20 +243,28 @@ class SignalsWhileFinalized:
         for _ in range(100_000):  # Python runs the handler here, inside the finalizer
             pass
 
-serve = cli.run
-def run(cfg, announce):
-    serve(cfg, lambda url: (announce(url), SignalsWhileFinalized()))
-cli.run = run
+if sys.argv[1] == "announced":  # as the URL is read
+    serve = cli.run
+    def run(cfg, announce):
+        serve(cfg, lambda url: (announce(url), SignalsWhileFinalized()))
+    cli.run = run
+else:  # while Core starts, before the URL is out
+    make_app = server.create_app
+    def create_app(cfg):
+        SignalsWhileFinalized()
+        return make_app(cfg)
+    server.create_app = create_app
 sys.exit(cli.main(["serve", "--port", "0", "--no-provision", "--quiet"]))
 """
 
 
-def test_a_sigterm_as_the_url_is_read_stops_core() -> None:
-    """A supervisor that stops Core as soon as it has read the URL: the signal may be
-    handled wherever Python is at that moment, a finalizer included (the worst place, as
+@pytest.mark.parametrize("when", ["starting", "announced"])
+def test_a_sigterm_lost_in_a_finalizer_still_stops_core(when: str) -> None:
+    """A supervisor stops Core as it starts, or as soon as it has read the URL: the signal
+    is handled wherever Python is at that moment, a finalizer included (the worst place:
     an exception raised there is dropped). Core stops, exit status 0."""
     env = {key: value for key, value in os.environ.items() if key != "PEDELEC_ADMIN_TOKEN"}
-    process = subprocess.Popen([sys.executable, "-c", STOPPED_IN_A_FINALIZER],
+    process = subprocess.Popen([sys.executable, "-c", STOPPED_IN_A_FINALIZER, when],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=env)
     try:
