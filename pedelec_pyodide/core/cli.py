@@ -7,6 +7,7 @@ import errno
 import ipaddress
 import json
 import math
+import os
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
@@ -430,10 +431,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure(30 if args.quiet else 20)
 
     def announce(url: str) -> None:
-        print(f"pedelec {args.command}: {url}", flush=True)
-        if generated:  # one from the environment is never printed: logs keep output
-            print(f"admin token (generated; set {ADMIN_TOKEN_ENV} to choose it): "
-                  f"{cfg.admin_token}", flush=True)
+        try:
+            print(f"pedelec {args.command}: {url}", flush=True)
+            if generated:  # one from the environment is never printed: logs keep output
+                print(f"admin token (generated; set {ADMIN_TOKEN_ENV} to choose it): "
+                      f"{cfg.admin_token}", flush=True)
+        except BrokenPipeError:  # whoever started Core stopped reading its output: serve on
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
     try:
         run(cfg, announce)

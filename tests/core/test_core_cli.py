@@ -311,6 +311,42 @@ def test_a_port_in_use_says_how_to_get_another() -> None:
     assert "--port 0 picks a free one" in failed.stderr
 
 
+def test_a_reader_that_stops_reading_the_output_does_not_stop_core() -> None:
+    """Whoever started Core closed its end of the output before Core printed its URL and
+    generated token: Core serves on (it said "cannot listen" and exited 1)."""
+    import socket
+    import time
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    env = {key: value for key, value in os.environ.items() if key != "PEDELEC_ADMIN_TOKEN"}
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody reads: Core's first print fails (BrokenPipeError)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port", str(port),
+         "--no-provision", "--quiet"], stdout=write_end, stderr=subprocess.PIPE, text=True,
+        env=env)
+    os.close(write_end)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, process.communicate(timeout=10)[1]
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/pedelec/v1/health", timeout=5)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "Core never answered"
+                time.sleep(0.1)
+        assert health.status_code == 200
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+
+
 def test_a_bare_pyodide_runtime_is_refused_with_the_command_that_provisions_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The npm package's directory has pyodide.mjs and a pyodide-lock.json, but pages
