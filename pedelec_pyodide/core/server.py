@@ -447,10 +447,23 @@ def run(config: CoreConfig, announce: Callable[[str], None] = print) -> None:
         shown = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
         if ":" in shown:
             shown = "[::1]" if shown == "::" else f"[{shown}]"
-        server = uvicorn.Server(uvicorn_config(app, config))
+        server = _Server(uvicorn_config(app, config), app.state.registry)
         stop.hand_to(server)
         announce(f"http://{shown}:{config.port}/")
         server.run(sockets=[sock])
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's, telling the registry when it begins to stop: requests still waiting when
+    it gives up on them (GRACEFUL_SECONDS) are answered CORE_STOPPING, not a bare 500."""
+
+    def __init__(self, config: uvicorn.Config, registry: Registry) -> None:
+        super().__init__(config)
+        self.registry = registry
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.registry.stopping = True
+        await super().shutdown(sockets)
 
 
 class _StopSignals:

@@ -276,6 +276,66 @@ def test_a_sigterm_lost_in_a_finalizer_still_stops_core(when: str) -> None:
     assert process.returncode == 0, err
 
 
+def test_requests_waiting_when_core_stops_are_answered_core_stopping() -> None:
+    """SIGTERM while a tool call, a streamed tool call and a turn wait for a page that never
+    answers: once Core gives up on them each gets CORE_STOPPING (a 503, or the stream's
+    last event), not a bare 500 and a traceback in the log; Core exits 0."""
+    import asyncio
+    import json
+
+    import websockets
+
+    token = "t" * 32
+    process, url, _ = start("serve", token=token)
+    base = url.rstrip("/")
+    auth = {"Authorization": f"Bearer {token}"}
+
+    async def scenario() -> tuple[list[httpx.Response], str]:
+        page = await websockets.connect(base.replace("http", "ws", 1) + "/pedelec/v1/bridge",
+                                        proxy=None)
+        await page.send(json.dumps({"type": "hello", "protocol": 1, "tools": [
+            {"name": name, "description": "never answers", "argsSchema": {"type": "object"}}
+            for name in ("a", "b", "c")]}))
+        sid = json.loads(await asyncio.wait_for(page.recv(), 10))["sessionId"]
+        calls = f"{base}/pedelec/v1/sessions/{sid}/tool-calls"
+        async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+            async def streamed() -> str:
+                async with client.stream("POST", calls, json={"tool": "b", "args": {}},
+                                         headers={**auth, "Accept": "text/event-stream"}
+                                         ) as events:
+                    return (await events.aread()).decode()
+
+            waiting = [asyncio.ensure_future(client.post(calls, json={"tool": "a", "args": {}},
+                                                         headers=auth)),
+                       asyncio.ensure_future(client.post(
+                           f"{base}/pedelec/v1/sessions/{sid}/turns", headers=auth,
+                           json={"text": '/call c {}'}))]
+            stream = asyncio.ensure_future(streamed())
+            requested = set()
+            while len(requested) < 3:  # each has reached the page
+                frame = json.loads(await asyncio.wait_for(page.recv(), 10))
+                if frame["type"] == "tool.request":
+                    requested.add(frame["tool"])
+            process.send_signal(signal.SIGTERM)
+            answers = [await asyncio.wait_for(call, 20) for call in waiting]
+            text = await asyncio.wait_for(stream, 20)
+        await page.close()
+        return answers, text
+
+    try:
+        answers, streamed_text = asyncio.run(scenario())
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    for answer in answers:
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["code"] == "CORE_STOPPING"
+    last = streamed_text.strip().split("\n\n")[-1]
+    assert last.startswith("event: error\ndata: ") and "CORE_STOPPING" in last, streamed_text
+    assert process.returncode == 0 and "Traceback" not in err, err
+
+
 def test_version_names_the_distribution() -> None:
     from pedelec_pyodide import __version__
 

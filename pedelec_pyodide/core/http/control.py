@@ -59,6 +59,8 @@ PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 TOOL_REQUEST_NOT_FOUND = "TOOL_REQUEST_NOT_FOUND"
 # a tool call with "waitForPage": false to a session whose page is not connected (HTTP 409)
 PAGE_NOT_CONNECTED = "PAGE_NOT_CONNECTED"
+# a request Core was still answering when it stopped (HTTP 503)
+CORE_STOPPING = "CORE_STOPPING"
 # the longest excerpt of a caller's value quoted in an error message
 EXCERPT_CHARS = 40
 #: the media type a caller accepts to have a tool call's progress streamed
@@ -331,10 +333,19 @@ class _EventStream(Response):
         if pending is None:
             state = _request_state(session, self.request_id)
             result, handled_by = state["result"], state["handledBy"]
-        elif await self._pump(pending, send):
-            result, handled_by = pending.future.result()
         else:
-            return
+            try:
+                answered = await self._pump(pending, send)
+            except asyncio.CancelledError:  # the server gave up waiting for this answer
+                if not _registry(self.request).stopping:
+                    raise
+                stopping = _stopping()
+                await send({"type": "http.response.body", "more_body": False, "body": _event(
+                    "error", {"error": {"code": stopping.code, "message": stopping.message}})})
+                return
+            if not answered:
+                return
+            result, handled_by = pending.future.result()
         await _stored(self.request, session, self.request_id, keyed=self.keyed)
         await send({"type": "http.response.body", "more_body": False, "body": _event(
             "result", {"toolRequestId": self.request_id, "result": result,
@@ -414,6 +425,13 @@ async def _stored(request: Request, session: CoreSession, request_id: str, *,
             await session.registry.store.flush(request_id)
 
 
+def _stopping() -> ApiError:
+    return ApiError(503, CORE_STOPPING, (
+        "Core stopped before this request's answer was in. Retry with the same "
+        f"'{HEADER}' once Core is back (with a store that keeps it, not memory) for what "
+        "became of it; a tool call sent without one was cancelled."))
+
+
 def _guarded(handler: Any) -> Any:
     async def endpoint(request: Request) -> Response:
         try:
@@ -422,6 +440,10 @@ def _guarded(handler: Any) -> Any:
             return response
         except ApiError as exc:
             return exc.response()
+        except asyncio.CancelledError:  # the server gave up waiting for this answer
+            if not _registry(request).stopping:
+                raise
+            return _stopping().response()
 
     endpoint.__name__ = handler.__name__
     return endpoint
