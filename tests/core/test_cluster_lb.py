@@ -69,3 +69,41 @@ async def _holds(port: int, session_id: str) -> bool:
         response = await client.get(f"http://127.0.0.1:{port}/pedelec/v1/sessions",
                                     headers={"Authorization": f"Bearer {TOKEN}"})
     return session_id in response.text
+
+
+def test_a_node_stopping_while_it_routes_a_call_answers_core_stopping(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    """Node B forwards a call to node A, which holds the page (it never answers), and B
+    is stopped (SIGTERM): once it gives up waiting, B's caller gets 503 CORE_STOPPING,
+    not a bare 500 and a traceback in B's log; B exits 0."""
+    import signal
+
+    from clusterkit import Node
+
+    async def main() -> None:
+        a, b = Node(redis_server.url, tmp_path), Node(redis_server.url, tmp_path)
+        try:
+            await asyncio.gather(a.start(), b.start())
+            page = await RawClient.open(f"ws://127.0.0.1:{a.port}/pedelec/v1/bridge")
+            sid = (await page.hello([tool_meta("a")]))["sessionId"]
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{b.port}", timeout=WAIT,
+                                         headers={"Authorization": f"Bearer {TOKEN}"}
+                                         ) as http:
+                call = asyncio.ensure_future(http.post(
+                    f"/pedelec/v1/sessions/{sid}/tool-calls",
+                    json={"tool": "a", "args": {"n": 1}}))
+                while (await asyncio.wait_for(page.recv(), WAIT))["type"] != "tool.request":
+                    pass
+                assert b.process is not None
+                b.process.send_signal(signal.SIGTERM)
+                answer = await asyncio.wait_for(call, WAIT)
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["error"]["code"] == "CORE_STOPPING"
+            assert await asyncio.to_thread(b.process.wait, WAIT) == 0
+            assert "Traceback" not in b.log.read_text(errors="replace")
+            await page.close()
+        finally:
+            await a.kill()
+            await b.kill()
+
+    run(main())

@@ -339,7 +339,7 @@ class _EventStream(Response):
             except asyncio.CancelledError:  # the server gave up waiting for this answer
                 if not _registry(self.request).stopping:
                     raise
-                stopping = _stopping()
+                stopping = stopping_error()
                 await send({"type": "http.response.body", "more_body": False, "body": _event(
                     "error", {"error": {"code": stopping.code, "message": stopping.message}})})
                 return
@@ -425,7 +425,8 @@ async def _stored(request: Request, session: CoreSession, request_id: str, *,
             await session.registry.store.flush(request_id)
 
 
-def _stopping() -> ApiError:
+def stopping_error() -> ApiError:
+    """What a request Core was still answering when it stopped is told."""
     return ApiError(503, CORE_STOPPING, (
         "Core stopped before this request's answer was in. Retry with the same "
         f"'{HEADER}' once Core is back (with a store that keeps it, not memory) for what "
@@ -443,7 +444,7 @@ def _guarded(handler: Any) -> Any:
         except asyncio.CancelledError:  # the server gave up waiting for this answer
             if not _registry(request).stopping:
                 raise
-            return _stopping().response()
+            return stopping_error().response()
 
     endpoint.__name__ = handler.__name__
     return endpoint
