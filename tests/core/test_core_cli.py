@@ -277,28 +277,31 @@ def test_a_sigterm_lost_in_a_finalizer_still_stops_core(when: str) -> None:
 
 
 def test_requests_waiting_when_core_stops_are_answered_core_stopping() -> None:
-    """SIGTERM while a tool call, a streamed tool call and a turn wait for a page that never
-    answers: once Core gives up on them each gets CORE_STOPPING (a 503, or the stream's
-    last event), not a bare 500 and a traceback in the log; Core exits 0."""
+    """SIGTERM while a tool call, a streamed tool call, a turn and an MCP call wait for a
+    page that never answers: once Core gives up on them each gets CORE_STOPPING (a 503,
+    or the stream's last event), not a bare 500 and a traceback in the log; Core exits 0."""
     import asyncio
     import json
 
     import websockets
+    from corekit import TOKEN
+    from mcp.shared.exceptions import MCPError
+    from mcpkit import mcp_at, modern_client
 
-    token = "t" * 32
-    process, url, _ = start("serve", token=token)
+    process, url, _ = start("serve", token=TOKEN)
     base = url.rstrip("/")
-    auth = {"Authorization": f"Bearer {token}"}
+    auth = {"Authorization": f"Bearer {TOKEN}"}
 
     async def scenario() -> tuple[list[httpx.Response], str]:
         page = await websockets.connect(base.replace("http", "ws", 1) + "/pedelec/v1/bridge",
                                         proxy=None)
         await page.send(json.dumps({"type": "hello", "protocol": 1, "tools": [
             {"name": name, "description": "never answers", "argsSchema": {"type": "object"}}
-            for name in ("a", "b", "c")]}))
+            for name in ("a", "b", "c", "d")]}))
         sid = json.loads(await asyncio.wait_for(page.recv(), 10))["sessionId"]
         calls = f"{base}/pedelec/v1/sessions/{sid}/tool-calls"
-        async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+        async with httpx.AsyncClient(trust_env=False, timeout=30) as client, \
+                modern_client(mcp_at(int(base.rsplit(":", 1)[1]), sid)) as mcp:
             async def streamed() -> str:
                 async with client.stream("POST", calls, json={"tool": "b", "args": {}},
                                          headers={**auth, "Accept": "text/event-stream"}
@@ -311,14 +314,17 @@ def test_requests_waiting_when_core_stops_are_answered_core_stopping() -> None:
                            f"{base}/pedelec/v1/sessions/{sid}/turns", headers=auth,
                            json={"text": '/call c {}'}))]
             stream = asyncio.ensure_future(streamed())
+            mcp_call = asyncio.ensure_future(mcp.call_tool("d", {}))
             requested = set()
-            while len(requested) < 3:  # each has reached the page
+            while len(requested) < 4:  # each has reached the page
                 frame = json.loads(await asyncio.wait_for(page.recv(), 10))
                 if frame["type"] == "tool.request":
                     requested.add(frame["tool"])
             process.send_signal(signal.SIGTERM)
             answers = [await asyncio.wait_for(call, 20) for call in waiting]
             text = await asyncio.wait_for(stream, 20)
+            with pytest.raises(MCPError):  # (the SDK says no more than that it failed)
+                await asyncio.wait_for(mcp_call, 20)
         await page.close()
         return answers, text
 
