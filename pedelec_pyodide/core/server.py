@@ -454,8 +454,10 @@ def run(config: CoreConfig, announce: Callable[[str], None] = print) -> None:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's, telling the registry when it begins to stop: requests still waiting when
-    it gives up on them (GRACEFUL_SECONDS) are answered CORE_STOPPING, not a bare 500."""
+    """uvicorn's, telling the registry when it begins to stop (requests still waiting when
+    it gives up on them, after GRACEFUL_SECONDS, are answered CORE_STOPPING, not a bare
+    500), and stopping Core's own work (turns, the store) even when told twice to stop:
+    uvicorn's force exit skips the lifespan's end, which is bounded."""
 
     def __init__(self, config: uvicorn.Config, registry: Registry) -> None:
         super().__init__(config)
@@ -464,6 +466,8 @@ class _Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.registry.stopping = True
         await super().shutdown(sockets)
+        if self.force_exit:
+            await self.lifespan.shutdown()
 
 
 class _StopSignals:

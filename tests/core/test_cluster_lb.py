@@ -73,9 +73,10 @@ async def _holds(port: int, session_id: str) -> bool:
 
 def test_a_node_stopping_while_it_routes_a_call_answers_core_stopping(
         redis_server: RedisServer, tmp_path: Path) -> None:
-    """Node B forwards a call to node A, which holds the page (it never answers), and B
-    is stopped (SIGTERM): once it gives up waiting, B's caller gets 503 CORE_STOPPING,
-    not a bare 500 and a traceback in B's log; B exits 0."""
+    """Node B forwards a call (no Idempotency-Key) to node A, which holds the page (it
+    never answers), and B is stopped (SIGTERM): once it gives up waiting, B's caller gets
+    503 CORE_STOPPING, not a bare 500 and a traceback in B's log, and the call is cancelled
+    as CORE_STOPPING says (the page gets tool.cancel); B exits 0."""
     import signal
 
     from clusterkit import Node
@@ -99,6 +100,7 @@ def test_a_node_stopping_while_it_routes_a_call_answers_core_stopping(
                 answer = await asyncio.wait_for(call, WAIT)
             assert answer.status_code == 503, answer.text
             assert answer.json()["error"]["code"] == "CORE_STOPPING"
+            assert (await asyncio.wait_for(page.recv(), WAIT))["type"] == "tool.cancel"
             assert await asyncio.to_thread(b.process.wait, WAIT) == 0
             assert "Traceback" not in b.log.read_text(errors="replace")
             await page.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -340,6 +341,56 @@ def test_requests_waiting_when_core_stops_are_answered_core_stopping() -> None:
     last = streamed_text.strip().split("\n\n")[-1]
     assert last.startswith("event: error\ndata: ") and "CORE_STOPPING" in last, streamed_text
     assert process.returncode == 0 and "Traceback" not in err, err
+
+
+def test_a_second_ctrl_c_still_ends_cores_own_work() -> None:
+    """Ctrl-C twice with a call waiting: uvicorn then skips its wait for connections and
+    the app's end, but Core's own end (turns, the store: bounded) runs all the same, with
+    no traceback; exit 0."""
+    import asyncio
+    import json
+
+    import websockets
+    from corekit import TOKEN
+
+    env = dict(os.environ, PEDELEC_ADMIN_TOKEN=TOKEN)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port", "0",
+         "--no-provision"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert process.stdout is not None
+        base = process.stdout.readline().split(": ", 1)[1].strip().rstrip("/")
+
+        async def scenario() -> None:
+            page = await websockets.connect(
+                base.replace("http", "ws", 1) + "/pedelec/v1/bridge", proxy=None)
+            await page.send(json.dumps({"type": "hello", "protocol": 1, "tools": [
+                {"name": "a", "description": "never answers",
+                 "argsSchema": {"type": "object"}}]}))
+            sid = json.loads(await asyncio.wait_for(page.recv(), 10))["sessionId"]
+            async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+                call = asyncio.ensure_future(client.post(
+                    f"{base}/pedelec/v1/sessions/{sid}/tool-calls",
+                    json={"tool": "a", "args": {}},
+                    headers={"Authorization": f"Bearer {TOKEN}"}))
+                while json.loads(await asyncio.wait_for(page.recv(), 10))["type"] != (
+                        "tool.request"):
+                    pass
+                process.send_signal(signal.SIGINT)
+                await asyncio.sleep(0.3)
+                process.send_signal(signal.SIGINT)
+                answer = await asyncio.wait_for(call, 20)
+                assert answer.status_code == 503, answer.text
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await page.close()
+
+        asyncio.run(scenario())
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    assert process.returncode == 0, err
+    assert "event=core.stopped" in err and "Traceback" not in err, err
 
 
 def test_version_names_the_distribution() -> None:

@@ -191,8 +191,14 @@ class ClusterRouter:
                       node=holder)
             while node.clock.monotonic() < deadline:
                 either: list[asyncio.Future[Any]] = [reply.future, gone]
-                await wait(node.clock, either, LEASE_SECONDS / 3,
-                           return_when=asyncio.FIRST_COMPLETED)
+                try:
+                    await wait(node.clock, either, LEASE_SECONDS / 3,
+                               return_when=asyncio.FIRST_COMPLETED)
+                except asyncio.CancelledError:  # this node is stopping: its caller is
+                    if request.route_key:  # told so, and a call without a key cancelled
+                        with contextlib.suppress(StoreError):
+                            await node.tell(holder, HungUp(ask=reply.ask_id))
+                    raise
                 if reply.future.done():
                     return reply.future.result()
                 if gone.done():  # best effort, as pub/sub is: a lost one cancels nothing

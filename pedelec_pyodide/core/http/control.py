@@ -397,7 +397,7 @@ async def _tool_answer(request: Request, session: CoreSession, request_id: str, 
         try:
             answered = await _answered(request, session, pending, cancels=cancels)
         except asyncio.CancelledError:  # Core is stopping and gave up waiting for us
-            if not keyed:
+            if cancels:
                 session.cancel_request(pending, "Core is stopping")
             raise
         if not answered:
