@@ -196,18 +196,23 @@ class ClusterRouter:
                                return_when=asyncio.FIRST_COMPLETED)
                 except asyncio.CancelledError:  # this node is stopping: its caller is
                     if request.route_key:  # told so, and a call without a key cancelled
-                        with contextlib.suppress(StoreError):
-                            await node.tell(holder, HungUp(ask=reply.ask_id))
+                        await self._hung_up(holder, reply.ask_id)
                     raise
                 if reply.future.done():
                     return reply.future.result()
-                if gone.done():  # best effort, as pub/sub is: a lost one cancels nothing
-                    with contextlib.suppress(StoreError):
-                        await node.tell(holder, HungUp(ask=reply.ask_id))
+                if gone.done():
+                    await self._hung_up(holder, reply.ask_id)
                     return None
                 if not await node.leases.still_held(session_id, holder):
                     return None  # it died or let go: the caller routes the call again
         return None
+
+    async def _hung_up(self, holder: str, ask: str) -> None:
+        """Tell ``holder`` that the caller of ``ask`` is gone: best effort, as pub/sub is
+        (a lost one cancels nothing)."""
+        with contextlib.suppress(StoreError):
+            await self.node.tell(holder, HungUp(ask=ask))
+
 
 def _check_request(call: HttpCall) -> HttpCall:
     """A forwarded call whose texts HTTP can carry (as :func:`run_here` encodes them), or
