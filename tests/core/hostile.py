@@ -71,13 +71,14 @@ def documented_bound(*, frame: int, metadata: int, history: int, total_queued: i
                      steps: int, sessions: int, connections: int, running: int) -> int:
     """The worst case of Core's memory that docs/reference/server.md ("Memory") gives, in
     bytes above its idle RSS, for these options and counts: per session its metadata,
-    history, ended turns' ends (a frame) and the frame on its way out; per connection
-    what the WebSocket layer holds of what it was sent (the last frame received, kept
-    until the next; while it sends, the one being read and the one Core reads: each up
-    to four frames, larger ones it refuses) and 128 KiB of its own; per running turn of
-    the offline agent (4 + 4 x steps) frames; in all the queues' cap and the work in
-    progress (four worker threads, each decoding up to ~24 frames' worth)."""
-    per_session = metadata + history + 2 * frame
+    history (and where its turns begin: an eighth more), ended turns' ends (a frame) and
+    the frame on its way out; per connection what the WebSocket layer holds of what it
+    was sent (the last frame received, kept until the next; while it sends, the one being
+    read and the one Core reads: each up to four frames, larger ones it refuses) and 128
+    KiB of its own; per running turn of the offline agent (4 + 4 x steps) frames; in all
+    the queues' cap and the work in progress (four worker threads, each decoding up to
+    ~24 frames' worth)."""
+    per_session = metadata + history * 9 // 8 + 2 * frame
     per_connection = 12 * frame + 128 * KIB
     per_turn = (4 + 4 * steps) * frame
     return (sessions * per_session + connections * per_connection + running * per_turn

@@ -48,7 +48,14 @@ from pedelec_pyodide.core.sessions import (
     TOO_MANY_SESSIONS,
     turns,
 )
-from pedelec_pyodide.core.sessions.turns import appended_history, trimmed_history, trimmed_with
+from pedelec_pyodide.core.sessions import history as kept_history
+from pedelec_pyodide.core.sessions.history import (
+    HistoryIndex,
+    appended_history,
+    indexed_trim,
+    trimmed_history,
+    trimmed_with,
+)
 from pedelec_pyodide.core.store import JsonText, char_width, dump_json, kept_size
 
 MIB = 1024 * 1024
@@ -373,10 +380,87 @@ def test_a_history_core_cannot_trim_is_kept_and_the_turn_still_ends(
     def failing(*args: Any) -> str:
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(turns, "trimmed_with", failing)
+    monkeypatch.setattr(turns, "indexed_trim", failing)
     stored = json.dumps([{"turn_id": "t0", "x": "y" * 2000}])
     assert offline_turns([f'/call sink {{"n": {n}}}' for n in range(2)], stored) == stored
     assert "event=turn.history_failed" in caplog.text and "RecursionError" in caplog.text
+
+
+_TURNS = st.sampled_from([None, 1, 1.0, True, "1", "t2", "t3"])
+_ENTRY = st.fixed_dictionaries({"turn": _TURNS, "text": st.text(
+    st.sampled_from("ab \"\\\u00e9\u2192\U0001f600"), max_size=40), "pad": st.just("p" * 64)})
+
+
+@given(st.lists(st.lists(_ENTRY, min_size=1, max_size=3), min_size=1, max_size=25),
+       st.integers(min_value=40, max_value=600))
+def test_an_indexed_history_is_cut_as_a_decoded_one_is_trimmed(
+        appends: list[list[dict[str, Any]]], limit: int) -> None:
+    """A history text Core wrote, compact and ASCII, is cut at its turns by its index,
+    never decoded: the entries kept are those the decoding trim keeps (turns told apart
+    as JSON tells them, an entry without a turn alone), within the bound. A text it
+    cannot index leaves the index as it was, and the decoding trim indexes its result."""
+    text, index = "[]", HistoryIndex.of("[]", [], [])
+    for entries in appends:
+        appended = appended_history(text, entries, limit)
+        decoded = appended if appended is not None else trimmed_with(text, entries, limit)
+        if index is not None:
+            before = (index.text, list(index._starts), index._base)
+            cut = index.append(entries, limit)
+            if cut is None:
+                assert (index.text, list(index._starts), index._base) == before
+            else:
+                assert cut is index.text and cut.isascii()
+                assert len(cut) <= (limit if appended is not None else limit * 3 // 4)
+                assert json.loads(cut) == json.loads(decoded)
+                text = cut
+                continue
+        text, index = (appended, None) if appended is not None else indexed_trim(
+            text, entries, limit)
+        assert json.loads(text) == json.loads(decoded)
+        assert index is None or index.text is text
+
+
+def test_an_indexed_history_is_cut_to_exactly_its_bound() -> None:
+    """The cut keeps the newest turns that fit, to the character: a turn one character
+    over three quarters of the bound goes."""
+    entries = [{"turn": f"t{n}", "text": "x" * 80} for n in range(4)]
+    size = len(json.dumps(entries[0], separators=(",", ":")))
+    index = HistoryIndex.of("[]", [], [])
+    assert index is not None
+    for entry in entries[:3]:
+        assert index.append([entry], 10_000) is not None
+    for target, kept in ((2 * size + 3, entries[2:]), (2 * size + 2, entries[3:])):
+        again = HistoryIndex.of(index.text, entries[:3], [
+            json.dumps(entry, separators=(",", ":")) for entry in entries[:3]])
+        assert again is not None
+        limit = -(-target * 4 // 3)  # its three quarters: the target
+        assert limit * 3 // 4 == target
+        cut = again.append(entries[3:], limit)
+        assert cut is not None and json.loads(cut) == kept and len(cut) <= target
+        assert json.loads(trimmed_with(index.text, entries[3:], limit)) == kept
+    # turns of a few characters are not indexed: the index would take more memory than
+    # the text (8 bytes a turn); the decoding trim serves them
+    tiny = [{"turn": n} for n in range(100)]
+    assert index.append(tiny, 10_000) is None
+    assert indexed_trim("[]", tiny, 10_000)[1] is None
+
+
+def test_an_indexed_history_is_trimmed_without_decoding_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Turns of the offline agent at a session's bound: once its history is a text Core
+    wrote (from the first trim on), each later trim cuts it at a turn, decoding nothing,
+    and it keeps the newest turns whole within the bound."""
+    decoded: list[str] = []
+    items = kept_history._kept_items
+    monkeypatch.setattr(kept_history, "_kept_items",
+                        lambda text: decoded.append(text) or items(text))
+    history = offline_turns([f'/call sink {{"n": {n}, "pad": "{"p" * 200}"}}'
+                             for n in range(30)])
+    assert len(decoded) <= 1  # the first trim: the text held an arrow (as it is) till then
+    kept = json.loads(history)
+    assert len(history.encode()) <= 2048 * 3 // 4 + 1024  # cut down, then one turn more
+    assert [entry["calls"][0]["args"]["n"] for entry in kept] == list(
+        range(30 - len(kept), 30))
 
 
 def test_the_offline_agents_history_stays_within_its_bytes() -> None:

@@ -49,7 +49,7 @@ from pedelec_pyodide.core.agents.offline import (
     fill_args,
     render_result,
 )
-from pedelec_pyodide.core.sessions.turns import appended_history
+from pedelec_pyodide.core.sessions.history import appended_history
 
 
 def run(agent: Agent, turn: FakeTurn) -> str:

@@ -52,6 +52,7 @@ from .frames import (
     new_request_id,
     refused_request,
 )
+from .history import HistoryIndex
 from .idempotency import CallerMemory
 from .metadata import PageMetadata
 from .pending import RequestProgress, TrackedRequest
@@ -120,6 +121,9 @@ class CoreSession:
         # requests resolved lately: id -> how ("delivered", "timeout", "cancelled", ...)
         self.finished: OrderedDict[str, str] = OrderedDict()
         self.turn: RunningTurn | None = None
+        # where the turns of the agent's history (record.history) begin, while it is a
+        # text Core can cut without decoding it
+        self.history_index: HistoryIndex | None = None
         self.unsent_ends: list[EndedTurn] = []
         # turns that ended lately, by id, the oldest first (see RECENT_TURNS)
         self.ended: OrderedDict[str, EndedTurn] = OrderedDict()

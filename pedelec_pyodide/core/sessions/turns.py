@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from typing import Any, NamedTuple
 
 from ... import protocol
@@ -34,14 +33,12 @@ from ..store import (
     Snapshot,
     StoreError,
     TurnRecord,
-    char_width,
-    dump_json,
     kept_json,
-    kept_size,
     turn_key,
 )
 from .codes import SESSION_MOVED
 from .frames import CheckedRequest, checked_call, delta_frames, end_frame, new_request_id
+from .history import HistoryIndex, appended_history, indexed_trim, trimmed_history
 from .pending import TrackedRequest
 from .registry import Registry
 from .session import CoreSession
@@ -270,6 +267,8 @@ class TurnRunner:
         """The history's JSON text to keep after this turn (None: the agent neither read
         nor added to it). Short work happens in place, where a thread hop would cost more;
         a pass over a long history off the event loop."""
+        session = self.session
+        index, session.history_index = session.history_index, None
         history = self._history
         if history is not None:  # the agent read it: trimmed whole
             large = len(self._history_json) > LARGE_CHARS or is_large(history)
@@ -277,11 +276,21 @@ class TurnRunner:
                     else trimmed_history(history, limit))
         entries = self._remembered
         if not entries:
+            session.history_index = index
             return None
+        if self._history_json == "[]":  # (a new session's)
+            index = HistoryIndex.of(self._history_json, [], [])
+        if index is not None and index.text is self._history_json:
+            kept = (await off_loop(index.append, entries, limit) if is_large(entries)
+                    else index.append(entries, limit))
+            if kept is not None:
+                session.history_index = index
+                return kept
         kept = (await off_loop(appended_history, self._history_json, entries, limit)
                 if is_large(entries) else appended_history(self._history_json, entries, limit))
         if kept is None:  # over its bound: the whole decoded and trimmed, by whole turns
-            kept = await off_loop(trimmed_with, self._history_json, entries, limit)
+            kept, session.history_index = await off_loop(
+                indexed_trim, self._history_json, entries, limit)
         return kept
 
     def _finish(self, history: str | None) -> None:
@@ -378,148 +387,6 @@ class TurnRunner:
         return outcomes
 
 
-def _turn_of(entry: Any) -> tuple[type, Any] | None:
-    """The turn a history entry belongs to: ``turn`` (model adapters) or ``turn_id``
-    (the offline agent), with its type (as JSON says, 1, 1.0 and true are three turns)."""
-    turn = entry.get("turn", entry.get("turn_id")) if isinstance(entry, dict) else None
-    return None if turn is None else (type(turn), turn)
-
-
-def trimmed_history(history: list[dict[str, Any]], limit: int) -> str:
-    """The agent's history as the JSON text a session keeps, at most ``limit`` bytes: the
-    oldest turns are dropped whole (a turn's entries are consecutive and share their
-    turn), so a model never sees a tool result without the call it answers."""
-    texts, width = _kept_texts(history)
-    return _trimmed(history, texts, width, limit)
-
-
-def _trimmed(history: list[Any], texts: list[str], width: int, limit: int) -> str:
-    """:func:`trimmed_history` of entries already written as ``texts``, each character
-    of which takes ``width`` bytes once they are joined."""
-    # with its comma: its UTF-8 bytes, or its bytes of memory where those are more (a
-    # comma takes ``width`` bytes of memory too)
-    sizes = [max(protocol.frame_size(text) + 1, width * (len(text) + 1)) for text in texts]
-    total = width + sum(sizes)  # + the brackets, less the last comma
-    start = 0
-    while start < len(texts) and total > limit:
-        turn = _turn_of(history[start])
-        while True:  # drop the oldest turn, all its entries
-            total -= sizes[start]
-            start += 1
-            if start == len(texts) or turn is None or _turn_of(history[start]) != turn:
-                break
-    return "[" + ",".join(texts[start:]) + "]"
-
-
-def appended_history(history_json: str, entries: list[dict[str, Any]], limit: int
-                     ) -> str | None:
-    """The kept history's text with ``entries`` appended as text, without decoding what
-    is kept (an agent that only adds to its history pays for its new entries, not the
-    whole); None when that is over ``limit`` (see :func:`trimmed_history`)."""
-    # (in the form that costs least joined to the kept text, when that is ASCII: a few
-    # wide characters written as they are would make all of it take their width)
-    texts, _ = _kept_texts(entries, len(history_json), char_width(history_json))
-    # a stored history is any JSON list (store/rows.py): whitespace may stand around its
-    # closing bracket, and an empty one may be "[ ]". The kept text (up to the bound) is
-    # copied once, and the new entries added to the copy in place (CPython resizes a
-    # string no one else holds: a join would copy the whole again).
-    end = len(history_json.rstrip()) - 1  # where its closing bracket is
-    if history_json[end - 1:end].isspace():
-        end = len(history_json[:end].rstrip())
-    separator = "" if history_json[end - 1:end] == "[" or not texts else ","
-    text = history_json[:end]
-    text += separator + ",".join(texts) + "]"
-    return text if kept_size(text) <= limit else None
-
-
-def trimmed_with(history_json: str, entries: list[dict[str, Any]], limit: int) -> str:
-    """:func:`trimmed_history` of the kept history and ``entries``, down to three
-    quarters of ``limit``: the turns after it append as text again for a while, rather
-    than each decoding the whole to drop its oldest turn. A kept entry written in ASCII
-    stays as it stands (decoded only to read its turn); any other is written again with
-    the new ones, in the form that takes the least memory over the whole history, as
-    :func:`trimmed_history` writes it (else one wide character kept as it is would make
-    every character of the history take its width), unless it nests deeper than a frame
-    may."""
-    kept, texts = _kept_items(history_json)
-    again: list[int] = []  # the entries written again
-    stands: list[int] = []  # and those that stay as they stand, though not ASCII
-    for n, text in enumerate(texts):
-        if not text.isascii():
-            # one nested deeper than a frame may (only a store can hold it) stays as it
-            # stands: json's encoder might not reach its bottom, and no trim would be done
-            (stands if protocol.nests_too_deep(text) else again).append(n)
-    standing = [text for text in texts if text.isascii()] + [texts[n] for n in stands]
-    written, width = _kept_texts([kept[n] for n in again] + entries,
-                                 sum(map(len, standing)), _width(standing))
-    for n, text in zip(again, written, strict=False):
-        texts[n] = text
-    return _trimmed(kept + entries, texts + written[len(again):], width, limit * 3 // 4)
-
-
-_DECODER = json.JSONDecoder()
-_WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's
-
-
-def _kept_items(history_json: str) -> tuple[list[Any], list[str]]:
-    """A kept history's entries (a JSON list: as stored, whitespace may stand between its
-    items), each decoded, and each one's text as it stands in ``history_json``."""
-    items: list[Any] = []
-    texts: list[str] = []
-    at = _past_whitespace(history_json, _past_whitespace(history_json, 0) + 1)  # "[" too
-    while history_json[at] != "]":
-        item, end = _DECODER.raw_decode(history_json, at)
-        items.append(item)
-        texts.append(history_json[at:end])
-        at = _past_whitespace(history_json, end)
-        if history_json[at] == ",":
-            at = _past_whitespace(history_json, at + 1)
-    return items, texts
-
-
-def _past_whitespace(text: str, at: int) -> int:
-    found = _WHITESPACE.match(text, at)
-    assert found is not None  # (it matches no character too)
-    return found.end()
-
-
-def _kept_texts(history: list[dict[str, Any]], kept_chars: int = 0, kept_width: int = 1
-                ) -> tuple[list[str], int]:
-    """Each entry's JSON text, and the bytes each character of them all will take once
-    joined with ``kept_chars`` characters of text kept besides, which take ``kept_width``
-    bytes each (the width of the widest): the entries' characters as they are, or escaped
-    where that takes less memory in all (see :func:`~.store.kept_json`). (Escaped is not
-    always ASCII: a tool's result is kept as the text its page sent, a
-    :class:`~.store.JsonText`, characters as they are.)"""
-    escaped = [dump_json(entry, ascii=True) for entry in history]
-    # Escaped is the form, with no need to write them as they are: when it escapes nothing
-    # (the same text), or when it escapes no Latin-1 (which takes 1 byte as it is) and
-    # more text of 1 byte a character is kept than these take escaped (as they are, 2 or
-    # 4 bytes a character, they would take more: at least the kept text's again).
-    if _width(escaped) == 1 and (
-            not any("\\u" in text for text in escaped)
-            or (kept_width == 1 and kept_chars > sum(map(len, escaped))
-                and not any(map(_LATIN_1_ESCAPE.search, escaped)))):
-        return escaped, kept_width
-    texts = [dump_json(entry) for entry in history]
-    width = max(kept_width, _width(texts))
-    if width == kept_width:  # as they are, they take no more than the kept text does
-        return texts, width
-    escaped_width = max(kept_width, _width(escaped))
-    others = kept_chars + len(history) + 1  # (and the commas and brackets, at the width)
-    if (escaped_width * (others + sum(map(len, escaped)))
-            < width * (others + sum(map(len, texts)))):
-        return escaped, escaped_width
-    return texts, width
-
-
-# a character U+0080 to U+00FF escaped (or a backslash written before "u00e9" and the
-# like, which only takes the longer way)
-_LATIN_1_ESCAPE = re.compile(r"\\u00[89a-f]")
-
-
-def _width(texts: list[str]) -> int:
-    return max(map(char_width, texts), default=1)
 
 
 def _steps(journal: list[RequestRecord]) -> list[list[RequestRecord]]:
