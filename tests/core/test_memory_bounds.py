@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import json
 import os
 import re
@@ -386,9 +387,18 @@ def test_a_history_core_cannot_trim_is_kept_and_the_turn_still_ends(
     assert "event=turn.history_failed" in caplog.text and "RecursionError" in caplog.text
 
 
-_TURNS = st.sampled_from([None, 1, 1.0, True, "1", "t2", "t3"])
-_ENTRY = st.fixed_dictionaries({"turn": _TURNS, "text": st.text(
-    st.sampled_from("ab \"\\\u00e9\u2192\U0001f600"), max_size=40), "pad": st.just("p" * 64)})
+class _Turn(enum.IntEnum):
+    ONE = 1
+
+
+# turns as JSON gives them back, and as it does not (a tuple reads back a list, an enum
+# its value): what counts is the kept text, as a restart reads it
+_TURNS = st.sampled_from([None, 1, 1.0, True, "1", "t2", "t3", (1, 2), [1, 2], _Turn.ONE])
+_TEXT = st.text(st.sampled_from("ab \"\\\u00e9\u2192\U0001f600"), max_size=40)
+_ENTRY = st.one_of(
+    st.fixed_dictionaries({"turn": _TURNS, "text": _TEXT, "pad": st.just("p" * 64)}),
+    st.builds(lambda turn, text: JsonText(json.dumps({"turn": turn, "pad": "q" * 64 + text})),
+              st.sampled_from([None, 1, "t2"]), _TEXT))
 
 
 @given(st.lists(st.lists(_ENTRY, min_size=1, max_size=3), min_size=1, max_size=25),
@@ -397,8 +407,9 @@ def test_an_indexed_history_is_cut_as_a_decoded_one_is_trimmed(
         appends: list[list[dict[str, Any]]], limit: int) -> None:
     """A history text Core wrote, compact and ASCII, is cut at its turns by its index,
     never decoded: the entries kept are those the decoding trim keeps (turns told apart
-    as JSON tells them, an entry without a turn alone), within the bound. A text it
-    cannot index leaves the index as it was, and the decoding trim indexes its result."""
+    as JSON tells them, an entry without a turn alone), within the bound, and the index
+    never holds more than a turn for each 64 characters of its text. A text it cannot
+    index leaves the index as it was, and the decoding trim indexes its result."""
     text, index = "[]", HistoryIndex.of("[]", [], [])
     for entries in appends:
         appended = appended_history(text, entries, limit)
@@ -412,6 +423,7 @@ def test_an_indexed_history_is_cut_as_a_decoded_one_is_trimmed(
                 assert cut is index.text and cut.isascii()
                 assert len(cut) <= (limit if appended is not None else limit * 3 // 4)
                 assert json.loads(cut) == json.loads(decoded)
+                assert len(index._starts) <= len(cut) // 64 + 1
                 text = cut
                 continue
         text, index = (appended, None) if appended is not None else indexed_trim(
@@ -430,9 +442,8 @@ def test_an_indexed_history_is_cut_to_exactly_its_bound() -> None:
     for entry in entries[:3]:
         assert index.append([entry], 10_000) is not None
     for target, kept in ((2 * size + 3, entries[2:]), (2 * size + 2, entries[3:])):
-        again = HistoryIndex.of(index.text, entries[:3], [
-            json.dumps(entry, separators=(",", ":")) for entry in entries[:3]])
-        assert again is not None
+        _, again = indexed_trim("[]", entries[:3], 10_000)
+        assert again is not None and again.text == index.text
         limit = -(-target * 4 // 3)  # its three quarters: the target
         assert limit * 3 // 4 == target
         cut = again.append(entries[3:], limit)
@@ -443,6 +454,12 @@ def test_an_indexed_history_is_cut_to_exactly_its_bound() -> None:
     tiny = [{"turn": n} for n in range(100)]
     assert index.append(tiny, 10_000) is None
     assert indexed_trim("[]", tiny, 10_000)[1] is None
+    # nor a cut that leaves such turns: one long turn, then many tiny ones behind it
+    long = HistoryIndex.of("[]", [], [])
+    assert long is not None and long.append([{"turn": "t", "x": "p" * 9_000}], 10_000)
+    before = long.text
+    assert long.append([{"turn": "u", "x": "p" * 2_000}, *tiny], 10_000) is None
+    assert long.text is before
 
 
 def test_an_indexed_history_is_trimmed_without_decoding_it(

@@ -32,33 +32,48 @@ def _turn_of(entry: Any) -> tuple[type, Any] | None:
     return None if turn is None else (type(turn), turn)
 
 
+Turn = tuple[type, Any] | None
+_READ_BACK_AS_IT_IS = (str, int, float, bool)  # JSON gives such a turn back as it is
+
+
+def _turns_read_back(entries: list[Any], texts: list[str]) -> list[Turn]:
+    """The turn of each entry written as ``texts``, as the kept text reads back (what
+    Core sees after a restart): read off the entry, or where JSON would not give it back
+    as it is (a tuple, an enum; an entry that is not a dict), off its text decoded."""
+    turns = []
+    for entry, text in zip(entries, texts, strict=True):
+        turn = _turn_of(entry) if type(entry) is dict else None
+        if type(entry) is not dict or (
+                turn is not None and type(turn[1]) not in _READ_BACK_AS_IT_IS):
+            turn = _turn_of(json.loads(text))
+        turns.append(turn)
+    return turns
+
+
 def trimmed_history(history: list[dict[str, Any]], limit: int) -> str:
     """The agent's history as the JSON text a session keeps, at most ``limit`` bytes: the
     oldest turns are dropped whole (a turn's entries are consecutive and share their
     turn), so a model never sees a tool result without the call it answers."""
     texts, width = _kept_texts(history)
-    return _trimmed(history, texts, width, limit)
+    turns = _turns_read_back(history, texts)
+    return "[" + ",".join(texts[_first_kept(turns, texts, width, limit):]) + "]"
 
 
-def _trimmed(history: list[Any], texts: list[str], width: int, limit: int) -> str:
-    """:func:`trimmed_history` of entries already written as ``texts``, each character
-    of which takes ``width`` bytes once they are joined."""
-    return "[" + ",".join(texts[_first_kept(history, texts, width, limit):]) + "]"
-
-
-def _first_kept(history: list[Any], texts: list[str], width: int, limit: int) -> int:
-    """The first entry :func:`_trimmed` keeps."""
+def _first_kept(turns: list[Turn], texts: list[str], width: int, limit: int) -> int:
+    """The first of the entries written as ``texts``, of these ``turns``, each
+    character of which takes ``width`` bytes once they are joined, that a history of at
+    most ``limit`` bytes keeps."""
     # with its comma: its UTF-8 bytes, or its bytes of memory where those are more (a
     # comma takes ``width`` bytes of memory too)
     sizes = [max(protocol.frame_size(text) + 1, width * (len(text) + 1)) for text in texts]
     total = width + sum(sizes)  # + the brackets, less the last comma
     start = 0
     while start < len(texts) and total > limit:
-        turn = _turn_of(history[start])
+        turn = turns[start]
         while True:  # drop the oldest turn, all its entries
             total -= sizes[start]
             start += 1
-            if start == len(texts) or turn is None or _turn_of(history[start]) != turn:
+            if start == len(texts) or turn is None or turns[start] != turn:
                 break
     return start
 
@@ -120,10 +135,12 @@ def indexed_trim(history_json: str, entries: list[dict[str, Any]], limit: int
                                  sum(map(len, standing)), _width(standing))
     for n, text in zip(again, written, strict=False):
         texts[n] = text
-    history, texts = kept + entries, texts + written[len(again):]
-    start = _first_kept(history, texts, width, limit * 3 // 4)
+    turns = [_turn_of(item) for item in kept] + _turns_read_back(
+        entries, written[len(again):])
+    texts += written[len(again):]
+    start = _first_kept(turns, texts, width, limit * 3 // 4)
     text = "[" + ",".join(texts[start:]) + "]"
-    return text, HistoryIndex.of(text, history[start:], texts[start:])
+    return text, HistoryIndex.of(text, turns[start:], texts[start:])
 
 
 _DECODER = json.JSONDecoder()
@@ -194,15 +211,15 @@ def _width(texts: list[str]) -> int:
 class HistoryIndex:
     """Where each turn's entries begin in one history text that Core wrote, compact and
     ASCII (``text``, the session's by identity): cutting it at a turn is then a slice of
-    it, where a trim decoded every entry to find its turn (~30 ms at the default bound,
-    every few turns of a busy agent). Kept in memory with the session, at most 8 bytes a
-    turn and never more than an eighth of the text's size; a text it cannot index
-    (non-ASCII, turns too small) leaves its session without one until the next trim."""
+    it, where a trim decoded every entry to find its turn (3–30 ms at the default bound,
+    every few dozen turns of a busy agent). Kept in memory with the session: 8 bytes a
+    turn, and never more turns than one for each 64 characters of its text (an eighth of
+    its size); a text it cannot index (non-ASCII, turns too small) leaves its session
+    without one until the next trim."""
 
     __slots__ = ("_base", "_last_turn", "_starts", "text")
 
-    def __init__(self, text: str, starts: array[int], last_turn: tuple[type, Any] | None
-                 ) -> None:
+    def __init__(self, text: str, starts: array[int], last_turn: Turn) -> None:
         self.text = text
         # each turn's first entry, at ``_base`` + its place in the text (a cut moves the
         # base, not every place)
@@ -211,15 +228,14 @@ class HistoryIndex:
         self._last_turn = last_turn  # the last entry's (a new entry of it joins its turn)
 
     @classmethod
-    def of(cls, text: str, history: list[Any], texts: list[str]) -> HistoryIndex | None:
-        """The index of ``text``, the entries ``history`` written as ``texts`` and joined;
-        None if it cannot have one."""
+    def of(cls, text: str, turns: list[Turn], texts: list[str]) -> HistoryIndex | None:
+        """The index of ``text``, entries of these ``turns`` written as ``texts`` and
+        joined; None if it cannot have one."""
         if not text.isascii():
             return None
-        index = cls(text, array("q"), None)
-        places, index._last_turn = _turn_starts(history, texts, 1, None)
-        index._starts.extend(places)
-        return index if index._bounded(len(text)) else None
+        places, last_turn = _turn_starts(turns, texts, 1, None)
+        return (cls(text, array("q", places), last_turn)
+                if _bounded(len(places), len(text)) else None)
 
     def append(self, entries: list[dict[str, Any]], limit: int) -> str | None:
         """The text with ``entries`` appended, as :func:`appended_history` writes it, cut
@@ -231,42 +247,38 @@ class HistoryIndex:
         if not text.isascii():
             return None
         first = len(self.text) - 1 + (len(self.text) > 2)  # after the comma, if any
-        places, last_turn = _turn_starts(entries, texts, first, self._last_turn)
-        if not self._bounded(len(text), len(places)):
-            return None
-        self._starts.extend(place + self._base for place in places)
-        self.text, self._last_turn = text, last_turn
+        places, last_turn = _turn_starts(_turns_read_back(entries, texts), texts, first,
+                                         self._last_turn)
+        starts, base = self._starts, self._base
+        starts.extend(place + base for place in places)
+        # cut: from the first turn from which "[" + the rest is short enough
+        kept, cut = 0, 0
         if len(text) > limit:
-            self._cut(limit * 3 // 4)
-        return self.text
-
-    def _cut(self, limit: int) -> None:
-        """Drop the oldest turns until the text is at most ``limit`` long."""
-        text = self.text
-        # the first turn from which "[" + the rest is short enough
-        kept = bisect_left(self._starts, self._base + len(text) + 1 - limit)
-        if kept == len(self._starts):
-            self.text, self._last_turn, self._base = "[]", None, 0
-            del self._starts[:]
-            return
-        start = self._starts[kept] - self._base
-        self.text = "[" + text[start:]
-        del self._starts[:kept]
-        self._base += start - 1
-
-    def _bounded(self, chars: int, more: int = 0) -> bool:
-        return len(self._starts) + more <= chars // 64 + 1
+            kept = bisect_left(starts, base + len(text) + 1 - limit * 3 // 4)
+            cut = starts[kept] - base if kept < len(starts) else len(text) - 1
+        if not _bounded(len(starts) - kept, len(text) - cut + (cut > 0)):
+            del starts[len(starts) - len(places):]
+            return None
+        if cut:
+            text = "[" + text[cut:]
+            del starts[:kept]
+            self._base += cut - 1
+        self.text, self._last_turn = text, last_turn if starts else None
+        return text
 
 
-def _turn_starts(history: list[Any], texts: list[str], at: int,
-                 last_turn: tuple[type, Any] | None
-                 ) -> tuple[list[int], tuple[type, Any] | None]:
-    """Where each new turn begins among entries written as ``texts`` and joined with
-    commas from place ``at``, after an entry of ``last_turn`` (grouped as
-    :func:`_first_kept` groups them); and the last entry's turn."""
+def _bounded(starts: int, chars: int) -> bool:
+    """Whether an index of ``starts`` turns is small enough for a text of ``chars``."""
+    return starts <= chars // 64 + 1
+
+
+def _turn_starts(turns: list[Turn], texts: list[str], at: int, last_turn: Turn
+                 ) -> tuple[list[int], Turn]:
+    """Where each new turn begins among entries of these ``turns`` written as ``texts``
+    and joined with commas from place ``at``, after an entry of ``last_turn`` (grouped
+    as :func:`_first_kept` groups them); and the last entry's turn."""
     places = []
-    for entry, text in zip(history, texts, strict=True):
-        turn = _turn_of(entry)
+    for turn, text in zip(turns, texts, strict=True):
         if turn is None or turn != last_turn:
             places.append(at)
         last_turn = turn
