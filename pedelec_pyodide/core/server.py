@@ -408,7 +408,8 @@ def uvicorn_config(app: Starlette, config: CoreConfig) -> uvicorn.Config:
         ws=bounded_websocket(config),
         ws_max_size=4 * config.max_frame_bytes, ws_per_message_deflate=False, lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
-        http=bounded_http(config.header_timeout, config.clock),
+        http=bounded_http(config.header_timeout, config.clock,
+                          control.stopping_error().response()),
         loop=f"{accept.__name__}:new_event_loop",
         # the client's address from X-Forwarded-For only when the peer is a proxy named by
         # --forwarded-allow-ips (uvicorn alone would trust 127.0.0.1 by default)
@@ -454,10 +455,11 @@ def run(config: CoreConfig, announce: Callable[[str], None] = print) -> None:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's, telling the registry when it begins to stop (requests still waiting when
-    it gives up on them, after GRACEFUL_SECONDS, are answered CORE_STOPPING, not a bare
-    500), and stopping Core's own work (turns, the store) even when told twice to stop:
-    uvicorn's force exit skips the lifespan's end, which is bounded."""
+    """uvicorn's, telling the registry when it begins to stop (a streamed tool call it
+    gives up on after GRACEFUL_SECONDS ends with CORE_STOPPING; any other request is
+    answered so by the HTTP protocol: http_limits), and stopping Core's own work (turns,
+    the store) even when told twice to stop: uvicorn's force exit skips the lifespan's
+    end, which is bounded."""
 
     def __init__(self, config: uvicorn.Config, registry: Registry) -> None:
         super().__init__(config)

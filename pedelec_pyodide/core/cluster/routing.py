@@ -45,7 +45,6 @@ from ..http.control import (
     authorize,
     hung_up,
     read_body,
-    stopping_error,
 )
 from ..http.hangup import EXTENSION, HangUp, hang_up_of
 from ..log import log_event
@@ -119,11 +118,6 @@ class ClusterRouter:
             gone = asyncio.get_running_loop().create_future()  # never done
         try:
             answered = await self._route(scope["app"], match.group(1), request, gone)
-        except asyncio.CancelledError:  # the server gave up waiting for this answer
-            if not registry.stopping:
-                raise
-            await stopping_error().response()(scope, receive, send)
-            return
         finally:
             if hang_up is None:
                 gone.cancel()

@@ -441,10 +441,6 @@ def _guarded(handler: Any) -> Any:
             return response
         except ApiError as exc:
             return exc.response()
-        except asyncio.CancelledError:  # the server gave up waiting for this answer
-            if not _registry(request).stopping:
-                raise
-            return stopping_error().response()
 
     endpoint.__name__ = handler.__name__
     return endpoint

@@ -44,14 +44,21 @@ own reading ``receive()``.
 
 Writes: a response's head goes out with its body, in one write
 (:mod:`.response_writes`).
+
+Stopping: a request still being answered when the server gives up on it (it stops, and
+its graceful timeout is over: uvicorn cancels the request's task) is answered
+``stopped_answer`` if its response has not begun (Core's: 503 ``CORE_STOPPING``), else
+its body ends there, rather than uvicorn's bare 500 and a traceback in the log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import Any, Literal, cast
 
+from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
@@ -89,6 +96,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     header_timeout: float
     #: Core's clock, which times these bounds (set by :func:`bounded_http`)
     clock: Clock
+    #: what a request cut off by the server's stop is answered (set by :func:`bounded_http`)
+    stopped_answer: ASGIApp
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._phase: Phase = "idle"
@@ -115,6 +124,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._stalled: Timer | None = None
         #: the cycle answering now (its head may be held for its body: response_writes)
         self._answering_cycle: RequestResponseCycle | None = None
+        self._stopping = False  # the server is stopping
         # last: httptools looks the chunk callbacks up when uvicorn makes the parser
         super().__init__(*args, **kwargs)
 
@@ -288,7 +298,24 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         self._answering_cycle = cycle
-        super()._start_asgi_task(cycle, app)
+        super()._start_asgi_task(cycle, cast(ASGI3Application, functools.partial(
+            self._answer, cycle, cast(ASGIApp, app))))
+
+    async def _answer(self, cycle: RequestResponseCycle, app: ASGIApp, scope: Scope,
+                      receive: Receive, send: Send) -> None:
+        try:
+            await app(scope, receive, send)
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+            if not cycle.response_started:
+                await self.stopped_answer(scope, receive, send)
+            elif not cycle.response_complete:  # a stream under way: it ends here
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        super().shutdown()
 
     def _write_held_head(self) -> None:
         """A head held for its body goes out now: its response is complete (a ``HEAD``'s
@@ -395,13 +422,16 @@ class _TooManyHeaders(Exception):
     """Raised in the parser's callback to stop it (see :meth:`BoundedHttpProtocol.on_header`)."""
 
 
-def bounded_http(header_timeout: float, clock: Clock) -> type[BoundedHttpProtocol]:
+def bounded_http(header_timeout: float, clock: Clock, stopped_answer: ASGIApp
+                 ) -> type[BoundedHttpProtocol]:
     """The protocol class to give uvicorn (``http=``) for this ``--header-timeout``, timed
-    by Core's ``clock``."""
+    by Core's ``clock``; a request cut off by the server's stop is answered
+    ``stopped_answer``."""
 
     class Protocol(BoundedHttpProtocol):
         pass
 
     Protocol.header_timeout = header_timeout
     Protocol.clock = clock
+    Protocol.stopped_answer = staticmethod(stopped_answer)
     return Protocol

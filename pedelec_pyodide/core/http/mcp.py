@@ -48,7 +48,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from starlette.requests import Request
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from ... import __version__, protocol, strictjson
 from ...results import TOOL_HANDLER_NOT_FOUND, is_error_result, tool_error
@@ -66,7 +66,7 @@ from ..sessions import (
     refused_request,
 )
 from ..store import StoreError
-from .control import ApiError, authorize, path_session, stopping_error
+from .control import ApiError, authorize, path_session
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
 #: pages other nodes hold whose tool changes one node passes on to its MCP clients
@@ -221,22 +221,7 @@ class McpEndpoint:
             session_id = request.path_params["session_id"]
             self._forget(session_id, session.tool_listeners if session is not None else
                          self._remote.get(session_id, {}), key)
-        started = False
-
-        async def sending(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.manager.handle_request(scope, receive, sending)
-        except asyncio.CancelledError:  # the server gave up waiting for this answer
-            if not self.registry.stopping:
-                raise
-            if started:  # a stream under way: it ends here
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            else:
-                await stopping_error().response()(scope, receive, send)
+        await self.manager.handle_request(scope, receive, send)
 
     async def _page(self, request: Request) -> CoreSession | None:
         """The page's session if this node holds it; None if another node may (a shared

@@ -211,7 +211,7 @@ def _width(texts: list[str]) -> int:
 class HistoryIndex:
     """Where each turn's entries begin in one history text that Core wrote, compact and
     ASCII (``text``, the session's by identity): cutting it at a turn is then a slice of
-    it, where a trim decoded every entry to find its turn (3–30 ms at the default bound,
+    it, where a trim decoded every entry to find its turn (3 to 30 ms at the default bound,
     every few dozen turns of a busy agent). Kept in memory with the session: 8 bytes a
     turn, and never more turns than one for each 64 characters of its text (an eighth of
     its size); a text it cannot index (non-ASCII, turns too small) leaves its session

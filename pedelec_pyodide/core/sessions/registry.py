@@ -76,7 +76,7 @@ class Registry:
         # told of every change of a session's tools, by its id (the MCP relay, for other
         # nodes)
         self.on_tools_changed: Callable[[str], None] | None = None
-        #: the server has begun to stop: what it cancels then is answered CORE_STOPPING
+        #: the server has begun to stop: a streamed call it cancels then ends CORE_STOPPING
         self.stopping = False
 
     def create(self, metadata: PageMetadata, client: str,
