@@ -404,7 +404,22 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     return args
 
 
+def _closed_streams_to_null() -> None:
+    """A standard stream closed as a descriptor when Core started (``>&-``) is None in
+    Python, which uvicorn's logging cannot take (and its descriptor would be the next file
+    or socket Core opens): it writes to the null device instead, as a stream whose reader
+    stops reading does (``announce``)."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None:
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "w", closefd=False))  # noqa: SIM115 (for good)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _closed_streams_to_null()
     args = parse_args(build_parser(), argv)
     if args.command == "lite":
         from ..build.lite import main as lite_main

@@ -464,6 +464,42 @@ def test_a_reader_that_stops_reading_the_output_does_not_stop_core() -> None:
         process.wait(timeout=30)
 
 
+@pytest.mark.parametrize("closed", [">&-", ">&- 2>&-"])
+def test_core_started_with_its_output_closed_serves(closed: str) -> None:
+    """``pedelec serve >&-``: standard output (and error) closed as descriptors when Core
+    starts. Core serves, and stops on SIGTERM with exit 0 (uvicorn's logging failed on
+    the missing stream: a traceback, exit 1)."""
+    import socket
+    import time
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    command = [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port",
+               str(port), "--no-provision"]
+    process = subprocess.Popen(["sh", "-c", f'exec "$@" {closed}', "sh", *command],
+                               stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PEDELEC_ADMIN_TOKEN="closed"))
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, process.communicate(timeout=10)[1]
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/pedelec/v1/health", timeout=5)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "Core never answered"
+                time.sleep(0.1)
+        assert health.status_code == 200
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+        assert ("event=core.stopped" in err) == ("2>&-" not in closed), err
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+
+
 def test_a_bare_pyodide_runtime_is_refused_with_the_command_that_provisions_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The npm package's directory has pyodide.mjs and a pyodide-lock.json, but pages
