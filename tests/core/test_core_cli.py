@@ -343,6 +343,57 @@ def test_requests_waiting_when_core_stops_are_answered_core_stopping() -> None:
     assert process.returncode == 0 and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("reader", ["stopped", "reading"])
+def test_a_download_under_way_when_core_stops_is_cut_off(tmp_path: Path, reader: str
+                                                         ) -> None:
+    """A client downloading a large file of the app when Core stops, one that stopped
+    reading (its socket full) and one still reading: Core cuts the download off and exits
+    0, with no traceback. It waited for the one that stopped reading until its slow-read
+    cut-off (--header-timeout, here 120 s), and the other's ending logged "Response
+    content shorter than Content-Length"."""
+    import socket
+    import time
+
+    from corekit import TOKEN
+
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "index.html").write_text("<p>app</p>")
+    with open(app / "big.bin", "wb") as big:
+        big.truncate(256 * 2**20)  # (sparse: no disk needed)
+    process, url, _ = start("serve", "--app", str(app), "--header-timeout", "120",
+                            token=TOKEN)
+    port = int(url.rstrip("/").rsplit(":", 1)[1])
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    done = threading.Event()
+
+    def read_on() -> None:  # ~1.6 MB/s: far from the end of 256 MiB when Core stops
+        with contextlib.suppress(OSError):
+            while not done.is_set() and client.recv(16384):
+                time.sleep(0.01)
+
+    reading = threading.Thread(target=read_on)
+    try:
+        client.settimeout(30)
+        client.connect(("127.0.0.1", port))
+        client.sendall(b"GET /big.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert client.recv(1024).startswith(b"HTTP/1.1 200")
+        if reader == "reading":
+            reading.start()
+        time.sleep(0.5)  # Core's writes fill the socket (the stopped reader's, at least)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0 and "Traceback" not in err, err
+    finally:
+        done.set()
+        if reading.is_alive():
+            reading.join(timeout=30)
+        client.close()
+        process.kill()
+        process.wait(timeout=30)
+
+
 def test_a_second_ctrl_c_still_ends_cores_own_work() -> None:
     """Ctrl-C twice with a call waiting: uvicorn then skips its wait for connections and
     the app's end, but Core's own end (turns, the store: bounded) runs all the same, with

@@ -422,7 +422,7 @@ async def _stored(request: Request, session: CoreSession, request_id: str, *,
     sent again and the page's ledger answers it."""
     if keyed and not request.scope.get(ROUTE_KEY):
         with contextlib.suppress(StoreError):  # the store logs why
-            await session.registry.store.flush(request_id)
+            await session.stored(request_id)
 
 
 def stopping_error() -> ApiError:

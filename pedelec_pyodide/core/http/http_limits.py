@@ -47,8 +47,11 @@ Writes: a response's head goes out with its body, in one write
 
 Stopping: a request still being answered when the server gives up on it (it stops, and
 its graceful timeout is over: uvicorn cancels the request's task) is answered
-``stopped_answer`` if its response has not begun (Core's: 503 ``CORE_STOPPING``), else
-its body ends there, rather than uvicorn's bare 500 and a traceback in the log.
+``stopped_answer`` if its response has not begun (Core's: 503 ``CORE_STOPPING``), rather
+than uvicorn's bare 500 and a traceback in the log. A response under way is cut off
+there, its connection aborted (Core's streams end themselves before: a streamed tool
+call with an ``error`` event, MCP's as they do): the stop never waits for a client to
+read, and a file's download is not ended as if whole.
 """
 
 from __future__ import annotations
@@ -310,8 +313,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                 raise
             if not cycle.response_started:
                 await self.stopped_answer(scope, receive, send)
-            elif not cycle.response_complete:  # a stream under way: it ends here
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            elif not cycle.response_complete:  # cut off: the stop waits for no reader
+                self.transport.abort()
+                cycle.disconnected = True  # (uvicorn would hear of it a step later)
 
     def shutdown(self) -> None:
         self._stopping = True

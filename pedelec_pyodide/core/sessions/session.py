@@ -339,19 +339,22 @@ class CoreSession:
         self.flush()
         return pending
 
+    async def stored(self, *keys: str, large: bool = False) -> None:
+        """Return once the writes of ``keys`` are stored (:class:`StoreError` if they
+        cannot be). A store that keeps nothing has nothing to wait for: there only work
+        that was ``large`` yields to the loop, as every store's flush does (other clients'
+        work comes in between), not every call or turn."""
+        store = self.registry.store
+        if store.durable or large:
+            await store.flush(*keys)
+
     async def store_requests(self, opened: list[TrackedRequest], *keys: str) -> None:
         """Flush the store before ``opened`` go out (with the writes of ``keys``, e.g.
         their turn's). If it cannot take them, each is answered ``STORE_FAILED`` and never
         sent: a page must not run what a restart of Core would not know of."""
-        store = self.registry.store
-        if not store.durable and not any(
-                len(pending.frame or "") > LARGE_CHARS for pending in opened):
-            # a store that keeps nothing has nothing to wait for; only a large step yields
-            # to the loop there, as every store's flush does (other clients' work comes
-            # in between), not every call
-            return
         try:
-            await store.flush(*(pending.id for pending in opened), *keys)
+            await self.stored(*(pending.id for pending in opened), *keys, large=any(
+                len(pending.frame or "") > LARGE_CHARS for pending in opened))
         except StoreError as exc:
             log_event("store.requests_failed", session=self.id, requests=len(opened),
                       error=str(exc))

@@ -250,7 +250,8 @@ class TurnRunner:
         # again while the page has moved on (its next turn.start refused TURN_BUSY).
         # Until then the turn is still the session's: a re-sent turn.start is ignored.
         try:
-            await session.registry.store.flush(session.id, turn_key(session.id, record.id))
+            await session.stored(session.id, turn_key(session.id, record.id),
+                                 large=len(record.final_text or "") > LARGE_CHARS)
         except StoreError as exc:  # the page still hears the end; the operator, the failure
             log_event("store.failed", session=session.id, turn=record.id, error=str(exc))
         # its text is all of the frame that may be long (the error is an excerpt)
