@@ -479,11 +479,30 @@ def test_a_port_in_use_says_how_to_get_another() -> None:
     assert "--port 0 picks a free one" in failed.stderr
 
 
+def _answers_then_stops(process: subprocess.Popen[str], port: int) -> str:
+    """Wait (30 s at most) for Core on ``port`` to answer its health check, then stop it
+    with SIGTERM: what it wrote to stderr."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while True:
+        assert process.poll() is None, process.communicate(timeout=10)[1]
+        try:
+            health = httpx.get(f"http://127.0.0.1:{port}/pedelec/v1/health", timeout=5)
+            break
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "Core never answered"
+            time.sleep(0.1)
+    assert health.status_code == 200
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    return err
+
+
 def test_a_reader_that_stops_reading_the_output_does_not_stop_core() -> None:
     """Whoever started Core closed its end of the output before Core printed its URL and
     generated token: Core serves on (it said "cannot listen" and exited 1)."""
     import socket
-    import time
 
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
@@ -497,18 +516,7 @@ def test_a_reader_that_stops_reading_the_output_does_not_stop_core() -> None:
         env=env)
     os.close(write_end)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, process.communicate(timeout=10)[1]
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/pedelec/v1/health", timeout=5)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "Core never answered"
-                time.sleep(0.1)
-        assert health.status_code == 200
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=30)
+        err = _answers_then_stops(process, port)
         assert process.returncode == 0, err
     finally:
         process.kill()
@@ -521,7 +529,6 @@ def test_core_started_with_its_output_closed_serves(closed: str) -> None:
     starts. Core serves, and stops on SIGTERM with exit 0 (uvicorn's logging failed on
     the missing stream: a traceback, exit 1)."""
     import socket
-    import time
 
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
@@ -532,18 +539,7 @@ def test_core_started_with_its_output_closed_serves(closed: str) -> None:
                                stderr=subprocess.PIPE, text=True,
                                env=dict(os.environ, PEDELEC_ADMIN_TOKEN="closed"))
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, process.communicate(timeout=10)[1]
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/pedelec/v1/health", timeout=5)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "Core never answered"
-                time.sleep(0.1)
-        assert health.status_code == 200
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=30)
+        err = _answers_then_stops(process, port)
         assert process.returncode == 0, err
         assert ("event=core.stopped" in err) == ("2>&-" not in closed), err
     finally:
