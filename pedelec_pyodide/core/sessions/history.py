@@ -24,15 +24,16 @@ from typing import Any
 from ... import protocol
 from ..store import char_width, dump_json, kept_size
 
+Turn = tuple[type, Any] | None
 
-def _turn_of(entry: Any) -> tuple[type, Any] | None:
+
+def _turn_of(entry: Any) -> Turn:
     """The turn a history entry belongs to: ``turn`` (model adapters) or ``turn_id``
     (the offline agent), with its type (as JSON says, 1, 1.0 and true are three turns)."""
     turn = entry.get("turn", entry.get("turn_id")) if isinstance(entry, dict) else None
     return None if turn is None else (type(turn), turn)
 
 
-Turn = tuple[type, Any] | None
 _READ_BACK_AS_IT_IS = (str, int, float, bool)  # JSON gives such a turn back as it is
 
 

@@ -249,14 +249,14 @@ class TurnRunner:
         # sending it would otherwise come back with the turn still running, and run it
         # again while the page has moved on (its next turn.start refused TURN_BUSY).
         # Until then the turn is still the session's: a re-sent turn.start is ignored.
+        # its text is all of the end that may be long (the error is an excerpt)
+        long_end = len(record.final_text or "") > LARGE_CHARS
         try:
             await session.stored(session.id, turn_key(session.id, record.id),
-                                 large=len(record.final_text or "") > LARGE_CHARS)
+                                 large=long_end)
         except StoreError as exc:  # the page still hears the end; the operator, the failure
             log_event("store.failed", session=session.id, turn=record.id, error=str(exc))
-        # its text is all of the frame that may be long (the error is an excerpt)
-        frame = (await off_loop(end_frame, record, config.max_frame_bytes)
-                 if len(record.final_text or "") > LARGE_CHARS
+        frame = (await off_loop(end_frame, record, config.max_frame_bytes) if long_end
                  else end_frame(record, config.max_frame_bytes))
         if session.turn is self:
             session.turn = None
