@@ -29,7 +29,9 @@ export default defineConfig({
   expect: { timeout: 15_000 },
   fullyParallel: true,
   workers: process.env.CI ? 2 : 4,
-  reporter: [["list"]],
+  // again only after a renderer crash; any other failure fails the run (crash-retries.js)
+  retries: 1,
+  reporter: [["list"], ["./tests/e2e/crash-retries.js"]],
   use: { browserName: "chromium", launchOptions: { executablePath: CHROMIUM, args: ARGS } },
   projects: [
     { name: "chromium", metadata: { webmcp: "polyfill" } },

@@ -343,6 +343,64 @@ def test_requests_waiting_when_core_stops_are_answered_core_stopping() -> None:
     assert process.returncode == 0 and "Traceback" not in err, err
 
 
+def test_requests_pipelined_behind_one_waiting_when_core_stops_never_start() -> None:
+    """Two tool calls pipelined on one connection, the first waiting for a page that
+    never answers, when Core stops: the first is answered CORE_STOPPING with
+    ``Connection: close`` and the connection closes; the second never reaches the page
+    (Core has given up: it must not start work it will not finish) and gets no answer,
+    which tells its client it was not run."""
+    import asyncio
+    import json
+
+    import websockets
+    from corekit import TOKEN
+
+    process, url, _ = start("serve", token=TOKEN)
+    base = url.rstrip("/")
+    port = int(base.rsplit(":", 1)[1])
+
+    async def scenario() -> tuple[bytes, list[str]]:
+        page = await websockets.connect(base.replace("http", "ws", 1) + "/pedelec/v1/bridge",
+                                        proxy=None)
+        await page.send(json.dumps({"type": "hello", "protocol": 1, "tools": [
+            {"name": name, "description": "never answers", "argsSchema": {"type": "object"}}
+            for name in ("first", "second")]}))
+        sid = json.loads(await asyncio.wait_for(page.recv(), 10))["sessionId"]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for tool in ("first", "second"):
+            body = json.dumps({"tool": tool, "args": {}}).encode()
+            writer.write(
+                f"POST /pedelec/v1/sessions/{sid}/tool-calls HTTP/1.1\r\n"
+                f"Host: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                .encode() + body)
+        requested = []
+        frame = json.loads(await asyncio.wait_for(page.recv(), 10))
+        requested.append(frame["tool"])  # the first reached the page, the second waits
+        process.send_signal(signal.SIGTERM)
+        answer = await asyncio.wait_for(reader.read(), 20)  # to the connection's end
+        writer.close()
+        with contextlib.suppress(websockets.ConnectionClosed, TimeoutError):
+            while True:  # what else reached the page before Core closed its socket
+                frame = json.loads(await asyncio.wait_for(page.recv(), 20))
+                if frame["type"] == "tool.request":
+                    requested.append(frame["tool"])
+        return answer, requested
+
+    try:
+        answer, requested = asyncio.run(scenario())
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 "), answer
+    assert b"\r\nconnection: close" in head.lower(), head
+    assert b"CORE_STOPPING" in rest and b"HTTP/1.1" not in rest, answer  # one answer only
+    assert requested == ["first"]
+    assert process.returncode == 0 and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("reader", ["stopped", "reading"])
 def test_a_download_under_way_when_core_stops_is_cut_off(tmp_path: Path, reader: str
                                                          ) -> None:

@@ -319,6 +319,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def shutdown(self) -> None:
         self._stopping = True
+        answering = self._answering_cycle
+        if answering is not None and not answering.response_complete:
+            # its answer ends the connection: uvicorn turns keep-alive off only for the last
+            # request it parsed, so requests pipelined behind this one would start next
+            answering.keep_alive = False
         super().shutdown()
 
     def _write_held_head(self) -> None:
