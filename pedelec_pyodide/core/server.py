@@ -454,6 +454,18 @@ def run(config: CoreConfig, announce: Callable[[str], None] = print) -> None:
         server.run(sockets=[sock])
 
 
+def _gave_up(record: logging.LogRecord) -> bool:
+    """uvicorn's ``ERROR`` line for the requests it cancels at a stop, logged as Core's
+    event instead: giving up on them after GRACEFUL_SECONDS is how Core stops (each is
+    answered ``CORE_STOPPING``: http_limits), not an error for an operator's alerts."""
+    if isinstance(record.msg, str) and record.msg.startswith("Cancel %s running task(s)"):
+        args = record.args
+        log_event("core.gave_up", level=logging.WARNING,
+                  waiting=args[0] if isinstance(args, tuple) and args else None)
+        return False
+    return True
+
+
 class _Server(uvicorn.Server):
     """uvicorn's, telling the registry when it begins to stop (a streamed tool call it
     gives up on after GRACEFUL_SECONDS ends with CORE_STOPPING; any other request is
@@ -464,6 +476,7 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, registry: Registry) -> None:
         super().__init__(config)
         self.registry = registry
+        logging.getLogger("uvicorn.error").addFilter(_gave_up)  # (once: the same filter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.registry.stopping = True

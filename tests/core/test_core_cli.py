@@ -341,6 +341,8 @@ def test_requests_waiting_when_core_stops_are_answered_core_stopping() -> None:
     last = streamed_text.strip().split("\n\n")[-1]
     assert last.startswith("event: error\ndata: ") and "CORE_STOPPING" in last, streamed_text
     assert process.returncode == 0 and "Traceback" not in err, err
+    # the stop as it is meant to go: a warning of Core's, no ERROR line of uvicorn's
+    assert "ERROR" not in err and "event=core.gave_up waiting=" in err, err
 
 
 def test_requests_pipelined_behind_one_waiting_when_core_stops_never_start() -> None:
