@@ -8,12 +8,16 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
 
 from pedelec_pyodide.core.cli import build_parser, config_from_args
+
+T = TypeVar("T")
 
 
 def start(*args: str, token: str | None = None) -> tuple[subprocess.Popen[str], str, str]:
@@ -284,7 +288,6 @@ def test_requests_waiting_when_core_stops_are_answered_core_stopping() -> None:
     import asyncio
     import json
 
-    import websockets
     from corekit import TOKEN
     from mcp.shared.exceptions import MCPError
     from mcpkit import mcp_at, modern_client
@@ -294,12 +297,7 @@ def test_requests_waiting_when_core_stops_are_answered_core_stopping() -> None:
     auth = {"Authorization": f"Bearer {TOKEN}"}
 
     async def scenario() -> tuple[list[httpx.Response], str]:
-        page = await websockets.connect(base.replace("http", "ws", 1) + "/pedelec/v1/bridge",
-                                        proxy=None)
-        await page.send(json.dumps({"type": "hello", "protocol": 1, "tools": [
-            {"name": name, "description": "never answers", "argsSchema": {"type": "object"}}
-            for name in ("a", "b", "c", "d")]}))
-        sid = json.loads(await asyncio.wait_for(page.recv(), 10))["sessionId"]
+        page, sid = await _silent_page(base, "a", "b", "c", "d")
         calls = f"{base}/pedelec/v1/sessions/{sid}/tool-calls"
         async with httpx.AsyncClient(trust_env=False, timeout=30) as client, \
                 modern_client(mcp_at(int(base.rsplit(":", 1)[1]), sid)) as mcp:
@@ -329,12 +327,7 @@ def test_requests_waiting_when_core_stops_are_answered_core_stopping() -> None:
         await page.close()
         return answers, text
 
-    try:
-        answers, streamed_text = asyncio.run(scenario())
-        _, err = process.communicate(timeout=30)
-    finally:
-        process.kill()
-        process.wait(timeout=30)
+    (answers, streamed_text), err = _run_until_stopped(process, scenario())
     for answer in answers:
         assert answer.status_code == 503, answer.text
         assert answer.json()["error"]["code"] == "CORE_STOPPING"
@@ -362,12 +355,7 @@ def test_requests_pipelined_behind_one_waiting_when_core_stops_never_start() -> 
     port = int(base.rsplit(":", 1)[1])
 
     async def scenario() -> tuple[bytes, list[str]]:
-        page = await websockets.connect(base.replace("http", "ws", 1) + "/pedelec/v1/bridge",
-                                        proxy=None)
-        await page.send(json.dumps({"type": "hello", "protocol": 1, "tools": [
-            {"name": name, "description": "never answers", "argsSchema": {"type": "object"}}
-            for name in ("first", "second")]}))
-        sid = json.loads(await asyncio.wait_for(page.recv(), 10))["sessionId"]
+        page, sid = await _silent_page(base, "first", "second")
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         for tool in ("first", "second"):
             body = json.dumps({"tool": tool, "args": {}}).encode()
@@ -389,12 +377,7 @@ def test_requests_pipelined_behind_one_waiting_when_core_stops_never_start() -> 
                     requested.append(frame["tool"])
         return answer, requested
 
-    try:
-        answer, requested = asyncio.run(scenario())
-        _, err = process.communicate(timeout=30)
-    finally:
-        process.kill()
-        process.wait(timeout=30)
+    (answer, requested), err = _run_until_stopped(process, scenario())
     head, _, rest = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 503 "), answer
     assert b"\r\nconnection: close" in head.lower(), head
@@ -468,38 +451,27 @@ def test_a_second_ctrl_c_still_ends_cores_own_work() -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "pedelec_pyodide.core.cli", "serve", "--port", "0",
          "--no-provision"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert process.stdout is not None
-        base = process.stdout.readline().split(": ", 1)[1].strip().rstrip("/")
+    assert process.stdout is not None
+    base = process.stdout.readline().split(": ", 1)[1].strip().rstrip("/")
 
-        async def scenario() -> None:
-            page = await websockets.connect(
-                base.replace("http", "ws", 1) + "/pedelec/v1/bridge", proxy=None)
-            await page.send(json.dumps({"type": "hello", "protocol": 1, "tools": [
-                {"name": "a", "description": "never answers",
-                 "argsSchema": {"type": "object"}}]}))
-            sid = json.loads(await asyncio.wait_for(page.recv(), 10))["sessionId"]
-            async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
-                call = asyncio.ensure_future(client.post(
-                    f"{base}/pedelec/v1/sessions/{sid}/tool-calls",
-                    json={"tool": "a", "args": {}},
-                    headers={"Authorization": f"Bearer {TOKEN}"}))
-                while json.loads(await asyncio.wait_for(page.recv(), 10))["type"] != (
-                        "tool.request"):
-                    pass
-                process.send_signal(signal.SIGINT)
-                await asyncio.sleep(0.3)
-                process.send_signal(signal.SIGINT)
-                answer = await asyncio.wait_for(call, 20)
-                assert answer.status_code == 503, answer.text
-            with contextlib.suppress(websockets.ConnectionClosed):
-                await page.close()
+    async def scenario() -> None:
+        page, sid = await _silent_page(base, "a")
+        async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+            call = asyncio.ensure_future(client.post(
+                f"{base}/pedelec/v1/sessions/{sid}/tool-calls",
+                json={"tool": "a", "args": {}}, headers={"Authorization": f"Bearer {TOKEN}"}))
+            while json.loads(await asyncio.wait_for(page.recv(), 10))["type"] != (
+                    "tool.request"):
+                pass
+            process.send_signal(signal.SIGINT)
+            await asyncio.sleep(0.3)
+            process.send_signal(signal.SIGINT)
+            answer = await asyncio.wait_for(call, 20)
+            assert answer.status_code == 503, answer.text
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await page.close()
 
-        asyncio.run(scenario())
-        _, err = process.communicate(timeout=30)
-    finally:
-        process.kill()
-        process.wait(timeout=30)
+    _, err = _run_until_stopped(process, scenario())
     assert process.returncode == 0, err
     assert "event=core.stopped" in err and "Traceback" not in err, err
 
@@ -537,6 +509,37 @@ def test_a_port_in_use_says_how_to_get_another() -> None:
     assert failed.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in failed.stderr
     assert "--port 0 picks a free one" in failed.stderr
+
+
+async def _silent_page(base: str, *tools: str) -> tuple[Any, str]:
+    """A page on Core at ``base`` with ``tools`` (by name) that it never answers: its
+    WebSocket and its session's id."""
+    import asyncio
+    import json
+
+    import websockets
+
+    page = await websockets.connect(base.replace("http", "ws", 1) + "/pedelec/v1/bridge",
+                                    proxy=None)
+    await page.send(json.dumps({"type": "hello", "protocol": 1, "tools": [
+        {"name": name, "description": "never answers", "argsSchema": {"type": "object"}}
+        for name in tools]}))
+    return page, json.loads(await asyncio.wait_for(page.recv(), 10))["sessionId"]
+
+
+def _run_until_stopped(process: subprocess.Popen[str], scenario: Coroutine[Any, Any, T]
+                       ) -> tuple[T, str]:
+    """``scenario``, which stops Core, then Core's end (30 s at most; killed if it outlives
+    the test): what the scenario returned, and what Core wrote to stderr."""
+    import asyncio
+
+    try:
+        outcome = asyncio.run(scenario)
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    return outcome, err
 
 
 def _answers_then_stops(process: subprocess.Popen[str], port: int) -> str:
