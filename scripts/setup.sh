@@ -1,4 +1,5 @@
-# Installs what the demo and the tests need, idempotently (sourced by scripts/test, scripts/demo).
+# Installs what the tests need, idempotently (sourced by scripts/test; scripts/demo needs less
+# and installs it itself).
 # Python venv with the package and its extras; npm packages; Debian's chromium for e2e tests;
 # Debian's redis-server and HAProxy for the Redis store's and the multi-node tests.
 step() { printf '\n== %s\n' "$*" >&2; }
