@@ -1,9 +1,18 @@
-"""Structured logs: one line per event, ``event=NAME key=value ...``; never a token."""
+"""Structured logs: one line per event, ``event=NAME key=value ...``; never a token. A
+field quotes at most :data:`~pedelec_pyodide.text.MAX_EXCERPT` characters of its value
+(a tool name an agent made up may be megabytes long: the line stays short, and it is
+written in time bounded by that, not by the value)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
+
+from ..text import excerpt
+
+# a field's value written as it is (others are JSON strings)
+_BARE = re.compile(r"[\w\-.:/]+", re.ASCII)
 
 logger = logging.getLogger("pedelec.core")
 
@@ -28,8 +37,8 @@ def _format(value: object) -> str:
         return f"{value:.3f}"
     if isinstance(value, (int, bool)):
         return str(value).lower() if isinstance(value, bool) else str(value)
-    text = str(value)
-    if text and all(ch.isalnum() or ch in "-_.:/" for ch in text):
+    text = excerpt(str(value))
+    if _BARE.fullmatch(text):
         return text
     return json.dumps(text, ensure_ascii=False)
 

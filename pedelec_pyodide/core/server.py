@@ -82,14 +82,17 @@ GIL_SWITCH_SECONDS = 0.0005
 
 def agent_factory_for(config: CoreConfig) -> Callable[[], Agent]:
     """The factory of the agent named by ``--agent`` (with its ``--agent-header``s; an
-    AG-UI agent's events may be ``--tool-timeout`` apart; retries wait on Core's clock);
+    AG-UI agent's events may be ``--tool-timeout`` apart, and keep its run going as
+    progress keeps a tool's, up to ``--max-total-factor`` times that; retries wait on
+    Core's clock);
     raises ``ValueError`` (with :class:`~.agents.AgentUnavailable` for a known agent this
     build cannot run) at once, so a bad spec stops Core at start rather than failing every
     turn."""
     spec, headers, clock = config.agent, config.agent_headers, config.clock
     event_timeout = config.tool_timeout_ms / 1000
-    make_agent(spec, clock, headers=headers, event_timeout=event_timeout)
-    return lambda: make_agent(spec, clock, headers=headers, event_timeout=event_timeout)
+    limits = {"event_timeout": event_timeout, "run_limit": config.max_total_for(event_timeout)}
+    make_agent(spec, clock, headers=headers, **limits)
+    return lambda: make_agent(spec, clock, headers=headers, **limits)
 
 
 #: the snapshot is revalidated on every load (304 by ETag when unchanged): its file

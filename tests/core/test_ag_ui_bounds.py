@@ -289,3 +289,79 @@ def test_a_header_core_sets_itself_is_refused_at_start(
     assert exited.value.code == 2
     assert "Core sets this header itself" in capsys.readouterr().err
     assert parse_header("Host: agents.internal") == ("Host", "agents.internal")  # allowed
+
+
+# --- what one turn may cost, in all ----------------------------------------------------------
+
+
+def test_a_step_limit_naming_huge_tools_still_ends_the_turn_on_the_page() -> None:
+    """Found: the step limit's message listed every tool the agent still asked for, whole:
+    a 1.5 MB name made a ``turn.end`` frame over the page's 1 MiB, refused by the page at
+    every reconnect: the turn never ended there. (Such a name in a log line:
+    test_security.)"""
+    name = "x" * 1_500_000
+
+    async def main() -> None:
+        scripts = [Script(call_run(name, "{}"))]
+        async with ScriptedAgent(scripts) as agent, \
+                running_core(ag_ui(agent.url, max_steps=0)) as core:
+            page = await Page(counter_session()[0]).connect(core.ws_url)
+            with pytest.raises(TurnError) as failed:
+                await asyncio.wait_for(page.session.send_text("go"), WAIT)
+            assert failed.value.code == "STEP_LIMIT_EXCEEDED"
+            message = failed.value.message
+            assert "still asked for xxx" in message and len(message) < 300, message[:400]
+
+    run(main())
+
+
+def test_an_agent_that_sends_events_for_ever_ends_its_run_at_the_run_limit() -> None:
+    """Found: only the gap between two events had a deadline: an agent sending a
+    ``STEP_STARTED`` now and then kept its turn (and the session) busy for good."""
+    def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+              stopping: asyncio.Event) -> Awaitable[None]:
+        return trickle(writer, stopping, b"HTTP/1.1 200 OK\r\nContent-Type: "
+                       b"text/event-stream\r\n\r\n" + started(),
+                       lambda n: sse({"type": "STEP_STARTED", "stepName": f"s{n}"}))
+
+    async def main() -> None:
+        async with raw_agent(serve) as url, running_core(ag_ui(
+                url, tool_timeout_ms=TIMEOUT_MS, max_total_factor=3)) as core:
+            page = await Page(counter_session()[0]).connect(core.ws_url)
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            with pytest.raises(TurnError) as failed:
+                await asyncio.wait_for(page.session.send_text("go"), WAIT)
+            assert failed.value.code == "AGENT_ERROR"
+            assert "did not finish its run within 0.9 s" in failed.value.message, (
+                failed.value.message)
+            assert 0.9 <= loop.time() - began < WAIT
+
+    run(main())
+
+
+def test_a_turns_runs_together_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: each run was bounded (16 MiB), not the turn: every run is sent what the ones
+    before it said, so nine runs of 15 MB each sent the agent ~120 MB in the last and held
+    ~450 MiB of Core's memory (three such sessions: 1.3 GiB)."""
+    budget = 64 * 1024
+    monkeypatch.setattr(ag_ui_agent, "MAX_TURN_STREAM_BYTES", budget)
+    pad = "y" * (budget // 3)
+
+    def saying_and_calling(n: int) -> Script:
+        events = call_run("update_counter", '{"delta": 1}', call_id=f"c{n}")
+        return Script([events[0], sse({"type": "TEXT_MESSAGE_CONTENT", "messageId": f"m{n}",
+                                       "delta": pad}), *events[1:]])
+
+    async def main() -> None:
+        scripts = [saying_and_calling(n) for n in range(5)]
+        async with ScriptedAgent(scripts) as agent, running_core(ag_ui(agent.url)) as core:
+            session, runs = counter_session()
+            page = await Page(session).connect(core.ws_url)
+            with pytest.raises(TurnError) as failed:
+                await asyncio.wait_for(page.session.send_text("go"), WAIT)
+            assert failed.value.code == "AGENT_ERROR"
+            assert f"sent over {budget} bytes in one turn's runs" in failed.value.message
+            assert len(agent.requests) == 3 and len(runs) == 2  # the third run is cut off
+
+    run(main())

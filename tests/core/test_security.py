@@ -384,3 +384,23 @@ def test_errors_logs_and_the_control_api_never_carry_tokens() -> None:
         logger.removeHandler(capture)
         logger.setLevel(saved_level)
     assert len(capture.lines) > 10
+
+
+def test_a_log_field_quotes_a_huge_or_broken_value_briefly(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Found: a field was logged whole, checked a character at a time on the event loop:
+    an AG-UI agent's 120 KB tool names, each refused, wrote 61.5 MB of log and held the
+    loop seconds (a 4 MB name: 0.2 s). A lone surrogate is written as its escape: no log
+    handler can encode it."""
+    from pedelec_pyodide.core.log import log_event
+    from pedelec_pyodide.text import MAX_EXCERPT
+
+    with caplog.at_level("INFO", logger="pedelec.core"):
+        log_event("agent.call_refused", tool="x" * 4_000_000, code="TOOL_HANDLER_NOT_FOUND")
+        log_event("agent.call_refused", tool="bad\ud800name", turn="a-b.c:d/e_f")
+    huge, broken = (record.getMessage() for record in caplog.records)
+    assert len(huge) < MAX_EXCERPT + 100, huge[:300]
+    assert f"({4_000_000 - MAX_EXCERPT} more characters)" in huge
+    assert huge.endswith("code=TOOL_HANDLER_NOT_FOUND")
+    assert broken == 'event=agent.call_refused tool="bad\\\\ud800name" turn=a-b.c:d/e_f'
+    broken.encode("utf-8")  # (raises on a lone surrogate)

@@ -11,8 +11,10 @@ the run's events from its ``text/event-stream``:
   only, every other one goes to the page once the run has finished, through the same path
   as any model's calls, and its result goes back in the next run's messages;
 - ``RUN_FINISHED`` ends the run; ``RUN_ERROR``, a stream that ends before it, an event
-  that is not AG-UI, a run's stream over :data:`MAX_STREAM_BYTES` or an event gap over the
-  tool timeout fail the turn with a message naming the agent's URL.
+  that is not AG-UI, a run's stream over :data:`MAX_STREAM_BYTES` (a turn's streams over
+  :data:`MAX_TURN_STREAM_BYTES`), an event gap over the tool timeout or a run longer than
+  the run limit (events may keep a run going that long, not for ever) fail the turn with
+  a message naming the agent's URL.
 
 History messages are AG-UI messages, camelCase as on the wire: ``user``, ``assistant``
 (with ``toolCalls``) and ``tool`` (``toolCallId``, the result's JSON as ``content``,
@@ -74,6 +76,9 @@ PREFIX = "ag-ui"
 CONNECT_SECONDS = 10.0
 #: bytes of one run's event stream, in all
 MAX_STREAM_BYTES = 16 * 1024 * 1024
+#: bytes of all of one turn's runs' streams: each run is sent what the earlier ones said
+#: (nine runs of 15 MB each sent the last ~120 MB and held ~450 MiB of Core's memory)
+MAX_TURN_STREAM_BYTES = 2 * MAX_STREAM_BYTES
 #: bytes of one event (its ``data`` lines together), and so of one line
 MAX_EVENT_BYTES = 4 * 1024 * 1024
 #: tool calls in one run, the agent's own and the page's (each becomes a request, a result
@@ -144,23 +149,28 @@ class AgUiAgent(ModelAgent):
     key_env = "--agent-header"  # where its credentials come from, for messages
 
     def __init__(self, url: str, headers: Sequence[tuple[str, str]],
-                 settings: ModelSettings, clock: Clock | None = None) -> None:
+                 settings: ModelSettings, run_limit: float, clock: Clock | None = None
+                 ) -> None:
         super().__init__(public_url(url), settings, "", url, clock)
         self._headers = list(headers)
+        self._run_limit = run_limit
         self._thread_id = ""
         self._turn_id = ""
         self._runs = 0
+        self._received = 0  # bytes of this turn's streams so far
 
     @classmethod
     def from_spec(cls, url: str, headers: Sequence[tuple[str, str]], event_timeout: float,
-                  settings: ModelSettings | None = None, clock: Clock | None = None
-                  ) -> AgUiAgent:
-        """The agent at ``url``: events at most ``event_timeout`` seconds apart, one
-        attempt per run (a run may have effects on the agent's side: never sent twice)."""
+                  run_limit: float, settings: ModelSettings | None = None,
+                  clock: Clock | None = None) -> AgUiAgent:
+        """The agent at ``url``: events at most ``event_timeout`` seconds apart, a run's
+        events within ``run_limit`` seconds of its answer's head, one attempt per run (a
+        run may have effects on the agent's side: never sent twice)."""
         base = settings or ModelSettings.from_env()
         _tls()  # at start, not in a turn
         return cls(check_url(url), headers,
-                   replace(base, request_timeout=event_timeout, max_attempts=1), clock)
+                   replace(base, request_timeout=event_timeout, max_attempts=1), run_limit,
+                   clock)
 
     def secrets(self) -> list[str]:
         # the URL's password and query values are as secret as the headers (an error page
@@ -222,23 +232,34 @@ class AgUiAgent(ModelAgent):
         # every wait has a deadline, whatever the bytes trickle: the answer's head within
         # the connection's and the event timeout, an error's body within the event timeout,
         # then each event within it of the last
-        async with asyncio.timeout_at(loop.time() + CONNECT_SECONDS + wait) as deadline, \
-                httpx.AsyncClient(timeout=timeout, follow_redirects=False,
-                                  verify=_tls()) as client, \
-                client.stream("POST", self.base_url, content=body, headers=headers) as response:
-            deadline.reschedule(loop.time() + wait)
-            await self._check_response(response)
-            async with contextlib.aclosing(sse_events(response.aiter_raw(), self.model)
-                                           ) as events:
-                while run.outcome is None:
-                    # a gap between events, not between bytes: a trickle is no answer
-                    deadline.reschedule(loop.time() + wait)
-                    data = await anext(events, None)
-                    deadline.reschedule(None)
-                    if data is None:
-                        raise AgUiError(f"the AG-UI agent at {self.model}: its stream ended "
-                                        "before RUN_FINISHED")
-                    await self._apply(run, await self._parse(data), say)
+        # then each event within it of the last, and all of them within the run limit
+        run_end = float("inf")
+        try:
+            async with asyncio.timeout_at(loop.time() + CONNECT_SECONDS + wait) as deadline, \
+                    httpx.AsyncClient(timeout=timeout, follow_redirects=False,
+                                      verify=_tls()) as client, \
+                    client.stream("POST", self.base_url, content=body, headers=headers
+                                  ) as response:
+                run_end = loop.time() + self._run_limit
+                deadline.reschedule(min(loop.time() + wait, run_end))
+                await self._check_response(response)
+                async with contextlib.aclosing(self._counted(response.aiter_raw())) as chunks, \
+                        contextlib.aclosing(sse_events(chunks, self.model)) as events:
+                    while run.outcome is None:
+                        # a gap between events, not between bytes: a trickle is no answer
+                        deadline.reschedule(min(loop.time() + wait, run_end))
+                        data = await anext(events, None)
+                        deadline.reschedule(None)
+                        if data is None:
+                            raise AgUiError(f"the AG-UI agent at {self.model}: its stream "
+                                            "ended before RUN_FINISHED")
+                        await self._apply(run, await self._parse(data), say)
+        except TimeoutError:
+            if loop.time() < run_end:
+                raise  # (an event's wait: failure says so)
+            raise AgUiError(f"the AG-UI agent at {self.model} did not finish its run within "
+                            f"{self._run_limit:g} s (the limit is --max-total-factor times "
+                            "--tool-timeout)") from None
         if run.outcome != "success":
             raise AgUiError(f"the AG-UI agent at {self.model} ended the run with the outcome "
                             f"{run.outcome}" + (" (an interrupt, which Core does not answer)"
@@ -247,6 +268,15 @@ class AgUiAgent(ModelAgent):
         if sum(len(piece) for call in run.calls.values() for piece in call.args) > LARGE_CHARS:
             return await off_loop(_answer, run, fallback_id)  # its args parsed, encoded
         return _answer(run, fallback_id)
+
+    async def _counted(self, chunks: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+        """``chunks``, counted against the turn's :data:`MAX_TURN_STREAM_BYTES`."""
+        async for chunk in chunks:
+            self._received += len(chunk)
+            if self._received > MAX_TURN_STREAM_BYTES:
+                raise AgUiError(f"the AG-UI agent at {self.model} sent over "
+                                f"{MAX_TURN_STREAM_BYTES} bytes in one turn's runs")
+            yield chunk
 
     async def _check_response(self, response: httpx.Response) -> None:
         if response.status_code // 100 != 2:

@@ -14,6 +14,9 @@ MODEL_PROVIDERS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}  #
 #: seconds an AG-UI agent's events may be apart when no ``event_timeout`` is given (the
 #: default ``--tool-timeout``)
 DEFAULT_EVENT_TIMEOUT = 30.0
+#: seconds an AG-UI agent's run may last when no ``run_limit`` is given (the default
+#: ``--max-total-factor`` times that)
+DEFAULT_RUN_LIMIT = 10 * DEFAULT_EVENT_TIMEOUT
 
 # RFC 9110: a field name is a token; a value is visible ASCII, spaces and tabs
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -27,11 +30,13 @@ CORE_HEADERS = frozenset({
 
 def make_agent(spec: str, clock: Clock | None = None, *,
                headers: Sequence[tuple[str, str]] = (),
-               event_timeout: float = DEFAULT_EVENT_TIMEOUT) -> Agent:
+               event_timeout: float = DEFAULT_EVENT_TIMEOUT,
+               run_limit: float = DEFAULT_RUN_LIMIT) -> Agent:
     """``offline`` → :class:`OfflineAgent`; ``openai:MODEL`` / ``anthropic:MODEL`` → a model
     adapter, waiting between retries on ``clock`` (Core's; the system's by default);
     ``ag-ui:URL`` → the AG-UI agent at URL, sent ``headers`` with every run, its events at
-    most ``event_timeout`` seconds apart. Anything else raises ``ValueError`` listing the
+    most ``event_timeout`` seconds apart and its runs at most ``run_limit`` seconds long.
+    Anything else raises ``ValueError`` listing the
     accepted forms."""
     kind, colon, rest = spec.strip().partition(":")
     if headers and kind != "ag-ui":
@@ -48,7 +53,7 @@ def make_agent(spec: str, clock: Clock | None = None, *,
     if kind == "ag-ui" and colon:
         from .ag_ui_agent import AgUiAgent  # ag-ui-protocol, only when asked for
 
-        return AgUiAgent.from_spec(rest, headers, event_timeout, clock=clock)
+        return AgUiAgent.from_spec(rest, headers, event_timeout, run_limit, clock=clock)
     raise ValueError(f"unknown agent {spec!r}: use one of {ACCEPTED_SPECS}")
 
 

@@ -221,12 +221,12 @@ class TurnRunner:
                 return record
             record.status = "cancelled"
             record.error = {"code": TURN_CANCELLED, "message": self._cancel_reason}
-        except StepLimitExceeded as exc:
+        except StepLimitExceeded as exc:  # (an agent's may quote what its model asked for)
             record.status = "failed"
-            record.error = {"code": STEP_LIMIT_EXCEEDED, "message": str(exc)}
+            record.error = {"code": STEP_LIMIT_EXCEEDED, "message": excerpt(str(exc))}
         except _Diverged as exc:
             record.status = "failed"
-            record.error = {"code": TURN_INTERRUPTED, "message": str(exc)}
+            record.error = {"code": TURN_INTERRUPTED, "message": excerpt(str(exc))}
         except Exception as exc:
             record.status = "failed"
             detail = excerpt(str(exc))
