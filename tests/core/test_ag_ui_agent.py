@@ -467,12 +467,17 @@ def test_cancelling_the_turn_closes_the_run_it_is_reading() -> None:
     run(main())
 
 
-def test_events_are_read_whatever_the_chunks() -> None:
-    """The SSE reader over chunks of every size, lines split anywhere (a CRLF too)."""
+@pytest.mark.parametrize("eol", [b"\r\n", b"\n", b"\r"], ids=["CRLF", "LF", "CR"])
+def test_events_are_read_whatever_the_chunks(eol: bytes) -> None:
+    """The SSE reader over chunks of every size, lines split anywhere (a CRLF too: one
+    line end), each line ended as the SSE rule allows (found: a lone CR was none)."""
 
     datas = [json.dumps({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "x" * n})
              for n in range(0, 300, 7)]
-    stream = b"".join(b": c\r\ndata: " + data.encode() + b"\r\n\r\n" for data in datas)
+    # each event's JSON in two data lines, rejoined by a line feed (JSON whitespace)
+    stream = b"".join(b": c" + eol + b"data: " + data.encode().replace(b", ", b"," + eol
+                      + b"data: ", 1) + eol + eol for data in datas)
+    datas = [data.replace(", ", ",\n", 1) for data in datas]
 
     async def read(size: int) -> list[bytes]:
         async def chunks() -> AsyncIterator[bytes]:

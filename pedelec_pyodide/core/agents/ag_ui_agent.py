@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 import ssl
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
@@ -91,6 +92,7 @@ MAX_ERROR_BODY = 4096
 MIN_SECRET_CHARS = 6
 
 _EVENT: TypeAdapter[Any] = TypeAdapter(Event)
+_LINE_END = re.compile(rb"[\r\n]")
 
 OutcomeKind = Literal["success", "interrupt", "cancelled"]
 
@@ -430,34 +432,41 @@ def _tool_calls(calls: Iterable[_Call]) -> list[dict[str, Any]]:
 async def sse_events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator[bytes, None]:
     """The ``data`` of each server-sent event in ``chunks``, bounded: the stream in all
     by :data:`MAX_STREAM_BYTES`, one event (and so one line) by :data:`MAX_EVENT_BYTES`.
-    Every byte is looked at a bounded number of times: a line is searched for from where
-    the last search stopped, and the buffer is compacted only when more is read."""
+    A line ends with CR LF, LF or CR alone (the SSE rule). Every byte is looked at a
+    bounded number of times: a line is searched for from where the last search stopped,
+    and the buffer is compacted only when more is read."""
     buffer = bytearray()
     start = 0  # where the current line begins in the buffer
     searched = 0  # up to where the buffer holds no line break past ``start``
     total = 0
     data = bytearray()  # the event's data lines, each ended by a line break
+    ended = False  # the stream has ended: what is in the buffer is all
     while True:
-        end = buffer.find(b"\n", max(start, searched))
-        if end < 0:
+        found = _LINE_END.search(buffer, max(start, searched))
+        if found is not None and found[0] == b"\r" and found.end() == len(buffer) and not ended:
+            found = None  # a LF may come next: one line end, CR LF
+        if found is None:
+            if ended:
+                return  # an event not ended by a blank line is dropped (the SSE rule)
             if len(buffer) - start > MAX_EVENT_BYTES:
                 raise AgUiError(f"the AG-UI agent at {where} sent a line over "
                                 f"{MAX_EVENT_BYTES} bytes")
             del buffer[:start]
-            start, searched = 0, len(buffer)
+            # no line ends in it, but a CR last may end one with what comes next
+            start, searched = 0, max(len(buffer) - 1, 0)
             chunk = await anext(chunks, None)
             if chunk is None:
-                return  # an event not ended by a blank line is dropped (the SSE rule)
+                ended = True  # (a CR last still ends its line)
+                continue
             total += len(chunk)
             if total > MAX_STREAM_BYTES:
                 raise AgUiError(f"the AG-UI agent at {where} sent over {MAX_STREAM_BYTES} "
                                 "bytes in one run")
             buffer += chunk
             continue
+        end = found.start()
         line = bytes(buffer[start:end])
-        start = searched = end + 1
-        if line.endswith(b"\r"):
-            line = line[:-1]
+        start = searched = end + (2 if buffer[end:end + 2] == b"\r\n" else 1)
         if not line:
             if data:
                 del data[-1]  # the last line's break
