@@ -29,7 +29,8 @@ export default defineConfig({
   expect: { timeout: 15_000 },
   fullyParallel: true,
   workers: process.env.CI ? 2 : 4,
-  // again only after a renderer crash; any other failure fails the run (crash-retries.js)
+  // a failed test runs again, which passes the run only after a renderer crash
+  // (crash-retries.js): any other failure fails it
   retries: 1,
   reporter: [["list"], ["./tests/e2e/crash-retries.js"]],
   use: { browserName: "chromium", launchOptions: { executablePath: CHROMIUM, args: ARGS } },

@@ -1,9 +1,9 @@
-// A test is run again (playwright.config.js: `retries: 1`) only when Chromium's renderer
-// crashed under it: a known bug of Chromium and Pyodide when Pyodide switches stacks
-// (JSPI: a page started without the memory snapshot; pyodide/pyodide#5702, #6106), rare
-// here (a SIGSEGV at a stack's guard page, about one test in several hundred) and not this
-// project's to fix. Any other failure fails the run, retried or not, passed again or not;
-// each crash is listed at the end, so that none goes unseen.
+// A failed test is run again (playwright.config.js: `retries: 1`), and its passing then
+// counts only when Chromium's renderer crashed under it: a known bug of Chromium and
+// Pyodide when Pyodide switches stacks (JSPI: a page started without the memory snapshot;
+// pyodide/pyodide#5702, #6106), rare here (a SIGSEGV at a stack's guard page, about one
+// test in several hundred) and not this project's to fix. Any other failure fails the
+// run, passed again or not; each crash is listed at the end, so that none goes unseen.
 
 const CRASHED = /\b(Target|Page) crashed\b/;
 const COLOURS = /\u001b\[[0-9;]*m/g;
