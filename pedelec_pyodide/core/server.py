@@ -90,9 +90,11 @@ def agent_factory_for(config: CoreConfig) -> Callable[[], Agent]:
     turn."""
     spec, headers, clock = config.agent, config.agent_headers, config.clock
     event_timeout = config.tool_timeout_ms / 1000
-    limits = {"event_timeout": event_timeout, "run_limit": config.max_total_for(event_timeout)}
-    make_agent(spec, clock, headers=headers, **limits)
-    return lambda: make_agent(spec, clock, headers=headers, **limits)
+    factory = functools.partial(make_agent, spec, clock, headers=headers,
+                                event_timeout=event_timeout,
+                                run_limit=config.max_total_for(event_timeout))
+    factory()
+    return factory
 
 
 #: the snapshot is revalidated on every load (304 by ETag when unchanged): its file

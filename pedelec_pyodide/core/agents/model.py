@@ -402,7 +402,7 @@ class ModelAgent(ABC):
                     raise StepLimitExceeded(
                         f"the turn reached its limit of {turn.max_steps} tool-calling steps "
                         f"and {self.provider} still asked for "
-                        + excerpt(", ".join(excerpt(call.name) for call in answer.calls)))
+                        + ", ".join(excerpt(call.name) for call in answer.calls))
                 steps += 1
                 new.extend(self.result_messages(await self._call(turn, answer.calls, known)))
         finally:

@@ -226,7 +226,7 @@ class TurnRunner:
             record.error = {"code": STEP_LIMIT_EXCEEDED, "message": excerpt(str(exc))}
         except _Diverged as exc:
             record.status = "failed"
-            record.error = {"code": TURN_INTERRUPTED, "message": excerpt(str(exc))}
+            record.error = {"code": TURN_INTERRUPTED, "message": str(exc)}
         except Exception as exc:
             record.status = "failed"
             detail = excerpt(str(exc))
