@@ -18,7 +18,12 @@ from corekit import WAIT, Page, run, running_core
 
 from pedelec_pyodide import TurnError, strictjson
 from pedelec_pyodide.core.agents import ag_ui_agent
-from pedelec_pyodide.core.agents.ag_ui_agent import MAX_CALLS, MAX_EVENT_BYTES, sse_events
+from pedelec_pyodide.core.agents.ag_ui_agent import (
+    MAX_CALLS,
+    MAX_EVENT_BYTES,
+    MAX_EVENT_VALUES,
+    sse_events,
+)
 from pedelec_pyodide.core.agents.factory import parse_header
 from pedelec_pyodide.core.cli import build_parser
 from pedelec_pyodide.core.offload import LARGE_CHARS
@@ -195,6 +200,80 @@ def test_large_args_are_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPatc
 
     run(main())
     assert seen and not any(seen), seen  # parsed, never on the loop's thread
+
+
+# --- what one event may cost ------------------------------------------------------------------
+
+#: more JSON values than one event may hold: [[],[],...]
+MANY = "[" + ",".join(["[]"] * MAX_EVENT_VALUES) + "]"
+
+
+class _Validations:
+    """Core's full validation of events, watched: the length of each event it validated."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sizes: list[int] = []
+        self._adapter = ag_ui_agent._EVENT
+        monkeypatch.setattr(ag_ui_agent, "_EVENT", self)
+
+    def validate_json(self, data: bytes) -> Any:
+        self.sizes.append(len(data))
+        return self._adapter.validate_json(data)
+
+
+def test_an_event_of_too_many_values_core_acts_on_fails_the_turn_unvalidated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: a 4 MiB event of ``[],`` (extra fields are allowed) held Core's event loop
+    for 0.5 s: pydantic builds its values in a worker thread but with the GIL held."""
+    validations = _Validations(monkeypatch)
+    event = '{"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "{}", "pad": ' + MANY + "}"
+    run_events = [started(), sse({"type": "TOOL_CALL_START", "toolCallId": "c",
+                                  "toolCallName": "update_counter"}), sse(event)]
+
+    async def main() -> None:
+        async with ScriptedAgent([Script(run_events)]) as agent, \
+                running_core(ag_ui(agent.url)) as core:
+            session, runs = counter_session()
+            page = await Page(session).connect(core.ws_url)
+            with pytest.raises(TurnError) as failed:
+                await page.session.send_text("go")
+            assert failed.value.code == "AGENT_ERROR"
+            assert (f"sent a TOOL_CALL_ARGS event of over {MAX_EVENT_VALUES} JSON values"
+                    in failed.value.message), failed.value.message
+            assert runs == []
+
+    run(main())
+    assert validations.sizes and max(validations.sizes) < len(event), validations.sizes
+
+
+def test_an_event_of_too_many_values_core_has_no_use_for_is_skipped_unvalidated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    validations = _Validations(monkeypatch)
+    snapshot = '{"type": "STATE_SNAPSHOT", "snapshot": ' + MANY + "}"
+    pieces = text_run("ok")
+    pieces.insert(1, sse(snapshot))
+
+    async def main() -> None:
+        async with ScriptedAgent([Script(pieces)]) as agent, \
+                running_core(ag_ui(agent.url)) as core:
+            page = await Page(counter_session()[0]).connect(core.ws_url)
+            assert await page.session.send_text("go") == "ok"
+
+    run(main())
+    assert max(validations.sizes) < len(snapshot), validations.sizes
+
+
+def test_brackets_and_commas_in_strings_are_no_values() -> None:
+    """A model may well say JSON, or send a call's args as one delta: JSON in a string."""
+    said = "[{,]}" * MAX_EVENT_VALUES
+
+    async def main() -> None:
+        async with ScriptedAgent([Script(text_run(said))]) as agent, \
+                running_core(ag_ui(agent.url)) as core:
+            page = await Page(counter_session()[0]).connect(core.ws_url)
+            assert await page.session.send_text("go") == said
+
+    run(main())
 
 
 def test_every_run_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,9 +49,10 @@ from ag_ui.core import (
     ToolCallResultEvent,
     ToolCallStartEvent,
 )
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from ...errors import PedelecError
+from ...protocol import outside_strings
 from ...results import is_error_result
 from ...text import excerpt
 from ..clock import Clock
@@ -82,6 +83,12 @@ MAX_STREAM_BYTES = 16 * 1024 * 1024
 MAX_TURN_STREAM_BYTES = 2 * MAX_STREAM_BYTES
 #: bytes of one event (its ``data`` lines together), and so of one line
 MAX_EVENT_BYTES = 4 * 1024 * 1024
+#: JSON values in one event that Core validates, counted by its brackets and commas outside
+#: strings: pydantic builds each with the GIL held and never hands it back within an event,
+#: so every other session waits for it (~0.3 µs a value; 4 MiB of ``[],`` took 0.5 s). An
+#: event over it is refused, or skipped if its type is one Core has no use for (a large
+#: ``STATE_SNAPSHOT``), after reading its type alone (~10 times cheaper)
+MAX_EVENT_VALUES = 65_536
 #: tool calls in one run, the agent's own and the page's (each becomes a request, a result
 #: and two messages: 16 MiB of tiny calls cost Core most of a gigabyte and seconds of its
 #: event loop)
@@ -92,6 +99,11 @@ MAX_ERROR_BODY = 4096
 MIN_SECRET_CHARS = 6
 
 _EVENT: TypeAdapter[Any] = TypeAdapter(Event)
+#: the events Core acts on, as :meth:`AgUiAgent._apply` does; it skips any other type
+_USED = (TextMessageContentEvent, TextMessageChunkEvent, ToolCallStartEvent,
+         ToolCallChunkEvent, ToolCallArgsEvent, ToolCallResultEvent, RunErrorEvent,
+         RunFinishedEvent)
+_USED_TYPES = frozenset(kind.model_fields["type"].default.value for kind in _USED)
 _LINE_END = re.compile(rb"[\r\n]")
 
 OutcomeKind = Literal["success", "interrupt", "cancelled"]
@@ -233,7 +245,6 @@ class AgUiAgent(ModelAgent):
         wait = self.settings.request_timeout
         # every wait has a deadline, whatever the bytes trickle: the answer's head within
         # the connection's and the event timeout, an error's body within the event timeout,
-        # then each event within it of the last
         # then each event within it of the last, and all of them within the run limit
         run_end = float("inf")
         try:
@@ -300,9 +311,20 @@ class AgUiAgent(ModelAgent):
                             f"({excerpt(encoding)}), though asked for identity")
 
     async def _parse(self, data: bytes) -> Any:
+        """The event in ``data``, validated; None for one over :data:`MAX_EVENT_VALUES`
+        whose type Core has no use for."""
         try:
-            return (await off_loop(_EVENT.validate_json, data) if len(data) > LARGE_CHARS
-                    else _EVENT.validate_json(data))
+            if len(data) <= LARGE_CHARS:
+                return _EVENT.validate_json(data)
+            if _raw_values(data) > MAX_EVENT_VALUES and await off_loop(
+                    _values, data) > MAX_EVENT_VALUES:
+                kind = (await off_loop(_EVENT_TYPE.validate_json, data)).type
+                if kind in _USED_TYPES:
+                    raise AgUiError(
+                        f"the AG-UI agent at {self.model} sent a {excerpt(kind)} event of over "
+                        f"{MAX_EVENT_VALUES} JSON values (arrays, objects and their items)")
+                return None
+            return await off_loop(_EVENT.validate_json, data)
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_input=False)
             where = ".".join(str(part) for part in errors[0]["loc"]) if errors else ""
@@ -484,6 +506,27 @@ async def sse_events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator
                 raise AgUiError(f"the AG-UI agent at {where} sent an event over "
                                 f"{MAX_EVENT_BYTES} bytes")
         # other fields (event, id, retry) and comments (``:``) carry nothing AG-UI uses
+
+
+class _EventType(BaseModel):
+    """An event's type alone: reading it builds nothing else."""
+    model_config = ConfigDict(extra="ignore")
+    type: str
+
+
+_EVENT_TYPE = TypeAdapter(_EventType)
+
+
+def _raw_values(data: bytes) -> int:
+    """At least :func:`_values` (brackets and commas in strings count too), at C speed."""
+    return data.count(b"[") + data.count(b"{") + data.count(b",")
+
+
+def _values(data: bytes) -> int:
+    """About how many JSON values ``data`` holds: its arrays and objects and the commas
+    between their items, outside strings."""
+    structure = outside_strings(data.decode("utf-8"))
+    return structure.count("[") + structure.count("{") + structure.count(",")
 
 
 def _check_utf8(data: bytes, where: str) -> None:
