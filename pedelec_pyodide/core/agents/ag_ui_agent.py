@@ -83,6 +83,9 @@ MAX_STREAM_BYTES = 16 * 1024 * 1024
 MAX_TURN_STREAM_BYTES = 2 * MAX_STREAM_BYTES
 #: bytes of one event (its ``data`` lines together), and so of one line
 MAX_EVENT_BYTES = 4 * 1024 * 1024
+#: lines of the stream read between two turns of the event loop: a 64 KiB read of 3-byte
+#: lines would hold it ~45 ms, other sessions waiting
+SLICE_LINES = 4096
 #: JSON values in one event that Core validates, counted by its brackets and commas outside
 #: strings: pydantic builds each with the GIL held and never hands it back within an event,
 #: so every other session waits for it (~0.3 µs a value; 4 MiB of ``[],`` took 0.5 s). An
@@ -456,13 +459,15 @@ async def sse_events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator
     by :data:`MAX_STREAM_BYTES`, one event (and so one line) by :data:`MAX_EVENT_BYTES`.
     A line ends with CR LF, LF or CR alone (the SSE rule). Every byte is looked at a
     bounded number of times: a line is searched for from where the last search stopped,
-    and the buffer is compacted only when more is read."""
+    and the buffer is compacted only when more is read. A read of many lines is parsed in
+    slices of :data:`SLICE_LINES`, each in a turn of the event loop of its own."""
     buffer = bytearray()
     start = 0  # where the current line begins in the buffer
     searched = 0  # up to where the buffer holds no line break past ``start``
     total = 0
     data = bytearray()  # the event's data lines, each ended by a line break
     ended = False  # the stream has ended: what is in the buffer is all
+    lines = 0
     while True:
         found = _LINE_END.search(buffer, max(start, searched))
         if found is not None and found[0] == b"\r" and found.end() == len(buffer) and not ended:
@@ -486,6 +491,9 @@ async def sse_events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator
                                 "bytes in one run")
             buffer += chunk
             continue
+        lines += 1
+        if lines % SLICE_LINES == 0:
+            await asyncio.sleep(0)  # (the buffer is not touched while others run)
         end = found.start()
         line = bytes(buffer[start:end])
         start = searched = end + (2 if buffer[end:end + 2] == b"\r\n" else 1)
