@@ -321,10 +321,13 @@ FAILURES: dict[str, tuple[Script, str]] = {
 @pytest.mark.parametrize("case", FAILURES)
 def test_a_failing_agent_fails_the_turn_with_agent_error(case: str) -> None:
     script, said = FAILURES[case]
+    # a short event timeout for "too slow"; a longer one where the failure must not depend on
+    # how fast 16 MiB of comments (no event) crosses a busy machine's loopback
+    timeout_ms = 300 if case == "too slow" else 10_000
 
     async def main() -> None:
         async with ScriptedAgent([script]) as agent, \
-                running_core(ag_ui(agent.url, tool_timeout_ms=300)) as core:
+                running_core(ag_ui(agent.url, tool_timeout_ms=timeout_ms)) as core:
             page = await Page(counter_session()[0]).connect(core.ws_url)
             with pytest.raises(TurnError) as failed:
                 await page.session.send_text("go")
