@@ -313,8 +313,10 @@ FAILURES: dict[str, tuple[Script, str]] = {
                    "sent TOOL_CALL_ARGS for the call 'c9', which it had not started"),
     "encoded": (Script([gzip.compress(started())], headers={"Content-Encoding": "gzip"}),
                 "sent its stream encoded (gzip), though asked for identity"),
-    "too deep": (Script([started(), sse('{"type": "RAW", "event": ' + "[" * 100_000
-                                        + "]" * 100_000 + "}")]), "not an AG-UI event"),
+    # (deeper than pydantic's limit, within Core's bound on an event's values: one over
+    # that bound fails before it is parsed, test_ag_ui_bounds)
+    "too deep": (Script([started(), sse('{"type": "RAW", "event": ' + "[" * 10_000
+                                        + "]" * 10_000 + "}")]), "not an AG-UI event"),
 }
 
 

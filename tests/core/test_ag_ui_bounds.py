@@ -10,6 +10,7 @@ import ssl
 import threading
 import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,7 +23,8 @@ from pedelec_pyodide.core.agents.ag_ui_agent import (
     MAX_CALLS,
     MAX_EVENT_BYTES,
     MAX_EVENT_VALUES,
-    SLICE_LINES,
+    MAX_VALIDATED_EVENT_BYTES,
+    TYPE_PREFIX_BYTES,
     sse_events,
 )
 from pedelec_pyodide.core.agents.factory import parse_header
@@ -207,27 +209,61 @@ def test_large_args_are_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPatc
 
 #: more JSON values than one event may hold: [[],[],...]
 MANY = "[" + ",".join(["[]"] * MAX_EVENT_VALUES) + "]"
+#: ~4 MiB of nested arrays: the costliest JSON to build per byte that strings do not bound
+NESTED = "[" + "[[[[[[]]]]]]," * ((MAX_EVENT_BYTES - 200) // 13) + "0]"
 
 
-class _Validations:
-    """Core's full validation of events, watched: the length of each event it validated."""
+class _Parses:
+    """Core's work on large events, watched: the length of each event validated, of each
+    whose values were counted, and of each text its type was read from."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.sizes: list[int] = []
-        self._adapter = ag_ui_agent._EVENT
-        monkeypatch.setattr(ag_ui_agent, "_EVENT", self)
+        self.validated: list[int] = []
+        self.counted: list[int] = []
+        self.typed: list[int] = []
 
-    def validate_json(self, data: bytes) -> Any:
-        self.sizes.append(len(data))
-        return self._adapter.validate_json(data)
+        def watched(lengths: list[int], work: Callable[..., Any]) -> Callable[..., Any]:
+            def run(value: Any, *args: Any, **kwargs: Any) -> Any:
+                lengths.append(len(value))
+                return work(value, *args, **kwargs)
+            return run
+
+        adapter = SimpleNamespace(validate_json=watched(self.validated,
+                                                        ag_ui_agent._EVENT.validate_json))
+        monkeypatch.setattr(ag_ui_agent, "_EVENT", adapter)
+        monkeypatch.setattr(ag_ui_agent, "_values", watched(self.counted, ag_ui_agent._values))
+        monkeypatch.setattr(ag_ui_agent, "from_json", watched(self.typed, ag_ui_agent.from_json))
+
+    def check(self, event: str) -> None:
+        """``event`` was never validated, its values counted only within the bound on
+        validated bytes, its type read from its first bytes alone."""
+        assert self.validated and max(self.validated) < len(event), self.validated
+        assert len(event) <= MAX_VALIDATED_EVENT_BYTES or len(event) not in self.counted
+        assert all(length <= TYPE_PREFIX_BYTES for length in self.typed), self.typed
 
 
-def test_an_event_of_too_many_values_core_acts_on_fails_the_turn_unvalidated(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Found: a 4 MiB event of ``[],`` (extra fields are allowed) held Core's event loop
-    for 0.5 s: pydantic builds its values in a worker thread but with the GIL held."""
-    validations = _Validations(monkeypatch)
-    event = '{"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "{}", "pad": ' + MANY + "}"
+REFUSED = {
+    # found: a 4 MiB event of ``[],`` (extra fields are allowed) held Core's event loop for
+    # 0.5 s: pydantic builds its values in a worker thread, but with the GIL held
+    "values": ('{"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "{}", "pad": '
+               + MANY + "}", f"sent a TOOL_CALL_ARGS event of over {MAX_EVENT_VALUES} JSON values"),
+    "bytes": ('{"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "'
+              + " " * MAX_VALIDATED_EVENT_BYTES + '"}',
+              f"sent a TOOL_CALL_ARGS event of over {MAX_VALIDATED_EVENT_BYTES} bytes"),
+    # a type Core skips, but not leading: the event's size decides
+    "type last": ('{"snapshot": ' + MANY + ', "type": "STATE_SNAPSHOT"}',
+                  f"sent an event of over {MAX_EVENT_VALUES} JSON values"),
+    # its type is in its first bytes, but too deep in them to be read
+    "deep": ('{"type": "RAW", "event": ' + "[" * 100_000 + "]" * 100_000 + "}",
+             f"sent an event of over {MAX_EVENT_VALUES} JSON values"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_an_event_over_the_bounds_fails_the_turn_unvalidated(
+        case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    parses = _Parses(monkeypatch)
+    event, said = REFUSED[case]
     run_events = [started(), sse({"type": "TOOL_CALL_START", "toolCallId": "c",
                                   "toolCallName": "update_counter"}), sse(event)]
 
@@ -239,20 +275,31 @@ def test_an_event_of_too_many_values_core_acts_on_fails_the_turn_unvalidated(
             with pytest.raises(TurnError) as failed:
                 await page.session.send_text("go")
             assert failed.value.code == "AGENT_ERROR"
-            assert (f"sent a TOOL_CALL_ARGS event of over {MAX_EVENT_VALUES} JSON values"
-                    in failed.value.message), failed.value.message
+            assert said in failed.value.message, failed.value.message
             assert runs == []
 
     run(main())
-    assert validations.sizes and max(validations.sizes) < len(event), validations.sizes
+    parses.check(event)
 
 
-def test_an_event_of_too_many_values_core_has_no_use_for_is_skipped_unvalidated(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    validations = _Validations(monkeypatch)
-    snapshot = '{"type": "STATE_SNAPSHOT", "snapshot": ' + MANY + "}"
+SKIPPED = {
+    "values": '{"type": "STATE_SNAPSHOT", "snapshot": ' + MANY + "}",
+    # found (by a stranger): reading such an event's type parsed all of it, 0.3-0.6 s and
+    # ~150 MiB for 4 MiB of nested arrays
+    "nested": '{"type": "STATE_SNAPSHOT", "snapshot": ' + NESTED + "}",
+    # found (by a stranger): counting values outside strings took ~0.2 s on 4 MiB of them
+    "strings": '{"type": "STATE_SNAPSHOT", "snapshot": [' + '"",' * (MAX_EVENT_BYTES // 4)
+               + '""]}',
+}
+
+
+@pytest.mark.parametrize("case", SKIPPED)
+def test_an_event_over_the_bounds_that_core_has_no_use_for_is_skipped_unread(
+        case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    parses = _Parses(monkeypatch)
+    event = SKIPPED[case]
     pieces = text_run("ok")
-    pieces.insert(1, sse(snapshot))
+    pieces.insert(1, sse(event))
 
     async def main() -> None:
         async with ScriptedAgent([Script(pieces)]) as agent, \
@@ -261,7 +308,7 @@ def test_an_event_of_too_many_values_core_has_no_use_for_is_skipped_unvalidated(
             assert await page.session.send_text("go") == "ok"
 
     run(main())
-    assert max(validations.sizes) < len(snapshot), validations.sizes
+    parses.check(event)
 
 
 def test_brackets_and_commas_in_strings_are_no_values() -> None:
@@ -330,11 +377,20 @@ def test_an_event_of_tiny_data_lines_takes_the_memory_of_its_bytes() -> None:
     assert peak < 3 * size, peak
 
 
-def test_a_read_of_many_lines_is_parsed_in_slices() -> None:
-    """Found: a 64 KiB read of 3-byte lines was parsed in one go, holding the event loop
-    ~45 ms (a 4 MiB event of them, 3 s in 45 ms pieces)."""
-    lines = 20 * SLICE_LINES
-    stream = b"data: " + b"\ndata:xy" * lines + b"\n\n"
+#: one 64 KiB read: one event of tiny lines, or tiny events; what it should give
+ONE_READ = {
+    # found: parsed in one go, it held the event loop ~45 ms (a 4 MiB event of them, 3 s in
+    # 45 ms pieces)
+    "one event": (b"data: " + b"\ndata:xy" * 21_843 + b"\n\n", [b"\nxy" * 21_843]),
+    # found (by a stranger): each event is handled before the next is read, and 4,096 lines
+    # at a time were ~2,000 events, ~100 ms
+    "tiny events": (b"data:{}\n\n" * 7_281, [b"{}"] * 7_281),
+}
+
+
+@pytest.mark.parametrize("case", ONE_READ)
+def test_a_read_of_many_lines_is_parsed_256_lines_at_a_time(case: str) -> None:
+    stream, expected = ONE_READ[case]
 
     async def main() -> int:
         turns = 0
@@ -351,13 +407,13 @@ def test_a_read_of_many_lines_is_parsed_in_slices() -> None:
         counter = asyncio.create_task(count_turns())
         await asyncio.sleep(0)
         before = turns
-        [event] = [event async for event in sse_events(one_read(), "here")]
+        events = [event async for event in sse_events(one_read(), "here")]
         during = turns - before
         counter.cancel()
-        assert len(event) == 3 * lines
+        assert events == expected
         return during
 
-    assert asyncio.run(main()) >= 19
+    assert asyncio.run(main()) >= stream.count(b"\n") // 256 - 1
 
 
 # --- secrets ---------------------------------------------------------------------------------
@@ -410,11 +466,16 @@ def test_a_step_limit_naming_huge_tools_still_ends_the_turn_on_the_page() -> Non
     """Found: the step limit's message listed every tool the agent still asked for, whole:
     a 1.5 MB name made a ``turn.end`` frame over the page's 1 MiB, refused by the page at
     every reconnect: the turn never ended there. (Such a name in a log line:
-    test_security.)"""
-    name = "x" * 1_500_000
+    test_security.) Each name is under the bound on an event Core validates; the two are
+    over the page's frame."""
+    name = "x" * 750_000
+    two_calls = [started()] + [
+        sse({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": name})
+        for call_id in ("c1", "c2")] + [sse({"type": "RUN_FINISHED", "threadId": "t",
+                                             "runId": "r"})]
 
     async def main() -> None:
-        scripts = [Script(call_run(name, "{}"))]
+        scripts = [Script(two_calls)]
         async with ScriptedAgent(scripts) as agent, \
                 running_core(ag_ui(agent.url, max_steps=0)) as core:
             page = await Page(counter_session()[0]).connect(core.ws_url)

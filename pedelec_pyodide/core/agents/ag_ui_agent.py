@@ -11,7 +11,9 @@ the run's events from its ``text/event-stream``:
   only, every other one goes to the page once the run has finished, through the same path
   as any model's calls, and its result goes back in the next run's messages;
 - ``RUN_FINISHED`` ends the run; ``RUN_ERROR``, a stream that ends before it, an event
-  that is not AG-UI, a run's stream over :data:`MAX_STREAM_BYTES` (a turn's streams over
+  that is not AG-UI or is over the bounds on what Core validates (one over them that
+  leads with a type Core has no use for is skipped unread), a run's stream over
+  :data:`MAX_STREAM_BYTES` (a turn's streams over
   :data:`MAX_TURN_STREAM_BYTES`), an event gap over the tool timeout or a run longer than
   the run limit (events may keep a run going that long, not for ever) fail the turn with
   a message naming the agent's URL.
@@ -37,6 +39,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import httpx
 from ag_ui.core import (
     Event,
+    EventType,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
@@ -49,7 +52,8 @@ from ag_ui.core import (
     ToolCallResultEvent,
     ToolCallStartEvent,
 )
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import from_json
 
 from ...errors import PedelecError
 from ...protocol import outside_strings
@@ -83,15 +87,20 @@ MAX_STREAM_BYTES = 16 * 1024 * 1024
 MAX_TURN_STREAM_BYTES = 2 * MAX_STREAM_BYTES
 #: bytes of one event (its ``data`` lines together), and so of one line
 MAX_EVENT_BYTES = 4 * 1024 * 1024
-#: lines of the stream read between two turns of the event loop: a 64 KiB read of 3-byte
-#: lines would hold it ~45 ms, other sessions waiting
-SLICE_LINES = 4096
-#: JSON values in one event that Core validates, counted by its brackets and commas outside
-#: strings: pydantic builds each with the GIL held and never hands it back within an event,
-#: so every other session waits for it (~0.3 µs a value; 4 MiB of ``[],`` took 0.5 s). An
-#: event over it is refused, or skipped if its type is one Core has no use for (a large
-#: ``STATE_SNAPSHOT``), after reading its type alone (~10 times cheaper)
+#: lines of the stream read between two turns of the event loop: each event (two lines at
+#: least) is handled before the next is read, and a 64 KiB read of tiny events held the loop
+#: ~100 ms
+SLICE_LINES = 256
+#: bytes of an event that Core validates: pydantic builds it with the GIL held, and never
+#: hands it back within an event, so every other session waits (4 MiB of nested arrays
+#: took 0.3-0.6 s)
+MAX_VALIDATED_EVENT_BYTES = 1024 * 1024
+#: JSON values in an event that Core validates, counted by its brackets and commas outside
+#: strings (~0.3 µs each to build: 4 MiB of ``[],`` took 0.5 s)
 MAX_EVENT_VALUES = 65_536
+#: bytes at the start of an event over those bounds where its ``type`` is looked for (the
+#: AG-UI SDKs write it first): a type Core has no use for is skipped, unread
+TYPE_PREFIX_BYTES = 4096
 #: tool calls in one run, the agent's own and the page's (each becomes a request, a result
 #: and two messages: 16 MiB of tiny calls cost Core most of a gigabyte and seconds of its
 #: event loop)
@@ -107,6 +116,7 @@ _USED = (TextMessageContentEvent, TextMessageChunkEvent, ToolCallStartEvent,
          ToolCallChunkEvent, ToolCallArgsEvent, ToolCallResultEvent, RunErrorEvent,
          RunFinishedEvent)
 _USED_TYPES = frozenset(kind.model_fields["type"].default.value for kind in _USED)
+_SKIPPED_TYPES = frozenset(kind.value for kind in EventType) - _USED_TYPES
 _LINE_END = re.compile(rb"[\r\n]")
 
 OutcomeKind = Literal["success", "interrupt", "cancelled"]
@@ -314,20 +324,21 @@ class AgUiAgent(ModelAgent):
                             f"({excerpt(encoding)}), though asked for identity")
 
     async def _parse(self, data: bytes) -> Any:
-        """The event in ``data``, validated; None for one over :data:`MAX_EVENT_VALUES`
-        whose type Core has no use for."""
+        """The event in ``data``, validated; None for one over Core's bounds whose type is
+        one Core has no use for (:func:`_over_bounds`)."""
         try:
             if len(data) <= LARGE_CHARS:
                 return _EVENT.validate_json(data)
-            if _raw_values(data) > MAX_EVENT_VALUES and await off_loop(
-                    _values, data) > MAX_EVENT_VALUES:
-                kind = (await off_loop(_EVENT_TYPE.validate_json, data)).type
-                if kind in _USED_TYPES:
-                    raise AgUiError(
-                        f"the AG-UI agent at {self.model} sent a {excerpt(kind)} event of over "
-                        f"{MAX_EVENT_VALUES} JSON values (arrays, objects and their items)")
+            over = await _over_bounds(data)
+            if over is None:
+                return await off_loop(_EVENT.validate_json, data)
+            kind = _leading_type(data)
+            if kind in _SKIPPED_TYPES:
                 return None
-            return await off_loop(_EVENT.validate_json, data)
+            what = f"a {excerpt(kind)} event" if kind else "an event"
+            raise AgUiError(
+                f"the AG-UI agent at {self.model} sent {what} of {over}: Core validates no "
+                "larger event, and skips one only if it leads with a type Core has no use for")
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_input=False)
             where = ".".join(str(part) for part in errors[0]["loc"]) if errors else ""
@@ -516,18 +527,16 @@ async def sse_events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator
         # other fields (event, id, retry) and comments (``:``) carry nothing AG-UI uses
 
 
-class _EventType(BaseModel):
-    """An event's type alone: reading it builds nothing else."""
-    model_config = ConfigDict(extra="ignore")
-    type: str
-
-
-_EVENT_TYPE = TypeAdapter(_EventType)
-
-
-def _raw_values(data: bytes) -> int:
-    """At least :func:`_values` (brackets and commas in strings count too), at C speed."""
-    return data.count(b"[") + data.count(b"{") + data.count(b",")
+async def _over_bounds(data: bytes) -> str | None:
+    """Which of :data:`MAX_VALIDATED_EVENT_BYTES` and :data:`MAX_EVENT_VALUES` the event
+    is over, or None. Its values are counted where a count at C speed (brackets and commas
+    in strings too) cannot vouch for it."""
+    if len(data) > MAX_VALIDATED_EVENT_BYTES:
+        return f"over {MAX_VALIDATED_EVENT_BYTES} bytes"
+    if (data.count(b"[") + data.count(b"{") + data.count(b",") > MAX_EVENT_VALUES
+            and await off_loop(_values, data) > MAX_EVENT_VALUES):
+        return f"over {MAX_EVENT_VALUES} JSON values (arrays, objects and their items)"
+    return None
 
 
 def _values(data: bytes) -> int:
@@ -535,6 +544,18 @@ def _values(data: bytes) -> int:
     between their items, outside strings."""
     structure = outside_strings(data.decode("utf-8"))
     return structure.count("[") + structure.count("{") + structure.count(",")
+
+
+def _leading_type(data: bytes) -> str | None:
+    """The event's ``type``, if it is among its first :data:`TYPE_PREFIX_BYTES`: read from
+    them alone, whatever follows."""
+    head = data[:TYPE_PREFIX_BYTES].decode("utf-8", "ignore")  # (a character cut short)
+    try:
+        event = from_json(head, allow_partial=True)
+    except ValueError:
+        return None
+    kind = event.get("type") if isinstance(event, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _check_utf8(data: bytes, where: str) -> None:
