@@ -28,6 +28,7 @@ from pedelec_pyodide.core.agents.ag_ui_agent import (
     sse_events,
 )
 from pedelec_pyodide.core.agents.factory import parse_header
+from pedelec_pyodide.core.agents.model import MAX_ARGUMENTS_CHARS
 from pedelec_pyodide.core.cli import build_parser
 from pedelec_pyodide.core.offload import LARGE_CHARS
 
@@ -324,6 +325,44 @@ def test_brackets_and_commas_in_strings_are_no_values() -> None:
     run(main())
 
 
+def test_arguments_longer_than_a_call_can_carry_are_answered_unread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found (by a stranger): 16 MB of a call's arguments, sent as small deltas, were
+    decoded twice in a worker thread with the GIL held: the event loop stalled for seconds
+    and Core took ~1 GB. No tool call can carry more than a page's frame."""
+    piece = '"' + "x" * (64 * 1024 - 2) + '",'
+    pieces = MAX_ARGUMENTS_CHARS // len(piece) + 1
+    run_events = [started(), sse({"type": "TOOL_CALL_START", "toolCallId": "c",
+                                  "toolCallName": "update_counter"}),
+                  sse({"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": '{"pad": ['})]
+    run_events += [sse({"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": piece})] * pieces
+    run_events += [sse({"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": '""]}'}),
+                   sse({"type": "TOOL_CALL_END", "toolCallId": "c"}),
+                   sse({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"})]
+    decoded: list[int] = []
+    decode = strictjson.decode
+
+    def spy(text: str) -> Any:
+        decoded.append(len(text))
+        return decode(text)
+
+    async def main() -> None:
+        scripts = [Script(run_events), Script(text_run("ok"))]
+        async with ScriptedAgent(scripts) as agent, running_core(ag_ui(agent.url)) as core:
+            session, runs = counter_session()
+            page = await Page(session).connect(core.ws_url)
+            monkeypatch.setattr(strictjson, "decode", spy)
+            assert await page.session.send_text("go") == "ok"
+            assert runs == []
+            [answer] = [message for message in agent.requests[1]["body"]["messages"]
+                        if message["role"] == "tool"]
+            assert (f"the arguments for update_counter are over {MAX_ARGUMENTS_CHARS} "
+                    "characters") in answer["content"], answer["content"][:300]
+
+    run(main())
+    assert max(decoded, default=0) <= MAX_ARGUMENTS_CHARS, decoded
+
+
 def test_every_run_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
     """Found: every run made an HTTP client with a TLS context of its own, loading the CA
     bundle on the event loop (~40 ms here), even for an http URL."""
@@ -377,20 +416,25 @@ def test_an_event_of_tiny_data_lines_takes_the_memory_of_its_bytes() -> None:
     assert peak < 3 * size, peak
 
 
-#: one 64 KiB read: one event of tiny lines, or tiny events; what it should give
+#: one read: one event of tiny lines, tiny events, or events of 16 KiB; what it should give,
+#: and how many turns of the event loop at least while it is parsed
+KIB_16 = b"x" * (16 * 1024)
 ONE_READ = {
-    # found: parsed in one go, it held the event loop ~45 ms (a 4 MiB event of them, 3 s in
-    # 45 ms pieces)
-    "one event": (b"data: " + b"\ndata:xy" * 21_843 + b"\n\n", [b"\nxy" * 21_843]),
+    # found: parsed in one go, it held the event loop ~45 ms a 64 KiB read (a 4 MiB event
+    # of them, 3 s in 45 ms pieces)
+    "one event": (b"data: " + b"\ndata:xy" * 21_843 + b"\n\n", [b"\nxy" * 21_843],
+                  21_844 // 256 - 1),
     # found (by a stranger): each event is handled before the next is read, and 4,096 lines
     # at a time were ~2,000 events, ~100 ms
-    "tiny events": (b"data:{}\n\n" * 7_281, [b"{}"] * 7_281),
+    "tiny events": (b"data:{}\n\n" * 7_281, [b"{}"] * 7_281, 2 * 7_281 // 256 - 1),
+    # found (by a stranger): 128 events of 16 KiB (validated in place) were ~90 ms
+    "16 KiB events": ((b"data:" + KIB_16 + b"\n\n") * 64, [KIB_16] * 64, 63),
 }
 
 
 @pytest.mark.parametrize("case", ONE_READ)
-def test_a_read_of_many_lines_is_parsed_256_lines_at_a_time(case: str) -> None:
-    stream, expected = ONE_READ[case]
+def test_a_read_is_parsed_256_lines_or_16_kib_of_events_at_a_time(case: str) -> None:
+    stream, expected, turns_at_least = ONE_READ[case]
 
     async def main() -> int:
         turns = 0
@@ -413,7 +457,7 @@ def test_a_read_of_many_lines_is_parsed_256_lines_at_a_time(case: str) -> None:
         assert events == expected
         return during
 
-    assert asyncio.run(main()) >= stream.count(b"\n") // 256 - 1
+    assert asyncio.run(main()) >= turns_at_least
 
 
 # --- secrets ---------------------------------------------------------------------------------

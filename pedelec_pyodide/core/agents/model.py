@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from ... import strictjson
 from ...errors import PedelecError
+from ...protocol import MAX_FRAME_BYTES
 from ...results import INVALID_ARGS, TOOL_HANDLER_NOT_FOUND, tool_error
 from ...text import excerpt, lone_surrogate_at, not_unicode, quote
 from ..clock import Clock, SystemClock
@@ -38,6 +39,10 @@ from .contract import AgentInfo, StepLimitExceeded, ToolCallRequest, Turn
 
 # --- settings ----------------------------------------------------------------------------
 
+#: characters of a call's arguments Core reads: a tool call carries at most a page's frame
+#: (json holds the GIL while it decodes, even in a worker thread: 16 MB of a model's
+#: arguments held every other session for seconds and took ~1 GB)
+MAX_ARGUMENTS_CHARS = MAX_FRAME_BYTES
 TIMEOUT_ENV = "PEDELEC_MODEL_TIMEOUT"
 ATTEMPTS_ENV = "PEDELEC_MODEL_ATTEMPTS"
 RETRY_BUDGET_ENV = "PEDELEC_MODEL_RETRY_BUDGET"
@@ -235,6 +240,13 @@ def parse_arguments(call: ModelCall, known: set[str]) -> dict[str, Any] | ToolCa
             f"there is no tool named {quote(call.name)} in this session; the tools are: {listed}",
             retryable=False,
         )
+    if len(call.arguments) > MAX_ARGUMENTS_CHARS:
+        return tool_error(
+            INVALID_ARGS,
+            f"the arguments for {call.name} are over {MAX_ARGUMENTS_CHARS} characters, more "
+            "than a tool call can carry; they were not read",
+            retryable=False,
+        )
     raw = call.arguments.strip() or "{}"
     try:
         args = strictjson.decode(raw)
@@ -263,9 +275,11 @@ def _parsed(calls: list[ModelCall], known: set[str]
 
 
 def well_formed(arguments: str) -> dict[str, Any]:
-    """The arguments as an object, or ``{}`` when malformed or not valid Unicode text: what
-    the history keeps, so a request built from it is always valid (the error result tells
-    the model what it sent)."""
+    """The arguments as an object, or ``{}`` when malformed, not valid Unicode text or over
+    :data:`MAX_ARGUMENTS_CHARS` (unread): what the history keeps, so a request built from
+    it is always valid (the error result tells the model what it sent)."""
+    if len(arguments) > MAX_ARGUMENTS_CHARS:
+        return {}
     try:
         parsed = strictjson.decode(arguments.strip() or "{}")
     except (ValueError, RecursionError):
