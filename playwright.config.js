@@ -8,7 +8,8 @@
 // polyfill), and the WebMCP spec again in Chromium with WebMCP on (native document.modelContext).
 // A page offers its tools to the browser the same way however it started, so the second
 // project runs with the snapshot only. Specs whose pages run on a runtime of their own
-// (JupyterLite's site, a fresh cache's) also run with the snapshot only.
+// (JupyterLite's site, a fresh cache's), and those of what follows a page's start (the
+// demo's UI, agents, MCP, the tutorial: helpers.js ONCE_STARTED), also run with it only.
 import { defineConfig } from "@playwright/test";
 
 export const TOKEN = "e2e-admin-token";

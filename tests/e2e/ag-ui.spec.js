@@ -4,7 +4,9 @@
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { expect, test } from "@playwright/test";
-import { PYODIDE, freePort, openPage, startCore } from "./helpers.js";
+import { ONCE_STARTED, PYODIDE, SNAPSHOT, freePort, openPage, startCore } from "./helpers.js";
+
+test.skip(!SNAPSHOT, ONCE_STARTED);
 
 
 /** The Pydantic AI agent on a free loopback port: `{ url, stop() }` once it listens. */

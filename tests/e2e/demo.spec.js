@@ -1,6 +1,8 @@
 // The demo app (`pedelec demo`), driven like a user would: chat with the offline agent.
 import { expect, test } from "@playwright/test";
-import { demo, openPage } from "./helpers.js";
+import { ONCE_STARTED, SNAPSHOT, demo, openPage } from "./helpers.js";
+
+test.skip(!SNAPSHOT, ONCE_STARTED);
 
 async function ask(page, text) {
   await page.getByLabel("Message").fill(text);

@@ -8,6 +8,10 @@ import { APP_PORT, DEMO_PORT, PYODIDE, SNAPSHOT, TOKEN } from "../../playwright.
 /** Whether this run's pages start from Core's memory snapshot (PEDELEC_E2E_SNAPSHOT), and
  * the runtime directory (with or without one) a spec's own Core serves. */
 export { PYODIDE, SNAPSHOT };
+/** Why a spec runs only in the pass with the snapshot: what it tests (the demo's UI, an
+ * agent, an MCP client, the tutorial's steps) happens once its pages have started, and
+ * the other specs start pages both ways. */
+export const ONCE_STARTED = "tests what follows a page's start: run in the pass with the snapshot";
 
 export const app = coreAt(APP_PORT, TOKEN);
 export const demo = coreAt(DEMO_PORT, TOKEN);

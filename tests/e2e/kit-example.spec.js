@@ -2,7 +2,9 @@
 // In your project: copy this, point `coreWebServer({ app: "your/app/dir", port })` in your
 // playwright.config.js at your app, and import from "<path to pedelec-pyodide>/web/testing.js".
 import { expect, test } from "@playwright/test";
-import { app, callTool, callViaAgent, openPage } from "./helpers.js";
+import { ONCE_STARTED, SNAPSHOT, app, callTool, callViaAgent, openPage } from "./helpers.js";
+
+test.skip(!SNAPSHOT, ONCE_STARTED);
 
 test("my page's tool, directly and through the offline agent", async ({ page }) => {
   // a classic <script src=".../pedelec-pyodide.classic.js"> page

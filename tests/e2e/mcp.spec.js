@@ -3,7 +3,9 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { expect, test } from "@playwright/test";
-import { demo, openPage } from "./helpers.js";
+import { ONCE_STARTED, SNAPSHOT, demo, openPage } from "./helpers.js";
+
+test.skip(!SNAPSHOT, ONCE_STARTED);
 
 const run = promisify(execFile);
 

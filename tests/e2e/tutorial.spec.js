@@ -5,7 +5,9 @@
 import { readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { expect, test } from "@playwright/test";
-import { PYODIDE, callTool, startCore } from "./helpers.js";
+import { ONCE_STARTED, PYODIDE, SNAPSHOT, callTool, startCore } from "./helpers.js";
+
+test.skip(!SNAPSHOT, ONCE_STARTED);
 
 test.describe.configure({ mode: "default" }); // one Core and one static server for the file
 
