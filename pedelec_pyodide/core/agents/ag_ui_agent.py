@@ -481,7 +481,7 @@ async def sse_events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator
     total = 0
     data = bytearray()  # the event's data lines, each ended by a line break
     ended = False  # the stream has ended: what is in the buffer is all
-    lines = 0
+    lines = 0  # lines read since the last turn of the loop
     taken = 0  # bytes of events given since the last turn of the loop
     while True:
         found = _LINE_END.search(buffer, max(start, searched))
@@ -507,7 +507,7 @@ async def sse_events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator
             buffer += chunk
             continue
         lines += 1
-        if lines % SLICE_LINES == 0 or taken >= SLICE_BYTES:
+        if lines >= SLICE_LINES or taken >= SLICE_BYTES:
             lines = taken = 0
             await asyncio.sleep(0)  # (the buffer is not touched while others run)
         end = found.start()
