@@ -363,6 +363,35 @@ def test_arguments_longer_than_a_call_can_carry_are_answered_unread(
     assert max(decoded, default=0) <= MAX_ARGUMENTS_CHARS, decoded
 
 
+def test_long_arguments_are_read_once_off_the_event_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: a call's arguments were decoded twice in a worker thread (json holds the
+    GIL), once for the history's message and once for the request."""
+    args = '{"delta": 2, "note": "' + "long " * (LARGE_CHARS // 4) + '"}'
+    reads: list[bool] = []  # on the event loop's thread?
+    decode = strictjson.decode
+
+    def spy(text: str) -> Any:
+        if text == args:
+            reads.append(threading.current_thread() is threading.main_thread())
+        return decode(text)
+
+    async def main() -> None:
+        scripts = [Script(call_run("update_counter", args)), Script(text_run("ok"))]
+        async with ScriptedAgent(scripts) as agent, running_core(ag_ui(agent.url)) as core:
+            session, _ = counter_session()
+            page = await Page(session).connect(core.ws_url)
+            monkeypatch.setattr(strictjson, "decode", spy)
+            assert await page.session.send_text("go") == "ok"
+            [kept] = [message for message in agent.requests[1]["body"]["messages"]
+                      if message.get("toolCalls")]
+            assert decode(kept["toolCalls"][0]["function"]["arguments"]) == (
+                decode(args))
+
+    run(main())
+    assert reads == [False]
+
+
 def test_every_run_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
     """Found: every run made an HTTP client with a TLS context of its own, loading the CA
     bundle on the event loop (~40 ms here), even for an http URL."""

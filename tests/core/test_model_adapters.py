@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -52,12 +53,13 @@ from corekit import (
     until,
 )
 
-from pedelec_pyodide import Session, define_tool
+from pedelec_pyodide import Session, define_tool, strictjson
 from pedelec_pyodide.core.agents import AgentUnavailable, make_agent, model
 from pedelec_pyodide.core.agents.anthropic_agent import AnthropicAgent
 from pedelec_pyodide.core.agents.contract import StepLimitExceeded, ToolCallRequest
 from pedelec_pyodide.core.agents.model import ModelError, ModelSettings, capped
 from pedelec_pyodide.core.agents.openai_agent import OpenAIAgent
+from pedelec_pyodide.core.offload import LARGE_CHARS
 
 PROVIDERS = ["openai", "anthropic"]
 
@@ -211,7 +213,47 @@ def test_arguments_no_page_can_read_are_invalid_args_and_kept_out_of_the_history
     assert answer["error"]["code"] == "INVALID_ARGS"
     assert answer["error"]["message"].startswith(
         f"the arguments for update_counter are not valid JSON {said}")
-    assert model.well_formed(arguments) == {}
+    assert model.read_arguments(arguments).kept == {}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_long_arguments_are_read_once_off_the_event_loop(
+        provider: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: a call's arguments were decoded twice, for the history's message and for the
+    request, and the OpenAI and Anthropic adapters decoded theirs on the event loop (json
+    holds the GIL: up to ~90 ms for 1 MiB of small arrays, twice, every session waiting)."""
+    note = "long " * (LARGE_CHARS // 4)
+    with stand_in(provider, "one_tool_call") as server:
+        answer, follow_up = server.exchanges
+        events = answer["response"]["events"]
+        if provider == "openai":
+            pieces = [chunk["choices"][0]["delta"]["tool_calls"][0]["function"]
+                      for chunk in events if isinstance(chunk, dict)  # (not "[DONE]")
+                      and chunk["choices"] and chunk["choices"][0]["delta"].get("tool_calls")]
+            last, key = pieces[-1], "arguments"
+            kept = follow_up["request"]["body"]["messages"][1]["tool_calls"][0]["function"]
+            kept["arguments"] = json.dumps({"delta": 3, "note": note})
+        else:
+            deltas = [event["data"]["delta"] for event in events
+                      if event["data"]["type"] == "content_block_delta"]
+            last, key = deltas[-1], "partial_json"
+            follow_up["request"]["body"]["messages"][1]["content"][0]["input"]["note"] = note
+        assert last[key].endswith("}")
+        last[key] = last[key][:-1] + ', "note": ' + json.dumps(note) + "}"
+        reads: list[bool] = []  # on the event loop's thread?
+        decode = strictjson.decode
+
+        def spy(text: str) -> Any:
+            if note in text:
+                reads.append(threading.current_thread() is threading.main_thread())
+            return decode(text)
+
+        monkeypatch.setattr(strictjson, "decode", spy)
+        turn = turn_with("Add 3 to the counter")
+        reply = run(agent_for(server), turn)
+    assert reply == "The counter is now 3."
+    assert turn.batches[0][0].args == {"delta": 3, "note": note}
+    assert reads == [False]
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_unauthorized_fails_the_turn_clearly_without_the_key(

@@ -31,7 +31,7 @@ import functools
 import re
 import ssl
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -73,7 +73,6 @@ from .model import (
     result_text,
     tool_description,
     tool_schema,
-    well_formed,
 )
 
 #: the spec's prefix: ``ag-ui:URL``
@@ -447,9 +446,9 @@ def _answer(run: _Run, fallback_id: str) -> ModelAnswer:
     if own:
         own_id = own[0].parent or f"{fallback_id}-own"
         before.append({"id": own_id if own_id != message_id else f"{own_id}-own",
-                       "role": "assistant", "toolCalls": _tool_calls(own)})
+                       "role": "assistant", "toolCalls": _tool_calls(_model_calls(own))})
         before.extend(call.result for call in own if call.result is not None)
-    calls = [ModelCall(call.call_id, call.name, "".join(call.args)) for call in page]
+    calls = _model_calls(page)
     text = "".join(run.text)
     message: dict[str, Any] | None = None
     if text or calls:
@@ -457,14 +456,19 @@ def _answer(run: _Run, fallback_id: str) -> ModelAnswer:
         if text:
             message["content"] = text
         if calls:
-            message["toolCalls"] = _tool_calls(page)
+            message["toolCalls"] = _tool_calls(calls)
     return ModelAnswer(calls, message, before=before)
 
 
-def _tool_calls(calls: Iterable[_Call]) -> list[dict[str, Any]]:
+def _model_calls(calls: list[_Call]) -> list[ModelCall]:
+    return [ModelCall(call.call_id, call.name, "".join(call.args)) for call in calls]
+
+
+def _tool_calls(calls: list[ModelCall]) -> list[dict[str, Any]]:
+    """The calls as the history keeps them: their arguments read here (in a worker
+    thread when long, as :func:`_answer` is), once: the agent's requests take that."""
     return [{"id": call.call_id, "type": "function", "function": {
-        "name": call.name, "arguments": result_text(well_formed("".join(call.args)))}}
-        for call in calls]
+        "name": call.name, "arguments": call.read.kept_text}} for call in calls]
 
 
 async def sse_events(chunks: AsyncIterator[bytes], where: str) -> AsyncGenerator[bytes, None]:

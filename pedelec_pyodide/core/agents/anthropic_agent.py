@@ -24,11 +24,11 @@ from .model import (
     ModelSettings,
     Say,
     Usage,
+    read_calls,
     result_text,
     sdk_failure,
     tool_description,
     tool_schema,
-    well_formed,
 )
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -119,17 +119,19 @@ class AnthropicAgent(ModelAgent):
                         blocks[event.index]["json"] += delta.partial_json
                 elif event.type == "message_delta":
                     usage.output_tokens = event.usage.output_tokens
-        calls: list[ModelCall] = []
+        calls = [ModelCall(block["id"], block["name"], block["json"])
+                 for _, block in sorted(blocks.items()) if block["type"] == "tool_use"]
+        await read_calls(calls)
+        called = iter(calls)
         content: list[dict[str, Any]] = []
         for _, block in sorted(blocks.items()):
             if block["type"] == "text":
                 if block["text"]:
                     content.append(block)
                 continue
-            call = ModelCall(block["id"], block["name"], block["json"])
-            calls.append(call)
+            call = next(called)
             content.append({"type": "tool_use", "id": call.call_id, "name": call.name,
-                            "input": well_formed(call.arguments)})
+                            "input": call.read.kept})
         message = {"role": "assistant", "content": content} if content else None
         return ModelAnswer(calls, message, usage)
 

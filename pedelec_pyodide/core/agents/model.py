@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
+from functools import cached_property
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
@@ -213,7 +214,29 @@ class ModelCall:
 
     call_id: str
     name: str
-    arguments: str  # the JSON text as streamed; parsed (and checked) by the agent
+    arguments: str  # the JSON text as streamed; read (and checked) once: :attr:`read`
+
+    @cached_property
+    def read(self) -> Arguments:
+        """The arguments read, once, whoever asks first: the adapter for the history's
+        message, the agent for the request (:func:`read_calls` reads long ones off the
+        event loop)."""
+        return read_arguments(self.arguments)
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """A call's arguments as read: the object, or why the agent answers ``INVALID_ARGS``."""
+
+    value: dict[str, Any] | None  # None: not one JSON object no page would refuse
+    fault: str | None  # then what is wrong, as the error result words it
+    retryable: bool  # (worth the model's trying again: not when they were too long)
+    #: what the history keeps: ``value``, or ``{}`` when there is none or it is not valid
+    #: Unicode text (the error result tells the model what it sent), so that a request
+    #: built from the history is always valid; and as JSON text, for the providers that
+    #: keep it as text
+    kept: dict[str, Any]
+    kept_text: str
 
 
 @dataclass
@@ -240,53 +263,53 @@ def parse_arguments(call: ModelCall, known: set[str]) -> dict[str, Any] | ToolCa
             f"there is no tool named {quote(call.name)} in this session; the tools are: {listed}",
             retryable=False,
         )
-    if len(call.arguments) > MAX_ARGUMENTS_CHARS:
-        return tool_error(
-            INVALID_ARGS,
-            f"the arguments for {call.name} are over {MAX_ARGUMENTS_CHARS} characters, more "
-            "than a tool call can carry; they were not read",
-            retryable=False,
-        )
-    raw = call.arguments.strip() or "{}"
+    read = call.read
+    if read.value is None:
+        return tool_error(INVALID_ARGS, f"the arguments for {call.name} {read.fault}",
+                          retryable=read.retryable)
+    return ToolCallRequest(call.name, read.value, call.call_id)
+
+
+def read_arguments(arguments: str) -> Arguments:
+    """A call's arguments read from their JSON text: decoded once by the strict decoder,
+    unread when over :data:`MAX_ARGUMENTS_CHARS`."""
+    if len(arguments) > MAX_ARGUMENTS_CHARS:
+        return _faulty(f"are over {MAX_ARGUMENTS_CHARS} characters, more than a tool call "
+                       "can carry; they were not read", retryable=False)
+    raw = arguments.strip() or "{}"
     try:
-        args = strictjson.decode(raw)
+        value = strictjson.decode(raw)
     except (ValueError, RecursionError) as exc:
         where = (f" ({exc.msg} at character {exc.pos + 1})"
                  if isinstance(exc, json.JSONDecodeError)
                  else f" ({excerpt(str(exc))})" if isinstance(exc, ValueError) else "")
-        return tool_error(
-            INVALID_ARGS,
-            f"the arguments for {call.name} are not valid JSON{where}: {excerpt(raw)}; "
-            "call the tool again with one JSON object",
-            retryable=True,
-        )
-    if not isinstance(args, dict):
-        return tool_error(
-            INVALID_ARGS,
-            f"the arguments for {call.name} must be a JSON object, got {type(args).__name__}",
-            retryable=True,
-        )
-    return ToolCallRequest(call.name, args, call.call_id)
+        return _faulty(f"are not valid JSON{where}: {excerpt(raw)}; call the tool again "
+                       "with one JSON object", retryable=True)
+    if not isinstance(value, dict):
+        return _faulty(f"must be a JSON object, got {type(value).__name__}", retryable=True)
+    if lone_surrogate_at(value) is not None:  # refused by the turn, which says where
+        return Arguments(value, None, True, {}, "{}")
+    return Arguments(value, None, True, value, result_text(value))
 
 
-def _parsed(calls: list[ModelCall], known: set[str]
-            ) -> list[tuple[ModelCall, dict[str, Any] | ToolCallRequest]]:
-    return [(call, parse_arguments(call, known)) for call in calls]
+def _faulty(fault: str, *, retryable: bool) -> Arguments:
+    return Arguments(None, fault, retryable, {}, "{}")
 
 
-def well_formed(arguments: str) -> dict[str, Any]:
-    """The arguments as an object, or ``{}`` when malformed, not valid Unicode text or over
-    :data:`MAX_ARGUMENTS_CHARS` (unread): what the history keeps, so a request built from
-    it is always valid (the error result tells the model what it sent)."""
-    if len(arguments) > MAX_ARGUMENTS_CHARS:
-        return {}
-    try:
-        parsed = strictjson.decode(arguments.strip() or "{}")
-    except (ValueError, RecursionError):
-        return {}
-    if not isinstance(parsed, dict) or lone_surrogate_at(parsed) is not None:
-        return {}
-    return parsed
+async def read_calls(calls: list[ModelCall]) -> None:
+    """Each call's arguments read (:attr:`ModelCall.read`), in a worker thread when they
+    are long: json holds the GIL while it decodes, but the event loop waits for one
+    reading of them, not the adapter's and then the agent's."""
+    unread = [call for call in calls if "read" not in call.__dict__]
+    if sum(len(call.arguments) for call in unread) > LARGE_CHARS:
+        await off_loop(_read_each, unread)
+    else:
+        _read_each(unread)
+
+
+def _read_each(calls: list[ModelCall]) -> None:
+    for call in calls:
+        call.read  # noqa: B018 (read once, kept by the call)
 
 
 class _Reply:
@@ -426,9 +449,8 @@ class ModelAgent(ABC):
 
     async def _call(self, turn: Turn, calls: list[ModelCall], known: set[str]
                     ) -> list[tuple[ModelCall, Any]]:
-        checked = (await off_loop(_parsed, calls, known)
-                   if sum(len(call.arguments) for call in calls) > LARGE_CHARS
-                   else _parsed(calls, known))
+        await read_calls(calls)  # (an adapter has, for its message: kept)
+        checked = [(call, parse_arguments(call, known)) for call in calls]
         requests = [request for _, request in checked if isinstance(request, ToolCallRequest)]
         outcomes = iter(await turn.call_tools(requests) if requests else [])
         answered: list[tuple[ModelCall, Any]] = []

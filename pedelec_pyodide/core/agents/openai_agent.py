@@ -24,11 +24,11 @@ from .model import (
     ModelSettings,
     Say,
     Usage,
+    read_calls,
     result_text,
     sdk_failure,
     tool_description,
     tool_schema,
-    well_formed,
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -107,9 +107,10 @@ class OpenAIAgent(ModelAgent):
             return ModelAnswer(calls, None, usage)
         message: dict[str, Any] = {"role": "assistant", "content": content or None}
         if calls:
+            await read_calls(calls)
             message["tool_calls"] = [
                 {"id": call.call_id, "type": "function", "function": {
-                    "name": call.name, "arguments": result_text(well_formed(call.arguments))}}
+                    "name": call.name, "arguments": call.read.kept_text}}
                 for call in calls
             ]
         return ModelAnswer(calls, message, usage)
