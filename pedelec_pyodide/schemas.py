@@ -297,8 +297,6 @@ def _check_string_set(value: Any, where: Where) -> None:
         raise SchemaError(f"{where}: must not repeat a name, got {quote(value)}")
 
 
-
-
 def _private_parser() -> Callable[[str], object] | None:
     """``re._parser.parse``, the parser re.compile runs first, if this Python has it as
     3.11 to 3.14 do. It is private, but worth it: parsing ``(?i)[\u0100-\uffff]``

@@ -249,8 +249,6 @@ def results_sent(server: StandIn, request: int) -> list[tuple[str, Any, bool]]:
             for b in last if b["type"] == "tool_result"]
 
 
-
-
 def demo_handlers() -> dict[str, Callable[[Any], Any]]:
     counter = {"value": 0}
 

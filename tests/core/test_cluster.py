@@ -143,8 +143,6 @@ def test_a_page_whose_node_is_killed_resumes_on_another_and_its_turn_carries_on(
     run(main())
 
 
-
-
 def test_calls_arriving_at_a_node_without_the_page_reach_it_and_come_back(
         redis_server: RedisServer) -> None:
     """The page's socket is on A; a tool call, a turn and a GET arrive at B: forwarded to
@@ -234,7 +232,6 @@ def test_a_call_for_another_nodes_session_with_redis_away_is_a_503(
             await page.close()
 
     run(main())
-
 
 
 async def resume_on_and_call_again(url: str, caller: Any, sid: str, token: str,

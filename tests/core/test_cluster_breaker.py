@@ -47,8 +47,6 @@ async def answer_all(page: RawClient, ran: list[str]) -> int | None:
             await answer(page, frame)
 
 
-
-
 def test_a_node_starts_past_a_session_key_of_the_wrong_type(
         redis_server: RedisServer) -> None:
     """A key of a stored session holding another Redis type (a string where a hash is)
@@ -97,8 +95,6 @@ def test_a_forged_http_message_of_the_wrong_type_is_logged_as_a_bad_message(
                                     for r in caplog.records) >= 2, "bad_message logged")
 
     run(main())
-
-
 
 
 def test_a_forged_reply_without_a_status_does_not_fail_the_forwarded_call(

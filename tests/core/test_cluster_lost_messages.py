@@ -57,10 +57,6 @@ def drop(redis_server: RedisServer, ids: set[int]) -> None:
             client.client_kill_filter(_id=str(client_id))
 
 
-
-
-
-
 @pytest.mark.parametrize("lost", ["reply", "ask"])
 @pytest.mark.parametrize("kind", ["control", "mcp"])
 def test_a_call_whose_message_redis_dropped_is_answered_and_runs_once(

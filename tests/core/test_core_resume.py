@@ -187,8 +187,6 @@ def free_port() -> int:
         return port
 
 
-
-
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
 def test_core_killed_mid_turn_resumes_the_turn_from_its_store(
         tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:

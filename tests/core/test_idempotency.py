@@ -72,10 +72,6 @@ async def post(http: httpx.AsyncClient, path: str, body: dict[str, Any],
     return await http.post(path, json=body, headers=headers)
 
 
-
-
-
-
 async def gated_page(core: Core, *names: str) -> tuple[GatedTools, Page, str]:
     """A page whose tools ``names`` wait for their gates, connected: its tools, the
     page and its session id."""

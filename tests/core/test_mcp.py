@@ -46,8 +46,6 @@ def mcp_url(core: Core, session_id: str) -> str:
     return f"http://127.0.0.1:{core.port}/pedelec/v1/sessions/{session_id}/mcp"
 
 
-
-
 def text_of(result: types.CallToolResult) -> str:
     [block] = result.content
     assert isinstance(block, types.TextContent)
@@ -339,8 +337,6 @@ def test_args_no_page_can_read_are_invalid_args_before_anything_is_stored(
 
 
 # --- long-running tools: progress, cancellation; listen streams (2026-07-28) -----------------
-
-
 
 
 @pytest.mark.parametrize("era", ["handshake", "2026-07-28"])

@@ -67,10 +67,6 @@ PROVIDERS = ["openai", "anthropic"]
 # --- the stand-in for the paid API ---------------------------------------------------------
 
 
-
-
-
-
 @contextlib.contextmanager
 def stand_in(provider: str, name: str) -> Iterator[StandIn]:
     transcript = json.loads((TRANSCRIPTS / f"{provider}_{name}.json").read_text())
@@ -84,16 +80,6 @@ def stand_in(provider: str, name: str) -> Iterator[StandIn]:
         server.server.server_close()
         server.thread.join(5)
     assert not server.problems, server.problems
-
-
-
-
-
-
-
-
-
-
 
 
 # --- transcripts ---------------------------------------------------------------------------
@@ -192,7 +178,6 @@ def test_malformed_json_and_unknown_tool_are_answered_as_errors(provider: str) -
     assert "update_counter" in unknown["error"]["message"]  # the tools there are
     assert bad_flag == unknown_flag == (provider == "anthropic")
     assert reply == "Done: the counter is 2."
-
 
 
 @pytest.mark.parametrize(("arguments", "said"), [

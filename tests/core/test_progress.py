@@ -44,10 +44,6 @@ async def waiting(client: RawClient, request_id: str, flag: bool, **extra: Any) 
                        "waiting": flag, **extra})
 
 
-
-
-
-
 async def progressed(core: Core, client: RawClient, session_id: str, request_id: str,
                      value: float) -> None:
     """Send a progress and wait until Core has taken it."""

@@ -50,8 +50,6 @@ ORIGIN_CHECK = "/pedelec/v1/origin-check"
 BRIDGE = "/pedelec/v1/bridge"
 
 
-
-
 def wrong_same_length(token: str) -> str:
     return ("A" if token[0] != "A" else "B") + token[1:]
 

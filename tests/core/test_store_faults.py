@@ -47,8 +47,6 @@ def request(request_id: str, args: Any, session_id: str = "s1") -> RequestRecord
     return RequestRecord(request_id, session_id, None, 0, 0, "echo", args, 1e12)
 
 
-
-
 def store_bytes(path: Path) -> bytes:
     """The database and its -wal and -shm, as they are on disk."""
     files = (path, Path(f"{path}-wal"), Path(f"{path}-shm"))

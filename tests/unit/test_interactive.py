@@ -206,8 +206,6 @@ async def test_a_resumed_connection_tells_core_again_what_is_waiting_and_how_far
 # --- approval ------------------------------------------------------------------------------
 
 
-
-
 async def test_an_approved_request_runs_after_the_approver_said_yes() -> None:
     runs: list[Any] = []
     asked: list[ApprovalRequest] = []

@@ -224,7 +224,6 @@ def test_patterns_are_parsed_not_compiled() -> None:
     check_schema({"pattern": "(?<=a+)b"})
 
 
-
 FALLBACK_PATTERNS = ["^[a-z]+$", "(?i)[\u0100-\uffff]", "(a|b)*c{2,3}", "(?P<x>a)(?P=x)",
                      "(unclosed", "a)", "\\p{L}", "[z-a]", "*a", "(?P<x>a)(?P<x>b)"]
 

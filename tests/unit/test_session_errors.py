@@ -204,7 +204,6 @@ def test_a_failing_listener_is_logged_with_the_event_and_the_others_still_get_it
                for r in failed)
 
 
-
 # --- progress and waiting on the wire and to listeners ----------------------------------
 
 async def test_progress_and_waiting_frames_name_their_request_and_listeners_get_it_all(

@@ -102,7 +102,6 @@ class RunningTurn(Protocol):
         """Write the turn and its requests again (the store lost them)."""
 
 
-
 class CoreSession:
     """One page session as Core holds it."""
 

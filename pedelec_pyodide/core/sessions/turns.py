@@ -388,8 +388,6 @@ class TurnRunner:
         return outcomes
 
 
-
-
 def _steps(journal: list[RequestRecord]) -> list[list[RequestRecord]]:
     """The journal by step number (a step whose calls were all refused stored none)."""
     by_step: dict[int, list[RequestRecord]] = {}

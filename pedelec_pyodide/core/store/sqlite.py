@@ -133,7 +133,6 @@ def _private(path: Path) -> None:
                       error=reason(exc))
 
 
-
 class _Worker:
     """One daemon thread running calls in order: the connection is used by it alone. A
     call stuck in SQLite is left to the process's exit (the thread is a daemon)."""
