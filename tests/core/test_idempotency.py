@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sqlite3
 import threading
+import tracemalloc
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +44,7 @@ from corekit import (
 )
 from storekit import free_port, load_file
 
-from pedelec_pyodide import Session
+from pedelec_pyodide import Session, define_tool
 from pedelec_pyodide.core.cluster.relay import keyed_call
 from pedelec_pyodide.core.server import create_app
 from pedelec_pyodide.core.sessions.idempotency import IDEMPOTENCY_KEY_REUSED, key_hash
@@ -325,6 +327,48 @@ def test_a_retried_turn_returns_that_turn_waiting_for_it() -> None:
 
 
 # --- GET .../tool-calls/{id} and retention -----------------------------------------------------
+
+
+def test_a_kept_result_keeps_only_the_result() -> None:
+    """Found: a finished call's args (up to a frame) were kept with its result, as text,
+    for a day, though only its result is ever given again: a session's kept results took
+    up to twice the memory their bound (``--kept-results`` results of up to a frame, in
+    each of two lots) says."""
+    pad = "x" * (256 * 1024)
+    session = Session()
+    session.add_tool(define_tool(name="size", description="The length of pad.",
+                                 args_schema={"type": "object"},
+                                 handler=lambda args: {"chars": len(args["pad"])}))
+
+    async def main() -> int:
+        async with running_core() as core:
+            page = await Page(session).connect(core.ws_url)
+            sid = page.session.session_id or ""
+            assert (await core.tool_call(sid, "size", {"pad": pad})).status_code == 200
+            gc.collect()
+            tracemalloc.start()
+            try:
+                before = tracemalloc.get_traced_memory()[0]
+                done = []
+                for _ in range(16):
+                    answer = (await core.tool_call(sid, "size", {"pad": pad})).json()
+                    assert answer["result"] == {"chars": len(pad)}
+                    done.append(answer["toolRequestId"])
+                page.frames_in.clear()  # (this test page's own records of them)
+                page.events.clear()
+                gc.collect()
+                grown = tracemalloc.get_traced_memory()[0] - before
+            finally:
+                tracemalloc.stop()
+            for request_id in done:  # each result is kept all the same
+                kept = (await core.http.get(f"{calls_path(sid)}/{request_id}")).json()
+                assert kept["result"] == {"chars": len(pad)}
+            return grown
+
+    grown = run(main())
+    # the last frame this test's page read is still held, three ways (its bytes, its text,
+    # decoded); sixteen calls' args kept would be over 16 times
+    assert grown < 4 * len(pad), grown
 
 
 def test_get_tool_call_gives_state_then_result_and_results_are_kept_within_bounds(

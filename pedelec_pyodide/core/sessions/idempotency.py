@@ -125,7 +125,9 @@ class CallerMemory:
         lot = self.results if request.id in self._callers_targets else self.others
         lot[request.id] = request
         self._store.save_request(request)
-        request.args = as_text(request.args)  # kept for a day: as text (see result())
+        # kept for a day for its result alone (GET .../tool-calls/{id}, a key's retry):
+        # its args, up to a frame, are never read again (the store's row keeps them)
+        request.args = None
         self.sweep()
 
     def result(self, request_id: str) -> RequestRecord | None:
@@ -158,7 +160,7 @@ class CallerMemory:
                 self._callers_targets.add(record.target_id)
         for request in sorted(results, key=lambda r: r.finished_at or 0.0):
             lot = self.results if request.id in self._callers_targets else self.others
-            request.result, request.args = as_text(request.result), as_text(request.args)
+            request.result, request.args = as_text(request.result), None  # (see keep)
             lot[request.id] = request
         self.sweep()
 
