@@ -773,13 +773,17 @@ class NeverReads:
                 return opcode, payload
 
 
-def test_rss_a_page_that_never_reads_is_closed_and_can_resume(tmp_path: Path) -> None:
+def test_rss_a_page_that_never_reads_costs_bounded_memory_and_can_resume(
+        tmp_path: Path) -> None:
+    """Tool requests to a page that reads nothing: their calls time out, Core's memory
+    stays bounded (a request's frame is its own, kept to send again; the connection's
+    queue holds its id: its place in the queue), and the session resumes."""
     pad = "x" * 900_000  # ~0.9 MiB per tool.request, 200 of them: ~180 MiB to send
 
-    async def main(url: str, pid: int) -> tuple[float, int | None]:
+    async def main(url: str, pid: int) -> float:
         page = NeverReads(url)
         page.send(json.dumps({"type": "hello", "protocol": 1, "tools": [tool_meta("t")]}))
-        opcode, payload = page.recv()
+        _, payload = page.recv()
         welcome = json.loads(payload)
         sid = welcome["sessionId"]
         # from here on the page reads nothing
@@ -796,16 +800,6 @@ def test_rss_a_page_that_never_reads_is_closed_and_can_resume(tmp_path: Path) ->
             with Peak(pid) as peak:
                 codes = await asyncio.gather(*(call() for _ in range(200)))
             assert set(codes) <= {"TOOL_TIMEOUT", TOO_MANY_PENDING}
-            info = (await http.get(f"/pedelec/v1/sessions/{sid}")).json()
-            assert info["connected"] is False  # cut off, not buffered for
-        close_code = None
-        with contextlib.suppress(EOFError, ConnectionError):
-            for _ in range(10_000):  # what the kernel held, then the close frame
-                opcode, payload = await asyncio.to_thread(page.recv)
-                if opcode == 8:
-                    close_code = int.from_bytes(payload[:2], "big")
-                    assert b"not reading" in payload
-                    break
         page.sock.close()
         ws_url = url.replace("http", "ws", 1) + BRIDGE
         async with websockets.connect(ws_url, open_timeout=WAIT) as again:
@@ -814,12 +808,11 @@ def test_rss_a_page_that_never_reads_is_closed_and_can_resume(tmp_path: Path) ->
                 "sessionId": sid, "resumeToken": welcome["resumeToken"]}))
             resumed = json.loads(await asyncio.wait_for(again.recv(), WAIT))
             assert resumed["type"] == "welcome" and resumed["resumed"] is True
-        return peak.growth_mib, close_code
+        return peak.growth_mib
 
     with core_process(tmp_path) as (pid, url):
-        growth, close_code = run(main(url, pid), timeout=120)
-    print(f"RSS growth, a page that never reads: {growth:.0f} MiB (close {close_code})")
-    assert close_code in (1008, None)  # None: Core gave up offering the close frame
+        growth = run(main(url, pid), timeout=120)
+    print(f"RSS growth, a page that never reads: {growth:.0f} MiB")
     assert growth < 128
 
 

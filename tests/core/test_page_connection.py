@@ -231,6 +231,39 @@ def test_a_session_resumes_on_a_new_connection_with_its_token_only() -> None:
     in_core(test)
 
 
+def test_pending_requests_go_out_after_a_resume_however_large_together() -> None:
+    """Found (by a stranger): a session's pending requests, sent again at its resume, were
+    queued whole in one step; with more of them than --max-queued-bytes holds (9 calls of
+    1 MB against 8 MiB), a page that read at once was cut off before it could read any, at
+    every reconnection, until the calls timed out. Their frames are the requests' own (kept
+    to send again): a connection's queue holds their ids and takes each frame as it goes."""
+    pad = "x" * 10_000
+
+    async def test(core: Registry) -> None:
+        first, _ = connect(core)
+        welcome = hello(first)
+        session = first.session
+        assert session is not None
+        calls = [await session.start_call("t", {"pad": pad, "n": n}) for n in range(6)]
+        assert [f["args"]["n"] for f in sent(first)] == list(range(6))  # (read: fits)
+        first.disconnected()
+        second, bridge = connect(core)
+        assert feed(second, {"type": "hello", "protocol": 1, "tools": [tool_meta("t")],
+                             "sessionId": welcome["sessionId"],
+                             "resumeToken": welcome["resumeToken"]})
+        assert second.open and bridge.aborts == 0
+        assert second.queued < 2_000  # the ids of six requests of 10 KB
+        # one answered meanwhile is not sent again
+        feed(second, {"type": "tool.result", "toolRequestId": calls[2].id,
+                      "result": {"ok": True}, "handledBy": "named"})
+        welcomed, *requests = sent(second)
+        assert welcomed["type"] == "welcome" and welcomed["resumed"] is True
+        assert [f["args"]["n"] for f in requests] == [0, 1, 3, 4, 5]
+        assert second.open and bridge.aborts == 0 and second.queued == 0
+        assert core.outboxes.total == 0
+    in_core(test, max_queued_bytes=30_000)
+
+
 def test_a_full_core_refuses_a_new_session_and_closes_try_again() -> None:
     async def test(core: Registry) -> None:
         hello(connect(core)[0])

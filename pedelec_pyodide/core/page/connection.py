@@ -113,6 +113,12 @@ class Parsed(NamedTuple):
     result_json: str = ""  # a tool.result's result, the same way (Core keeps it as text)
 
 
+class _Request(NamedTuple):
+    """A pending request in a connection's queue, by its id."""
+
+    id: str
+
+
 class PageConnection:
     """Speaks protocol v1 with one page; a :class:`~.sessions.Connection` for its session."""
 
@@ -137,7 +143,7 @@ class PageConnection:
         # many were refused since
         self._refusal_logged = -math.inf
         self._refusals_unlogged = 0
-        self._outbox: deque[str] = deque()
+        self._outbox: deque[str | _Request] = deque()
         self.max_queued = config.max_queued_bytes
         # bytes of memory the outbox holds, with the frame being sent (next_frame)
         self._queued = 0
@@ -154,9 +160,19 @@ class PageConnection:
     # --- the Connection side (sessions call these) --------------------------------------
 
     def send(self, frame: str) -> None:
+        self._queue(frame, sys.getsizeof(frame))
+
+    def send_request(self, request_id: str) -> None:
+        # Queued by its id, its frame taken as it goes out: the pending request holds that
+        # frame anyway (to send it again after a reload), so the queue counts only the id.
+        # Counted whole, a session's pending frames sent again at a resume (up to
+        # --max-pending of --max-frame-bytes each) went over --max-queued-bytes at once,
+        # before the page could read any: it was cut off at every reconnection.
+        self._queue(_Request(request_id), sys.getsizeof(request_id))
+
+    def _queue(self, entry: str | _Request, size: int) -> None:
         if not self.open or self.closing is not None:
             return
-        size = sys.getsizeof(frame)
         if self._queued and self._queued + size > self.max_queued:  # one frame always fits
             self._cut_off(CLOSE_POLICY, f"not reading: over {self.max_queued} bytes queued "
                           "(--max-queued-bytes)", "connection", size)
@@ -165,7 +181,7 @@ class PageConnection:
             self.shed()
             return
         self._queued += size
-        self._outbox.append(frame)
+        self._outbox.append(entry)
         self._output.wake()
 
     def flush(self) -> None:
@@ -224,14 +240,21 @@ class PageConnection:
         """The next frame to send, or None when the outbox is empty. The frame handed
         out last has been sent by then: its bytes are given back now (until then, while
         the socket waits for the page to read, they count as queued)."""
-        sent = self._sending
+        given_back = self._sending
         self._sending = 0
-        if self._outbox:
-            frame = self._outbox.popleft()
-            self._sending = sys.getsizeof(frame)
-        else:
-            frame = None
-        self.registry.outboxes.release(self, self._set_queued(self._queued - sent))
+        frame = None
+        while frame is None and self._outbox:
+            entry = self._outbox.popleft()
+            if isinstance(entry, _Request):  # counted as its id, while it goes out too
+                size = sys.getsizeof(entry.id)
+                frame = None if self.session is None else self.session.request_frame(entry.id)
+            else:
+                frame, size = entry, sys.getsizeof(entry)
+            if frame is None:  # answered, cancelled or timed out since: not sent
+                given_back += size
+            else:
+                self._sending = size
+        self.registry.outboxes.release(self, self._set_queued(self._queued - given_back))
         return frame
 
     def ended(self) -> None:

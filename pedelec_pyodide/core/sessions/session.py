@@ -63,6 +63,10 @@ class Connection(Protocol):
 
     def send(self, frame: str) -> None: ...
 
+    def send_request(self, request_id: str) -> None:
+        """A pending request goes out, after what was sent before it: its frame is taken
+        as it does (:meth:`CoreSession.request_frame`)."""
+
     def flush(self) -> None:
         """The frames sent so far go out now (else at the end of the loop's step)."""
 
@@ -206,7 +210,7 @@ class CoreSession:
         for pending in list(self.pending.values()):
             self._stop_waiting(pending)
             if not pending.record.answered:
-                connection.send(pending.frame or pending.message().encode())
+                connection.send_request(pending.id)
         ends, self.unsent_ends = self.unsent_ends, []
         for ended in ends:
             self.send_ended(ended)
@@ -428,7 +432,18 @@ class CoreSession:
         log_event("tool.request", session=self.id, turn=record.turn_id,
                   toolRequestId=record.id, tool=record.tool,
                   connected=self.connection is not None)
-        self.send(frame)
+        if self.connection is not None:
+            self.connection.send_request(pending.id)
+
+    def request_frame(self, request_id: str) -> str | None:
+        """The frame of a request that is still pending and unanswered, as it goes out to
+        the page; None if it was answered, cancelled or timed out since it was queued."""
+        pending = self.pending.get(request_id)
+        if pending is None or pending.record.answered:
+            return None
+        if pending.frame is None:  # restored after a restart: made once, kept to send again
+            pending.frame = pending.message().encode()
+        return pending.frame
 
     def refuse_request(self, pending: TrackedRequest, exc: protocol.ProtocolError) -> None:
         """The page would refuse this request's frame (:func:`checked_request_frame`):
