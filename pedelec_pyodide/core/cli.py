@@ -169,6 +169,11 @@ def _origin(value: str) -> str:
     return value.rstrip("/")
 
 
+def _plain(number: float) -> str:
+    """A default as the docs write it: 1048576, where ``:g`` would print 1.04858e+06."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
 def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="interface to listen on (default: 127.0.0.1, this machine only); "
@@ -198,7 +203,7 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         default=DEFAULT_STORE_TIMEOUT, metavar="SECONDS",
                         help="how long a tool request waits for the store to commit it; "
                         "past that it fails STORE_FAILED, unsent "
-                        f"(default: {DEFAULT_STORE_TIMEOUT:g})")
+                        f"(default: {_plain(DEFAULT_STORE_TIMEOUT)})")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                         type=_origin,
                         help="a web origin (e.g. https://app.example) whose pages may open "
@@ -230,18 +235,18 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         default=CoreConfig.max_total_factor, metavar="N",
                         help="how far a tool's progress may keep it running past its "
                         "deadline, in multiples of the deadline, unless the caller sets "
-                        f"maxTotalMs (default: {CoreConfig.max_total_factor:g})")
+                        f"maxTotalMs (default: {_plain(CoreConfig.max_total_factor)})")
     parser.add_argument("--user-wait-limit", type=_positive(float),
                         default=CoreConfig.user_wait_limit, metavar="SECONDS",
                         help="how long a request may wait for the user (an approval, a "
                         "dialog) with its deadline paused, all its waits together "
-                        f"(default: {CoreConfig.user_wait_limit:g})")
+                        f"(default: {_plain(CoreConfig.user_wait_limit)})")
     parser.add_argument("--max-steps", type=_positive(int), default=8, metavar="N",
                         help="tool-calling steps a turn may take (default: 8)")
     parser.add_argument("--session-ttl", type=_positive(float),
                         default=CoreConfig.session_ttl, metavar="SECONDS",
                         help="how long a disconnected session waits to be resumed before "
-                        f"it expires (default: {CoreConfig.session_ttl:g})")
+                        f"it expires (default: {_plain(CoreConfig.session_ttl)})")
     parser.add_argument("--max-sessions", type=_positive(int), default=CoreConfig.max_sessions,
                         metavar="N", help="sessions Core holds, connected or awaiting a "
                         "resume; when full, the new page's own client's session "
@@ -273,13 +278,13 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         help="characters of regular expressions in tool metadata, new to "
                         "Core, that it checks per second for one client address (a burst "
                         "of 4 s of it); more are refused RATE_LIMITED "
-                        f"(default: {CoreConfig.pattern_rate:g})")
+                        f"(default: {_plain(CoreConfig.pattern_rate)})")
     parser.add_argument("--metadata-rate", type=_positive(float),
                         default=CoreConfig.metadata_rate, metavar="N",
                         help="characters of tool metadata (hello and tools.update frames) "
                         "Core checks per second for one client address (a burst of 4 s of "
                         "it); more are refused RATE_LIMITED "
-                        f"(default: {CoreConfig.metadata_rate:g})")
+                        f"(default: {_plain(CoreConfig.metadata_rate)})")
     parser.add_argument("--max-pending", type=_positive(int), default=CoreConfig.max_pending,
                         metavar="N", help="tool requests pending at once per session; "
                         "more are answered TOO_MANY_PENDING "
@@ -295,7 +300,7 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         help="how long an HTTP request head (a WebSocket's upgrade request "
                         "too) may take to arrive, from the connection's opening or its first "
                         "byte, and a client may leave its response unread; then the "
-                        f"connection is closed (default: {CoreConfig.header_timeout:g})")
+                        f"connection is closed (default: {_plain(CoreConfig.header_timeout)})")
     parser.add_argument("--rate-limit", type=_positive(float), default=200.0, metavar="N",
                         help="frames per second a connection may send (default: 200)")
     parser.add_argument("--rate-burst", type=_positive(int), default=400, metavar="N",
@@ -304,7 +309,7 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         default=CoreConfig.hello_timeout, metavar="SECONDS",
                         help="a WebSocket that has not opened its session with a valid hello "
                         "within this is closed (1008), whatever else it sends "
-                        f"(default: {CoreConfig.hello_timeout:g})")
+                        f"(default: {_plain(CoreConfig.hello_timeout)})")
     parser.add_argument("--kept-results", type=_positive(int), default=64, metavar="N",
                         help="results of control-API and MCP tool calls kept per session for "
                         "GET .../tool-calls/ID and Idempotency-Key retries, oldest dropped "

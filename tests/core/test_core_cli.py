@@ -89,6 +89,15 @@ def test_help_explains_every_option() -> None:
             assert action.help, (command, action.dest)
 
 
+def test_help_writes_a_whole_default_as_the_cli_reference_does() -> None:
+    """1048576, not ``:g``'s 1.04858e+06."""
+    parser = build_parser()
+    serve = parser._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    helps = {action.dest: action.help or "" for action in serve._actions}
+    assert helps["metadata_rate"].endswith("(default: 1048576)")
+    assert not [dest for dest, text in helps.items() if "e+" in text]
+
+
 @pytest.mark.parametrize("option", [
     ["--tool-timeout", "0"], ["--tool-timeout", "86400001"], ["--tool-timeout", "1" + "0" * 400],
     ["--tool-timeouts", "save=86400001"], ["--session-ttl", "nan"], ["--session-ttl", "inf"],
