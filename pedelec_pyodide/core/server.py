@@ -2,8 +2,9 @@
 
 Routes: ``/pedelec/v1/health``, ``/pedelec/v1/origin-check``, the control API, MCP, the
 WebSocket bridge, then static files: the Pyodide runtime at ``/pedelec/pyodide/``, the JS
-bridge (``web/``) at ``/pedelec/`` (both public), and the app (``--app DIR``, or the demo) at
-``/``. Every request first passes the Host check (:mod:`.http.public`).
+bridge (``web/``) at ``/pedelec/`` (both public), and the app (``--app DIR``, or the demo,
+with the agent it talks to at ``/agent.json``) at ``/``. Every request first passes the
+Host check (:mod:`.http.public`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import (
     FileResponse,
     HTMLResponse,
+    JSONResponse,
     PlainTextResponse,
     Response,
 )
@@ -228,6 +230,19 @@ def _missing_demo_page(config: CoreConfig) -> str:
     return f"<!doctype html><title>pedelec demo</title><h1>pedelec demo</h1>{items}"
 
 
+#: what the demo's chat header calls each kind of ``--agent``
+AGENT_LABELS = {"offline": "offline agent", "openai": "model {} (OpenAI API)",
+                "anthropic": "model {} (Anthropic API)", "ag-ui": "AG-UI agent"}
+
+
+def demo_agent(spec: str) -> dict[str, str]:
+    """``GET /agent.json`` of ``pedelec demo``: the kind of agent its chat talks to, and a
+    label naming it. A model's name is shown; an AG-UI agent's URL never is (it may hold a
+    password or a token in its query)."""
+    kind, _, rest = spec.strip().partition(":")
+    return {"kind": kind, "label": AGENT_LABELS[kind].format(rest.strip())}
+
+
 def _index_page(request: Request) -> Response:
     return HTMLResponse(
         "<!doctype html><title>pedelec Core</title><h1>pedelec Core</h1>"
@@ -356,6 +371,10 @@ def create_app(config: CoreConfig) -> Starlette:
     elif config.demo:
         demo_dir = config.web_dir / "demo" if config.web_dir is not None else None
         if demo_dir is not None and (demo_dir / "index.html").is_file():
+            # no-store: the next demo on this port may run another agent
+            agent = demo_agent(config.agent)
+            routes.append(Route("/agent.json", lambda request: JSONResponse(
+                agent, headers={"cache-control": "no-store"})))
             routes.append(Mount("/", app=PublicFiles(directory=demo_dir, html=True,
                                                      private=private)))
         else:

@@ -245,6 +245,34 @@ def test_missing_pieces_say_what_is_missing(tmp_path: Path) -> None:
     run(main())
 
 
+@pytest.mark.parametrize(("spec", "kind", "label"), [
+    ("offline", "offline", "offline agent"),
+    ("openai:gpt-4o", "openai", "model gpt-4o (OpenAI API)"),
+    ("anthropic:claude-sonnet-4-5", "anthropic", "model claude-sonnet-4-5 (Anthropic API)"),
+    ("ag-ui:https://demo:pa55word@agents.example/run?token=s3cret-token", "ag-ui",
+     "AG-UI agent"),
+])
+def test_the_demo_page_learns_its_agent_without_its_url(
+        tmp_path: Path, spec: str, kind: str, label: str) -> None:
+    """The demo's chat header names the agent --agent runs; an AG-UI agent's URL (its
+    password, its query) never reaches the page, and no token is needed."""
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "index.html").write_text("<!doctype html><title>demo</title>")
+
+    async def main() -> None:
+        async with running_core(config(demo=True, web_dir=tmp_path, agent=spec)) as core:
+            async with httpx.AsyncClient(base_url=str(core.http.base_url)) as anonymous:
+                answer = await anonymous.get("/agent.json")
+            assert answer.status_code == 200
+            assert answer.headers["cache-control"] == "no-store"
+            assert answer.json() == {"kind": kind, "label": label}
+            for secret in ("pa55word", "s3cret-token", "agents.example", TOKEN):
+                assert secret not in answer.text
+            assert (await core.http.get("/")).status_code == 200
+
+    run(main())
+
+
 def test_origin_allow_list() -> None:
     async def main() -> None:
         cfg = config(allow_origins=("https://app.example",))

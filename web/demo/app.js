@@ -144,6 +144,21 @@ new MutationObserver(() => {
   setTimeout(() => out.classList.remove("bump"), 400);
 }).observe($("counter-value"), { childList: true });
 
+// the agent Core runs turns on (`pedelec demo --agent`; served with `--app`, there is no
+// /agent.json and the header names none); /call lines are the offline agent's alone
+async function showAgent() {
+  const answer = await fetch("agent.json");
+  if (!answer.ok) return;
+  const { kind, label } = await answer.json();
+  $("agent-label").textContent = label;
+  if (kind === "offline") {
+    const code = document.createElement("code");
+    code.textContent = "/call TOOL {json}";
+    $("chat-hint").replaceChildren("Ask in words, or send ", code, " lines. Try a suggestion:");
+  }
+}
+showAgent().catch(() => {});  // the chat works without it
+
 let pedelec;
 try {
   setBusy(true);
