@@ -186,6 +186,9 @@ class StandIn:
         handler.send_header("Connection", "close")
         handler.end_headers()
         for event in response["events"]:
+            # "pace": seconds between two events (a model that trickles its answer)
+            if response.get("pace") and self.stopping.wait(response["pace"]):
+                return None
             if self.provider == "openai":
                 frame = "data: " + (event if isinstance(event, str) else json.dumps(event))
             else:

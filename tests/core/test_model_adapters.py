@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -239,6 +240,85 @@ def test_long_arguments_are_read_once_off_the_event_loop(
     assert reply == "The counter is now 3."
     assert turn.batches[0][0].args == {"delta": 3, "note": note}
     assert reads == [False]
+
+def many_calls(server: StandIn, count: int) -> None:
+    """The stand-in's first answer asks for ``count`` calls of update_counter."""
+    events = server.exchanges[0]["response"]["events"]
+    if server.provider == "openai":
+        [first] = [chunk for chunk in events if isinstance(chunk, dict) and chunk["choices"]
+                   and chunk["choices"][0]["delta"].get("tool_calls")
+                   and chunk["choices"][0]["delta"]["tool_calls"][0].get("id")]
+        at = events.index(first)
+        copies = []
+        for index in range(1, count):
+            chunk = json.loads(json.dumps(first))
+            piece = chunk["choices"][0]["delta"]["tool_calls"][0]
+            piece.update(index=index, id=f"call_{index}")
+            piece["function"]["arguments"] = '{"delta": 1}'
+            copies.append(chunk)
+    else:
+        [first] = [event for event in events if event["event"] == "content_block_start"]
+        at = events.index(first)
+        copies = []
+        for index in range(1, count):
+            start = json.loads(json.dumps(first))
+            start["data"]["index"] = index
+            start["data"]["content_block"]["id"] = f"toolu_{index}"
+            delta = {"type": "input_json_delta", "partial_json": '{"delta": 1}'}
+            copies += [start, {"event": "content_block_delta", "data": {
+                "type": "content_block_delta", "index": index, "delta": delta}},
+                {"event": "content_block_stop", "data": {"type": "content_block_stop",
+                                                         "index": index}}]
+    events[at:at] = copies
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_answer_of_over_128_calls_fails_the_turn(provider: str) -> None:
+    """Found (by a stranger): an answer of 20,000 calls was taken whole, each call refused
+    or sent, its history built: Core's event loop held for 7.3 s in one step."""
+    with stand_in(provider, "one_tool_call") as server:
+        many_calls(server, model.MAX_CALLS + 1)
+        server.exchanges = server.exchanges[:1]
+        turn = turn_with("Add 3 to the counter")
+        with pytest.raises(ModelError, match=f"over {model.MAX_CALLS} tool calls"):
+            run(agent_for(server), turn)
+    assert turn.batches == []
+    with stand_in(provider, "one_tool_call") as server:  # as many as allowed: all made
+        many_calls(server, model.MAX_CALLS)
+        server.exchanges[1]["request"]["body"] = {}
+        turn = turn_with("Add 3 to the counter")
+        run(agent_for(server), turn)
+    assert [len(batch) for batch in turn.batches] == [model.MAX_CALLS]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_answer_is_read_within_its_bound_and_its_time(
+        provider: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found (by a stranger): an answer's stream had no bound (256 MB of arguments took
+    587 MiB, each piece copying all before it), and only the wait for each chunk had a
+    deadline, so a model trickling chunks kept its turn for good."""
+    def longer(server: StandIn, times: int) -> None:
+        events = server.exchanges[0]["response"]["events"]
+        piece = events[2] if provider == "openai" else events[4]  # "! How can I"
+        at = events.index(piece)
+        events[at:at] = [piece] * times
+
+    monkeypatch.setattr(model, "MAX_ANSWER_CHARS", 1000)
+    with stand_in(provider, "text_reply") as server:
+        longer(server, 100)  # 1,100 characters of text
+        turn = turn_with("Hello there")
+        with pytest.raises(ModelError, match="over 1000 characters"):
+            run(agent_for(server), turn)
+    with stand_in(provider, "text_reply") as server:
+        longer(server, 50)
+        server.exchanges[0]["response"]["pace"] = 0.1  # ~6 s in all
+        turn = turn_with("Hello there")
+        settings = ModelSettings(request_timeout=0.2, retry_budget=1.0)  # 2 s an answer
+        with pytest.raises(ModelError, match=re.escape(
+                "did not finish its answer within 2 s (10 times PEDELEC_MODEL_TIMEOUT)")):
+            run(agent_for(server, settings), turn)
+        assert len(server.requests) == 1  # not retried: part of it was said
+
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_unauthorized_fails_the_turn_clearly_without_the_key(

@@ -63,6 +63,7 @@ from ..clock import Clock
 from ..offload import LARGE_CHARS, is_large, off_loop
 from .contract import Turn
 from .model import (
+    MAX_CALLS,
     Failure,
     ModelAgent,
     ModelAnswer,
@@ -102,10 +103,6 @@ MAX_EVENT_VALUES = 8192
 #: bytes at the start of an event over those bounds where its ``type`` is looked for (the
 #: AG-UI SDKs write it first): a type Core has no use for is skipped, unread
 TYPE_PREFIX_BYTES = 4096
-#: tool calls in one run, the agent's own and the page's (each becomes a request, a result
-#: and two messages: 16 MiB of tiny calls cost Core most of a gigabyte and seconds of its
-#: event loop)
-MAX_CALLS = 128
 #: bytes of an error answer's body quoted in the turn's message
 MAX_ERROR_BODY = 4096
 #: a header value this long or longer is hidden wherever a failure's message would show it
@@ -408,6 +405,9 @@ class AgUiAgent(ModelAgent):
         return call
 
     # --- failures ------------------------------------------------------------------------
+
+    def answer_limit(self) -> float | None:
+        return None  # a run is bounded by its own limit (run_limit), and says so
 
     def failure(self, exc: Exception) -> Failure | None:
         where = f"the AG-UI agent at {self.model}"

@@ -17,6 +17,7 @@ from ...results import is_error_result
 from ..clock import Clock
 from .model import (
     AgentUnavailable,
+    AnswerParts,
     Failure,
     ModelAgent,
     ModelAnswer,
@@ -90,7 +91,8 @@ class AnthropicAgent(ModelAgent):
     async def answer(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                      say: Say) -> ModelAnswer:
         options: dict[str, Any] = {"tools": tools} if tools else {}
-        blocks: dict[int, dict[str, Any]] = {}
+        parts = AnswerParts(self.provider)
+        texts: dict[int, list[str]] = {}  # the text blocks' pieces, by index
         usage = Usage()
         async with anthropic.AsyncAnthropic(
             api_key=self._api_key, base_url=self.base_url,
@@ -106,28 +108,30 @@ class AnthropicAgent(ModelAgent):
                 elif event.type == "content_block_start":
                     started = event.content_block
                     if started.type == "text":
-                        blocks[event.index] = {"type": "text", "text": ""}
+                        texts[event.index] = []
                     elif started.type == "tool_use":
-                        blocks[event.index] = {"type": "tool_use", "id": started.id,
-                                               "name": started.name, "json": ""}
-                elif event.type == "content_block_delta" and event.index in blocks:
+                        begun = parts.call(event.index)
+                        begun.call_id = parts.took(started.id)
+                        begun.name.append(parts.took(started.name))
+                elif event.type == "content_block_delta":
                     delta = event.delta
-                    if delta.type == "text_delta":
-                        blocks[event.index]["text"] += delta.text
+                    if delta.type == "text_delta" and event.index in texts:
+                        texts[event.index].append(parts.took(delta.text))
                         await say(delta.text)
-                    elif delta.type == "input_json_delta":
-                        blocks[event.index]["json"] += delta.partial_json
+                    elif delta.type == "input_json_delta" and event.index in parts.calls:
+                        parts.calls[event.index].arguments.append(
+                            parts.took(delta.partial_json))
                 elif event.type == "message_delta":
                     usage.output_tokens = event.usage.output_tokens
-        calls = [ModelCall(block["id"], block["name"], block["json"])
-                 for _, block in sorted(blocks.items()) if block["type"] == "tool_use"]
+        calls = [call.call("") for _, call in sorted(parts.calls.items())]
         await read_calls(calls)
         called = iter(calls)
         content: list[dict[str, Any]] = []
-        for _, block in sorted(blocks.items()):
-            if block["type"] == "text":
-                if block["text"]:
-                    content.append(block)
+        for index in sorted({*texts, *parts.calls}):
+            if index in texts:
+                text = "".join(texts[index])
+                if text:
+                    content.append({"type": "text", "text": text})
                 continue
             call = next(called)
             content.append({"type": "tool_use", "id": call.call_id, "name": call.name,

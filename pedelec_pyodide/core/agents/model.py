@@ -33,7 +33,7 @@ from ...errors import PedelecError
 from ...protocol import MAX_FRAME_BYTES
 from ...results import INVALID_ARGS, TOOL_HANDLER_NOT_FOUND, tool_error
 from ...text import excerpt, lone_surrogate_at, not_unicode, quote
-from ..clock import Clock, SystemClock
+from ..clock import Clock, SystemClock, wait_for
 from ..log import log_event
 from ..offload import LARGE_CHARS, off_loop
 from .contract import AgentInfo, StepLimitExceeded, ToolCallRequest, Turn
@@ -44,6 +44,15 @@ from .contract import AgentInfo, StepLimitExceeded, ToolCallRequest, Turn
 #: (json holds the GIL while it decodes, even in a worker thread: 16 MB of a model's
 #: arguments held every other session for seconds and took ~1 GB)
 MAX_ARGUMENTS_CHARS = MAX_FRAME_BYTES
+#: tool calls in one model answer: each becomes a request, a result and two history
+#: messages (an answer of 20,000 calls held Core's event loop for seconds)
+MAX_CALLS = 128
+#: characters of one model answer Core takes as it streams in (its text, and its calls'
+#: ids, names and arguments); past them the turn fails
+MAX_ANSWER_CHARS = 16 * 1024 * 1024
+#: an answer streams for at most this many times ``request_timeout`` in all (that is
+#: the wait for each chunk: a model trickling chunks would keep its turn forever)
+ANSWER_TIMEOUTS = 10
 TIMEOUT_ENV = "PEDELEC_MODEL_TIMEOUT"
 ATTEMPTS_ENV = "PEDELEC_MODEL_ATTEMPTS"
 RETRY_BUDGET_ENV = "PEDELEC_MODEL_RETRY_BUDGET"
@@ -254,6 +263,49 @@ class ModelAnswer:
 Say = Callable[[str], Awaitable[None]]
 
 
+@dataclass
+class CallParts:
+    """One tool call of an answer as its stream says it, piece by piece."""
+
+    call_id: str = ""
+    name: list[str] = field(default_factory=list)
+    arguments: list[str] = field(default_factory=list)
+
+    def call(self, fallback_id: str) -> ModelCall:
+        return ModelCall(self.call_id or fallback_id, "".join(self.name),
+                         "".join(self.arguments))
+
+
+class AnswerParts:
+    """What a model's stream says, taken within Core's bounds on one answer:
+    :data:`MAX_ANSWER_CHARS` of it in all and :data:`MAX_CALLS` calls, else
+    :class:`ModelError`. Pieces are kept in lists, joined once at the end (added to a
+    ``str`` held in a dict, each piece copied all that came before it)."""
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+        self._chars = 0
+        self.calls: dict[int, CallParts] = {}  # by the stream's index of each
+
+    def took(self, piece: str) -> str:
+        """``piece`` of the answer, counted."""
+        self._chars += len(piece)
+        if self._chars > MAX_ANSWER_CHARS:
+            raise ModelError(f"{self._provider}'s answer went over {MAX_ANSWER_CHARS} "
+                             "characters (its text and tool calls); Core read no more of it")
+        return piece
+
+    def call(self, index: int) -> CallParts:
+        """The call at ``index`` of the stream, new or begun."""
+        parts = self.calls.get(index)
+        if parts is None:
+            if len(self.calls) >= MAX_CALLS:
+                raise ModelError(f"{self._provider} asked for over {MAX_CALLS} tool calls "
+                                 "in one answer")
+            parts = self.calls[index] = CallParts()
+        return parts
+
+
 def parse_arguments(call: ModelCall, known: set[str]) -> dict[str, Any] | ToolCallRequest:
     """The request for ``call``, or the error result that answers it without the page."""
     if call.name not in known:
@@ -414,6 +466,22 @@ class ModelAgent(ABC):
     def failure(self, exc: Exception) -> Failure | None:
         """What an SDK exception means, or None when it is not a provider failure."""
 
+    def answer_limit(self) -> float | None:
+        """Seconds one answer may stream in all: :data:`ANSWER_TIMEOUTS` times the wait
+        for each chunk; None for an agent that bounds its answers itself."""
+        return ANSWER_TIMEOUTS * self.settings.request_timeout
+
+    async def _answer_within_limit(self, messages: list[dict[str, Any]],
+                                   tools: list[dict[str, Any]], say: Say) -> ModelAnswer:
+        limit = self.answer_limit()
+        if limit is None:
+            return await self.answer(messages, tools, say)
+        try:
+            return await wait_for(self.clock, self.answer(messages, tools, say), limit)
+        except TimeoutError:
+            raise ModelError(f"{self.provider} did not finish its answer within {limit:g} s "
+                             f"({ANSWER_TIMEOUTS} times {TIMEOUT_ENV})") from None
+
     # --- the turn --------------------------------------------------------------------------
 
     async def run(self, turn: Turn) -> str:
@@ -474,7 +542,7 @@ class ModelAgent(ABC):
             attempt += 1
             started = self.clock.monotonic()
             try:
-                answer = await self.answer(sent, tools, reply.say)
+                answer = await self._answer_within_limit(sent, tools, reply.say)
             except Exception as exc:
                 failure = self.failure(exc)
                 if failure is None:

@@ -17,6 +17,7 @@ import openai
 from ..clock import Clock
 from .model import (
     AgentUnavailable,
+    AnswerParts,
     Failure,
     ModelAgent,
     ModelAnswer,
@@ -75,7 +76,7 @@ class OpenAIAgent(ModelAgent):
                      say: Say) -> ModelAnswer:
         options: dict[str, Any] = {"tools": tools} if tools else {}
         text: list[str] = []
-        slots: dict[int, dict[str, str]] = {}
+        parts = AnswerParts(self.provider)
         usage = Usage()
         async with openai.AsyncOpenAI(
             api_key=self._api_key, base_url=self.base_url,
@@ -91,17 +92,16 @@ class OpenAIAgent(ModelAgent):
                 for choice in chunk.choices[:1]:
                     delta = choice.delta
                     if delta.content:
-                        text.append(delta.content)
+                        text.append(parts.took(delta.content))
                         await say(delta.content)
                     for piece in delta.tool_calls or ():
-                        slot = slots.setdefault(piece.index, {"id": "", "name": "", "args": ""})
+                        call = parts.call(piece.index)
                         if piece.id:
-                            slot["id"] = piece.id
+                            call.call_id = parts.took(piece.id)
                         if piece.function is not None:
-                            slot["name"] += piece.function.name or ""
-                            slot["args"] += piece.function.arguments or ""
-        calls = [ModelCall(slot["id"] or f"call_{index}", slot["name"], slot["args"])
-                 for index, slot in sorted(slots.items())]
+                            call.name.append(parts.took(piece.function.name or ""))
+                            call.arguments.append(parts.took(piece.function.arguments or ""))
+        calls = [call.call(f"call_{index}") for index, call in sorted(parts.calls.items())]
         content = "".join(text)
         if not content and not calls:
             return ModelAnswer(calls, None, usage)
