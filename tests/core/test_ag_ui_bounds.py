@@ -5,6 +5,7 @@ break the request Core makes."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ssl
 import threading
@@ -27,7 +28,7 @@ from pedelec_pyodide.core.agents.ag_ui_agent import (
     TYPE_PREFIX_BYTES,
     sse_events,
 )
-from pedelec_pyodide.core.agents.factory import parse_header
+from pedelec_pyodide.core.agents.factory import make_agent, parse_header
 from pedelec_pyodide.core.agents.model import MAX_ARGUMENTS_CHARS
 from pedelec_pyodide.core.cli import build_parser
 from pedelec_pyodide.core.offload import LARGE_CHARS
@@ -509,6 +510,44 @@ def test_an_echoed_url_password_or_query_key_is_never_shown() -> None:
         assert "s3cret" not in message
 
     run(main())
+
+
+def test_the_url_password_the_agent_echoes_as_basic_auth_is_never_shown() -> None:
+    """Found (by a stranger): the URL's user and password go as ``Authorization: Basic``;
+    an agent that echoed that header showed them, base64-encoded, in the turn's error and
+    Core's log."""
+    basic = base64.b64encode(b"u:pw-s3cret-2").decode()
+
+    async def main() -> None:
+        echo = f"unauthorized: token Basic {basic} tenant None".encode()
+        script = Script([echo], status=401, content_type="text/plain")
+        async with ScriptedAgent([script]) as agent:
+            url = agent.url.replace("://", "://u:pw%2Ds3cret-2@")
+            async with running_core(ag_ui(url)) as core:
+                page = await Page(counter_session()[0]).connect(core.ws_url)
+                with pytest.raises(TurnError) as failed:
+                    await page.session.send_text("go")
+            assert agent.requests[0]["headers"]["authorization"] == f"Basic {basic}"
+        message = failed.value.message
+        assert "answered HTTP 401: unauthorized: token Basic *** tenant None" in message, (
+            message)
+
+    run(main())
+
+
+def test_credentials_in_the_url_and_an_authorization_header_are_refused_at_start() -> None:
+    """Found (by a stranger): with both, the header was dropped without a word (the URL's
+    user and password are sent as the Authorization header)."""
+    with pytest.raises(ValueError, match="give one of them"):
+        make_agent("ag-ui:http://u:pw@127.0.0.1:1/agent",
+                   headers=[("Authorization", "Bearer t")])
+    make_agent("ag-ui:http://127.0.0.1:1/agent", headers=[("Authorization", "Bearer t")])
+    make_agent("ag-ui:http://u:pw@127.0.0.1:1/agent", headers=[("X-Tenant", "acme")])
+
+
+def test_a_url_that_is_not_one_is_quoted_as_given() -> None:
+    with pytest.raises(ValueError, match=r"got not-a-url$"):
+        make_agent("ag-ui:not-a-url")
 
 
 # --- the operator's headers ----------------------------------------------------------------

@@ -31,6 +31,7 @@ import functools
 import re
 import ssl
 import uuid
+from base64 import b64encode
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -191,9 +192,15 @@ class AgUiAgent(ModelAgent):
         """The agent at ``url``: events at most ``event_timeout`` seconds apart, a run's
         events within ``run_limit`` seconds of its answer's head, one attempt per run (a
         run may have effects on the agent's side: never sent twice)."""
+        url = check_url(url)
+        if (urlsplit(url).username is not None
+                and any(name.lower() == "authorization" for name, _ in headers)):
+            raise ValueError("agent ag-ui:URL: the URL's user and password are sent as its "
+                             "Authorization header, in place of --agent-header "
+                             "Authorization: give one of them")
         base = settings or ModelSettings.from_env()
         _tls()  # at start, not in a turn
-        return cls(check_url(url), headers,
+        return cls(url, headers,
                    replace(base, request_timeout=event_timeout, max_attempts=1), run_limit,
                    clock)
 
@@ -204,6 +211,10 @@ class AgUiAgent(ModelAgent):
         parts = urlsplit(self.base_url)
         password = parts.password or ""
         values = [value for _, value in self._headers] + [password, unquote(password)]
+        if parts.username is not None or password:  # sent as Basic auth: echoed encoded
+            user = parts.username or ""
+            values += [b64encode(f"{user}:{password}".encode()).decode(),
+                       b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()]
         values += [piece.partition("=")[2] for piece in parts.query.split("&")]
         values += [value for _, value in parse_qsl(parts.query)]
         return sorted({value for value in values if len(value) >= MIN_SECRET_CHARS},

@@ -193,7 +193,8 @@ def public_url(url: str) -> str:
     if ":" in host:  # an IPv6 address keeps its brackets
         host = f"[{host}]"
     port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
+    origin = f"{parts.scheme}://{host}{port}" if parts.scheme or host else ""
+    return origin + parts.path
 
 
 # --- one model answer ----------------------------------------------------------------------
