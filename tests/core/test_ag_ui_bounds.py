@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gc
 import ssl
 import threading
 import tracemalloc
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 from aguikit import Script, ScriptedAgent, ag_ui, call_run, counter_session, sse, started, text_run
-from corekit import WAIT, Page, run, running_core
+from corekit import WAIT, Page, RawClient, next_of, result, run, running_core, tool_meta
 
 from pedelec_pyodide import TurnError, strictjson
 from pedelec_pyodide.core.agents import ag_ui_agent
@@ -28,8 +29,9 @@ from pedelec_pyodide.core.agents.ag_ui_agent import (
     TYPE_PREFIX_BYTES,
     sse_events,
 )
+from pedelec_pyodide.core.agents.contract import ToolCallRequest
 from pedelec_pyodide.core.agents.factory import make_agent, parse_header
-from pedelec_pyodide.core.agents.model import MAX_ARGUMENTS_CHARS
+from pedelec_pyodide.core.agents.model import MAX_ARGUMENTS_CHARS, ModelCall
 from pedelec_pyodide.core.cli import build_parser
 from pedelec_pyodide.core.offload import LARGE_CHARS
 
@@ -364,6 +366,34 @@ def test_arguments_longer_than_a_call_can_carry_are_answered_unread(
 
     run(main())
     assert max(decoded, default=0) <= MAX_ARGUMENTS_CHARS, decoded
+
+
+def test_while_the_page_works_the_agent_holds_no_args_decoded() -> None:
+    """Found (by a stranger): a model agent kept each call's arguments decoded (its reading
+    of them, and the request) while the page worked, as well as the turn's text of them:
+    15 calls of 1 MiB of small arrays held ~450 MiB for as long as the page took."""
+    args = '{"delta": 2, "pad": [' + ",".join(["[]"] * 1000) + "]}"
+
+    def decoded() -> list[object]:
+        gc.collect()
+        return [held for held in gc.get_objects()
+                if (isinstance(held, ToolCallRequest) and "pad" in held.args)
+                or (isinstance(held, ModelCall) and "read" in held.__dict__)]
+
+    async def main() -> None:
+        scripts = [Script(call_run("update_counter", args)), Script(text_run("ok"))]
+        async with ScriptedAgent(scripts) as agent, running_core(ag_ui(agent.url)) as core:
+            page = await RawClient.open(core.ws_url)
+            welcome = await page.hello([tool_meta("update_counter")])
+            turn = asyncio.ensure_future(core.turn(welcome["sessionId"], "go"))
+            request = await next_of(page, "tool.request")
+            assert len(request["args"]["pad"]) == 1000
+            assert decoded() == []
+            await result(page, request["toolRequestId"], {"value": 2})
+            assert (await asyncio.wait_for(turn, WAIT)).json()["status"] == "completed"
+            await page.close()
+
+    run(main())
 
 
 def test_every_run_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:

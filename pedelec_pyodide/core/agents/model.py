@@ -233,6 +233,10 @@ class ModelCall:
         event loop)."""
         return read_arguments(self.arguments)
 
+    def forget_reading(self) -> None:
+        """Drop :attr:`read` (read again if asked): its decoded value is the request's now."""
+        self.__dict__.pop("read", None)
+
 
 @dataclass(frozen=True)
 class Arguments:
@@ -519,17 +523,26 @@ class ModelAgent(ABC):
     async def _call(self, turn: Turn, calls: list[ModelCall], known: set[str]
                     ) -> list[tuple[ModelCall, Any]]:
         await read_calls(calls)  # (an adapter has, for its message: kept)
-        checked = [(call, parse_arguments(call, known)) for call in calls]
-        requests = [request for _, request in checked if isinstance(request, ToolCallRequest)]
-        outcomes = iter(await turn.call_tools(requests) if requests else [])
+        parsed = [parse_arguments(call, known) for call in calls]
+        for call in calls:
+            call.forget_reading()
+        refusals = [None if isinstance(request, ToolCallRequest) else request
+                    for request in parsed]
+        requests = [request for request in parsed if isinstance(request, ToolCallRequest)]
+        # While the page works the turn holds the calls' args as text; nothing here keeps
+        # them decoded (a page's may take ~24 times the memory decoded): the step alone
+        # holds the requests, and lets them go.
+        step = turn.call_tools(requests) if requests else None
+        del parsed, requests
+        outcomes = iter([] if step is None else await step)
         answered: list[tuple[ModelCall, Any]] = []
-        for call, request in checked:
-            if isinstance(request, ToolCallRequest):
+        for call, refusal in zip(calls, refusals, strict=True):
+            if refusal is None:
                 answered.append((call, next(outcomes).result))
             else:
                 log_event("agent.call_refused", provider=self.provider, turn=turn.turn_id,
-                          tool=call.name, code=request["error"]["code"])
-                answered.append((call, request))
+                          tool=call.name, code=refusal["error"]["code"])
+                answered.append((call, refusal))
         return answered
 
     async def _answer_with_retries(self, messages: list[dict[str, Any]],
