@@ -241,7 +241,8 @@ def demo_agent(spec: str) -> dict[str, str]:
     label naming it. A model's name is shown; an AG-UI agent's URL never is (it may hold a
     password or a token in its query)."""
     kind, _, rest = spec.strip().partition(":")
-    return {"kind": kind, "label": AGENT_LABELS[kind].format(rest.strip())}
+    label = AGENT_LABELS.get(kind, "agent")  # (an agent made by an embedding app's factory)
+    return {"kind": kind, "label": label.format(rest.strip())}
 
 
 def _index_page(request: Request) -> Response:
