@@ -378,7 +378,7 @@ def test_while_the_page_works_the_agent_holds_no_args_decoded() -> None:
         gc.collect()
         return [held for held in gc.get_objects()
                 if (isinstance(held, ToolCallRequest) and "pad" in held.args)
-                or (isinstance(held, ModelCall) and "read" in held.__dict__)]
+                or (isinstance(held, ModelCall) and held.is_read)]
 
     async def main() -> None:
         scripts = [Script(call_run("update_counter", args)), Script(text_run("ok"))]

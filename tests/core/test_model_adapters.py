@@ -202,6 +202,55 @@ def test_arguments_no_page_can_read_are_invalid_args_and_kept_out_of_the_history
     assert model.read_arguments(arguments).kept == {}
 
 
+def test_an_anthropic_block_begun_again_at_its_index_takes_the_first_ones_place() -> None:
+    """Found (by a reviewer): a text block and then a tool_use block at the same index
+    (a malformed stream) left the history's content one call short, its calls paired
+    with the wrong blocks."""
+    with stand_in("anthropic", "one_tool_call") as server:
+        events = server.exchanges[0]["response"]["events"]
+        [tool_start] = [event for event in events if event["event"] == "content_block_start"]
+        text = {"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}
+        delta = {"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "text_delta", "text": "x"}}
+        at = events.index(tool_start)
+        events[at:at] = [{"event": "content_block_start", "data": text},
+                         {"event": "content_block_delta", "data": delta}]
+        turn = turn_with("Add 3 to the counter")
+        run(agent_for(server), turn)
+    # (the stand-in checked the next request: its assistant content is the tool_use alone)
+    assert turn.batches == [[ToolCallRequest("update_counter", {"delta": 3}, "toolu_A1")]]
+
+
+def test_a_call_is_read_while_another_is_being_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found (by a reviewer): ``functools.cached_property`` held one lock for every call
+    while it read one (Python 3.11): a call read on the event loop waited for another
+    session's long arguments read in a worker thread."""
+    reading = threading.Event()
+    go_on = threading.Event()
+    read = model.read_arguments
+
+    def held(arguments: str) -> model.Arguments:
+        if arguments == '{"long": 1}':
+            reading.set()
+            go_on.wait(30)
+        return read(arguments)
+
+    monkeypatch.setattr(model, "read_arguments", held)
+    long_one = threading.Thread(target=lambda: model.ModelCall("a", "t", '{"long": 1}').read)
+    short_one = threading.Thread(target=lambda: model.ModelCall("b", "t", '{"n": 1}').read)
+    long_one.start()
+    try:
+        assert reading.wait(30)
+        short_one.start()
+        short_one.join(10)
+        assert not short_one.is_alive()  # read while the long one still was
+    finally:
+        go_on.set()
+        long_one.join(30)
+        short_one.join(30)
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_long_arguments_are_read_once_off_the_event_loop(
         provider: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -107,10 +107,13 @@ class AnthropicAgent(ModelAgent):
                     usage.output_tokens = event.message.usage.output_tokens
                 elif event.type == "content_block_start":
                     started = event.content_block
+                    # a block begun again at an index takes the place of the one before
                     if started.type == "text":
+                        parts.calls.pop(event.index, None)
                         texts[event.index] = []
                     elif started.type == "tool_use":
-                        begun = parts.call(event.index)
+                        texts.pop(event.index, None)
+                        begun = parts.begin(event.index)
                         begun.call_id = parts.took(started.id)
                         begun.name.append(parts.took(started.name))
                 elif event.type == "content_block_delta":

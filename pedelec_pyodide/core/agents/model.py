@@ -24,7 +24,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from functools import cached_property
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
@@ -226,16 +225,26 @@ class ModelCall:
     name: str
     arguments: str  # the JSON text as streamed; read (and checked) once: :attr:`read`
 
-    @cached_property
+    @property
     def read(self) -> Arguments:
         """The arguments read, once, whoever asks first: the adapter for the history's
         message, the agent for the request (:func:`read_calls` reads long ones off the
-        event loop)."""
-        return read_arguments(self.arguments)
+        event loop). Kept without a lock: ``functools.cached_property`` holds one lock
+        for every instance while it computes (Python 3.11), so a call read on the event
+        loop waited for another session's long one read in a worker thread."""
+        reading: Arguments | None = self.__dict__.get("_reading")
+        if reading is None:
+            reading = read_arguments(self.arguments)
+            object.__setattr__(self, "_reading", reading)
+        return reading
+
+    @property
+    def is_read(self) -> bool:
+        return "_reading" in self.__dict__
 
     def forget_reading(self) -> None:
         """Drop :attr:`read` (read again if asked): its decoded value is the request's now."""
-        self.__dict__.pop("read", None)
+        self.__dict__.pop("_reading", None)
 
 
 @dataclass(frozen=True)
@@ -301,13 +310,16 @@ class AnswerParts:
         return piece
 
     def call(self, index: int) -> CallParts:
-        """The call at ``index`` of the stream, new or begun."""
+        """The call at ``index`` of the stream, begun there already or new."""
         parts = self.calls.get(index)
-        if parts is None:
-            if len(self.calls) >= MAX_CALLS:
-                raise ModelError(f"{self._provider} asked for over {MAX_CALLS} tool calls "
-                                 "in one answer")
-            parts = self.calls[index] = CallParts()
+        return self.begin(index) if parts is None else parts
+
+    def begin(self, index: int) -> CallParts:
+        """A new call at ``index`` of the stream (in place of one begun there before)."""
+        if index not in self.calls and len(self.calls) >= MAX_CALLS:
+            raise ModelError(f"{self._provider} asked for over {MAX_CALLS} tool calls in "
+                             "one answer")
+        parts = self.calls[index] = CallParts()
         return parts
 
 
@@ -357,7 +369,7 @@ async def read_calls(calls: list[ModelCall]) -> None:
     """Each call's arguments read (:attr:`ModelCall.read`), in a worker thread when they
     are long: json holds the GIL while it decodes, but the event loop waits for one
     reading of them, not the adapter's and then the agent's."""
-    unread = [call for call in calls if "read" not in call.__dict__]
+    unread = [call for call in calls if not call.is_read]
     if sum(len(call.arguments) for call in unread) > LARGE_CHARS:
         await off_loop(_read_each, unread)
     else:

@@ -126,7 +126,8 @@ class CallerMemory:
         lot[request.id] = request
         self._store.save_request(request)
         # kept for a day for its result alone (GET .../tool-calls/{id}, a key's retry):
-        # its args, up to a frame, are never read again (the store's row keeps them)
+        # its args, up to a frame, are never read again (its row, written now, keeps them;
+        # written again after the store lost it, it holds null)
         request.args = None
         self.sweep()
 
