@@ -385,7 +385,9 @@ def test_while_the_page_works_the_agent_holds_no_args_decoded() -> None:
         async with ScriptedAgent(scripts) as agent, running_core(ag_ui(agent.url)) as core:
             page = await RawClient.open(core.ws_url)
             welcome = await page.hello([tool_meta("update_counter")])
-            turn = asyncio.ensure_future(core.turn(welcome["sessionId"], "go"))
+            turn = asyncio.ensure_future(core.http.post(  # (it waits for the looks below)
+                f"/pedelec/v1/sessions/{welcome['sessionId']}/turns", json={"text": "go"},
+                timeout=WAIT))
             request = await next_of(page, "tool.request")
             assert len(request["args"]["pad"]) == 1000
             assert decoded() == []
