@@ -264,6 +264,37 @@ def test_pending_requests_go_out_after_a_resume_however_large_together() -> None
     in_core(test, max_queued_bytes=30_000)
 
 
+def test_a_request_being_stored_when_its_page_resumes_goes_out_once_stored() -> None:
+    """Found (by a reviewer, and seen once as a cluster test's second tool.request): a page
+    that resumed while a request's store write was under way got it from the resume, before
+    it was stored, and again once it was."""
+    async def test(core: Registry) -> None:
+        first, _ = connect(core)
+        welcome = hello(first)
+        session = first.session
+        assert session is not None
+        first.disconnected()
+        gate = asyncio.Event()
+        stored = session.stored
+
+        async def held(*keys: str, large: bool = False) -> None:
+            await gate.wait()
+            await stored(*keys, large=large)
+
+        session.stored = held  # type: ignore[method-assign]
+        call = asyncio.ensure_future(session.start_call("t", {"n": 1}))
+        await asyncio.sleep(0)  # opened; its store write under way
+        second, _ = connect(core)
+        assert feed(second, {"type": "hello", "protocol": 1, "tools": [tool_meta("t")],
+                             "sessionId": welcome["sessionId"],
+                             "resumeToken": welcome["resumeToken"]})
+        assert [f["type"] for f in sent(second)] == ["welcome"]  # not before it is stored
+        gate.set()
+        await asyncio.wait_for(call, WAIT)
+        assert [f["args"] for f in sent(second)] == [{"n": 1}]  # then once
+    in_core(test)
+
+
 def test_a_full_core_refuses_a_new_session_and_closes_try_again() -> None:
     async def test(core: Registry) -> None:
         hello(connect(core)[0])

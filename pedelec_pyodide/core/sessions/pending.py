@@ -41,13 +41,17 @@ class TrackedRequest:
     progress frame costs no timer work)."""
 
     __slots__ = ("frame", "future", "idle", "limit", "paused_at", "progress", "record",
-                 "started", "status", "timer", "timer_due", "waited", "watchers")
+                 "released", "started", "status", "timer", "timer_due", "waited",
+                 "watchers")
 
     def __init__(self, record: RequestRecord, frame: str | None, idle: float,
                  limit: float, started: float) -> None:
         self.record = record
         # the checked ``tool.request`` frame, once made (re-sends reuse it)
         self.frame = frame
+        #: stored, so it may go to the page (a resume re-sends only those): a new one once
+        #: its write is done, one restored from the store at once
+        self.released = False
         self.future: asyncio.Future[tuple[Any, str]] = (
             asyncio.get_running_loop().create_future()
         )

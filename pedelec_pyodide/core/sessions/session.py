@@ -209,7 +209,8 @@ class CoreSession:
             return
         for pending in list(self.pending.values()):
             self._stop_waiting(pending)
-            if not pending.record.answered:
+            # (one whose store write is under way goes out once that is done)
+            if pending.released and not pending.record.answered:
                 connection.send_request(pending.id)
         ends, self.unsent_ends = self.unsent_ends, []
         for ended in ends:
@@ -392,16 +393,18 @@ class CoreSession:
         return pending.id, result, handled_by
 
     def track(self, record: RequestRecord, frame: str | None = None,
-               idle: float | None = None, limit: float | None = None) -> TrackedRequest:
-        """Hold ``record`` pending. Restored after a restart, it has no ``idle`` or
-        ``limit`` of its own: its tool's timeout, and the default limit past its
-        stored deadline."""
+               idle: float | None = None, limit: float | None = None, *,
+               stored: bool = False) -> TrackedRequest:
+        """Hold ``record`` pending (``stored``: restored from the store, so released to
+        the page at once). Restored after a restart, it has no ``idle`` or ``limit`` of its
+        own: its tool's timeout, and the default limit past its stored deadline."""
         config = self.registry.config
         if idle is None:
             idle = config.timeout_for(record.tool)
         if limit is None:
             limit = record.deadline + config.max_total_for(idle) - idle
         pending = TrackedRequest(record, frame, idle, limit, config.clock.monotonic())
+        pending.released = stored
         self.pending[record.id] = pending
         self._schedule(pending)
         limit = self.registry.config.max_pending
@@ -432,6 +435,7 @@ class CoreSession:
         log_event("tool.request", session=self.id, turn=record.turn_id,
                   toolRequestId=record.id, tool=record.tool,
                   connected=self.connection is not None)
+        pending.released = True
         if self.connection is not None:
             self.connection.send_request(pending.id)
 

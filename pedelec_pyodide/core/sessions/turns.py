@@ -466,7 +466,7 @@ def restore(registry: Registry, snapshot: Snapshot) -> None:
         if request.turn_id is not None:
             journals.setdefault((request.session_id, request.turn_id), []).append(request)
         if not request.answered:
-            owner.track(request)
+            owner.track(request, stored=True)
         elif request.turn_id is None:
             kept.setdefault(request.session_id, []).append(request)
     for turn in snapshot.turns:
