@@ -34,6 +34,7 @@ from pedelec_pyodide.core.agents.factory import make_agent, parse_header
 from pedelec_pyodide.core.agents.model import MAX_ARGUMENTS_CHARS, ModelCall
 from pedelec_pyodide.core.cli import build_parser
 from pedelec_pyodide.core.offload import LARGE_CHARS
+from pedelec_pyodide.core.store import JsonText
 
 #: seconds between two bytes of a trickling agent: well within the event timeout below
 PACE = 0.05
@@ -368,11 +369,23 @@ def test_arguments_longer_than_a_call_can_carry_are_answered_unread(
     assert max(decoded, default=0) <= MAX_ARGUMENTS_CHARS, decoded
 
 
-def test_while_the_page_works_the_agent_holds_no_args_decoded() -> None:
+def test_while_the_page_works_the_agent_holds_no_args_decoded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Found (by a stranger): a model agent kept each call's arguments decoded (its reading
     of them, and the request) while the page worked, as well as the turn's text of them:
-    15 calls of 1 MiB of small arrays held ~450 MiB for as long as the page took."""
+    15 calls of 1 MiB of small arrays held ~450 MiB for as long as the page took. Then the
+    turn decoded each call's arguments back for its outcome, which a model agent never
+    reads: once more per call, held until the step ended."""
     args = '{"delta": 2, "pad": [' + ",".join(["[]"] * 1000) + "]}"
+    decoded_back: list[str] = []
+    value = JsonText.value
+
+    def spy(kept: JsonText) -> Any:
+        if '"pad":' in kept.text:
+            decoded_back.append(kept.text)
+        return value(kept)
+
+    monkeypatch.setattr(JsonText, "value", spy)
 
     def decoded() -> list[object]:
         gc.collect()
@@ -396,6 +409,7 @@ def test_while_the_page_works_the_agent_holds_no_args_decoded() -> None:
             await page.close()
 
     run(main())
+    assert decoded_back == []
 
 
 def test_every_run_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,6 +50,7 @@ from pedelec_pyodide.core.agents.offline import (
     render_result,
 )
 from pedelec_pyodide.core.sessions.history import appended_history
+from pedelec_pyodide.core.store import JsonText
 
 
 def run(agent: Agent, turn: FakeTurn) -> str:
@@ -790,3 +791,14 @@ def test_appending_to_a_kept_history_not_in_compact_form_stays_json(kept: str) -
     appended = appended_history(kept, new, 10_000)
     assert appended is not None
     assert json.loads(appended) == json.loads(kept) + new
+
+
+def test_an_outcome_given_its_args_as_text_decodes_them_when_read() -> None:
+    """Core gives a call's outcome its args as the JSON text it keeps: an agent that reads
+    them gets them decoded (once); one that does not, a model agent, costs no decoding."""
+    outcome = ToolCallOutcome(tool_request_id="r", tool="t", result={"ok": True},
+                              handled_by="named", args=JsonText('{"n": [1, 2]}'))
+    assert outcome.args == {"n": [1, 2]}
+    assert outcome.args is outcome.args  # decoded once, kept
+    assert ToolCallOutcome(tool_request_id="r", tool="t", result=None,
+                           handled_by="none").args is None

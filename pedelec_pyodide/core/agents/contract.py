@@ -25,13 +25,32 @@ class ToolCallRequest:
     call_id: str | None = None  # the model's own id for the call, when it has one
 
 
+class _DecodedWhenRead:
+    """A field given JSON text (:class:`JsonText`) decodes it the first time it is read,
+    and keeps the value: an agent that never reads the field (a model agent reads its
+    results) costs no decoding of what it holds, up to a frame of a page's arguments."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}"
+
+    def __get__(self, outcome: object, owner: type | None = None) -> Any:
+        if outcome is None:
+            return None  # (to dataclasses: the field's default)
+        held = outcome.__dict__[self._slot]
+        if isinstance(held, JsonText):
+            held = outcome.__dict__[self._slot] = held.value()
+        return held
+
+    def __set__(self, outcome: object, value: Any) -> None:
+        outcome.__dict__[self._slot] = value
+
+
 @dataclass(frozen=True)
 class ToolCallOutcome:
     """A tool call as it went: what was asked and the result the page (or Core) gave."""
 
     tool_request_id: str
     tool: str
-    args: Any
     result: Any
     handled_by: str
     call_id: str | None = None
@@ -41,6 +60,9 @@ class ToolCallOutcome:
     #: memory of its JSON)
     args_json: JsonText | None = None
     result_json: JsonText | None = None
+    #: the call's args; given as JSON text (a :class:`JsonText`), decoded the first time
+    #: they are read
+    args: Any = _DecodedWhenRead()
 
     @property
     def is_error(self) -> bool:

@@ -329,12 +329,10 @@ class TurnRunner:
     async def _outcome(self, pending: TrackedRequest, call_id: str | None) -> ToolCallOutcome:
         result, handled_by = await pending.future
         self._requests.pop(pending.id, None)
-        args = pending.record.args
-        if isinstance(args, JsonText):  # the agent gets its args back decoded
-            args = (await off_loop(args.value) if len(args.text) > LARGE_CHARS
-                    else args.value())
+        # (as text: ToolCallOutcome decodes it for an agent that reads it)
         return self._record(pending.record, call_id, result, handled_by,
-                            (self.clock.monotonic() - pending.started) * 1000, args)
+                            (self.clock.monotonic() - pending.started) * 1000,
+                            pending.record.args)
 
     def _record(self, request: RequestRecord, call_id: str | None, result: Any,
                 handled_by: str, duration_ms: float, args: Any) -> ToolCallOutcome:
