@@ -329,16 +329,16 @@ class TurnRunner:
     async def _outcome(self, pending: TrackedRequest, call_id: str | None) -> ToolCallOutcome:
         result, handled_by = await pending.future
         self._requests.pop(pending.id, None)
-        # (as text: ToolCallOutcome decodes it for an agent that reads it)
         return self._record(pending.record, call_id, result, handled_by,
-                            (self.clock.monotonic() - pending.started) * 1000,
-                            pending.record.args)
+                            (self.clock.monotonic() - pending.started) * 1000)
 
     def _record(self, request: RequestRecord, call_id: str | None, result: Any,
-                handled_by: str, duration_ms: float, args: Any) -> ToolCallOutcome:
-        """The outcome for the agent (decoded) and the turn's record of it (as text,
-        where Core has the text: its own journal's)."""
-        args_json = request.args if isinstance(request.args, JsonText) else None
+                handled_by: str, duration_ms: float) -> ToolCallOutcome:
+        """The outcome for the agent (its result decoded, its args decoded when read:
+        ToolCallOutcome) and the turn's record of it (as text, where Core has the text:
+        its own journal's)."""
+        args = request.args
+        args_json = args if isinstance(args, JsonText) else None
         result_json = request.result if isinstance(request.result, JsonText) else None
         outcome = ToolCallOutcome(
             tool_request_id=request.id, tool=request.tool, args=args, result=result,
@@ -382,7 +382,7 @@ class TurnRunner:
                 if isinstance(result, JsonText):
                     result = result.value()
                 outcomes.append(self._record(request, call.call_id, result,
-                                             request.handled_by or "none", 0.0, request.args))
+                                             request.handled_by or "none", 0.0))
         return outcomes
 
 
