@@ -371,6 +371,8 @@ _ARGS = [
     {"a": "\U0001f600"}, {"a": 1e308}, {"a": 10**300}, {"a": "\x00\u2028"}, {1: 2},
     {"a": "x" * (1 << 20)}, {"a": "\u00e9" * (1 << 19)},
     *(_nested(d) for d in range(protocol.MAX_DEPTH - 2, protocol.MAX_DEPTH + 2)),
+    {"a": [[]] * 50_000}, {"a": [[], _nested(protocol.MAX_DEPTH)] * 1_000},  # wide; deep too
+    {"a": [{}] * 400_000},  # too large and wide
 ]
 
 
@@ -391,6 +393,28 @@ def test_the_fast_check_gives_the_pages_verdict(tool: object) -> None:
         full = verdict(lambda r=request: protocol.parse_server_frame(
             r.encode(), max_bytes=1 << 20))
         assert verdict(lambda r=request: checked_request_frame(r, 1 << 20)) == full
+
+
+def test_a_wide_frame_is_checked_without_decoding_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many brackets are not deep nesting: the page's own depth check tells, before any
+    value is built (a 1 MiB frame of small arrays decoded: ~15 to 45 ms with the GIL held,
+    on the event loop for a control-API call)."""
+    decoded: list[int] = []
+    decode = json.JSONDecoder.decode
+
+    def counted(decoder: json.JSONDecoder, text: str, **options: Any) -> Any:
+        decoded.append(len(text))
+        return decode(decoder, text, **options)
+
+    monkeypatch.setattr(json.JSONDecoder, "decode", counted)
+    wide = protocol.ToolRequest(tool_request_id="r" * 32, tool="t", args={"a": [[]] * 300_000})
+    deep = protocol.ToolRequest(tool_request_id="r" * 32, tool="t",
+                                args=[[], _nested(protocol.MAX_DEPTH)])
+    assert len(checked_request_frame(wide, protocol.MAX_FRAME_BYTES)) > 900_000
+    assert decoded == []
+    with pytest.raises(protocol.ProtocolError) as refused:
+        checked_request_frame(deep, protocol.MAX_FRAME_BYTES)
+    assert refused.value.code == protocol.FRAME_TOO_DEEP
 
 
 def surrogate_transcript(provider: str) -> dict[str, Any]:
