@@ -1,12 +1,13 @@
-"""A large JSON value decoded in Core's process, with what Core's start made in the
-garbage collector's view and out of it (``gc.freeze``, as ``pedelec serve`` does once it
-has started: ``core/server.py``, ``freeze_start_heap``).
+"""A large JSON value decoded in Core's process three ways: with what Core's start made in
+the garbage collector's view; out of it (``gc.freeze``, as ``pedelec serve`` does once it
+has started: ``core/server.py``, ``freeze_start_heap``); and out of it with the collector
+paused, as Core's worker threads decode (``core/offload.py``, ``CollectorPause``).
 
 json's decoder holds the GIL; every few hundred containers it makes set off a collection,
 and the full ones walk every object the collector tracks: Core's modules, classes and app
-(~50,000 objects) each time. The value: 1 MiB of empty arrays (``[[],[],...]``), the
-costliest JSON to decode per byte. The two ways are interleaved round by round (freeze,
-decode, unfreeze, decode); printed: the median of each and their ratio.
+(~50,000 objects), and what is decoded so far, each time. The value: 1 MiB of empty
+arrays (``[[],[],...]``), the costliest JSON to decode per byte. The three ways are
+interleaved round by round; printed: the median of each and their ratios.
 
 Run: ``.venv/bin/python bench/big_decode.py [--rounds 15]``
 """
@@ -21,6 +22,7 @@ import statistics
 import time
 
 from pedelec_pyodide.core.config import CoreConfig
+from pedelec_pyodide.core.offload import CollectorPause
 from pedelec_pyodide.core.server import create_app
 
 TEXT = "[" + ",".join(["[]"] * 340_000) + "]"  # ~1 MiB
@@ -43,16 +45,23 @@ def main() -> None:
     tracked = len(gc.get_objects())
     in_view: list[float] = []
     frozen: list[float] = []
+    paused: list[float] = []
+    pause = CollectorPause()
     for _ in range(rounds):
         gc.freeze()
         frozen.append(decode_ms())
+        with pause():
+            paused.append(decode_ms())
         gc.unfreeze()
         in_view.append(decode_ms())
     del app
+    viewed, kept_out, both = (statistics.median(times) for times in (in_view, frozen, paused))
     print(f"{len(TEXT)} characters of [[],...]; {tracked} objects tracked after Core's start")
-    print(f"  start heap in view: median {statistics.median(in_view):.1f} ms")
-    print(f"  start heap frozen:  median {statistics.median(frozen):.1f} ms")
-    print(f"  frozen / in view = {statistics.median(frozen) / statistics.median(in_view):.2f}x"
+    print(f"  start heap in view:                  median {viewed:.1f} ms")
+    print(f"  start heap frozen:                   median {kept_out:.1f} ms")
+    print(f"  start heap frozen, collector paused: median {both:.1f} ms")
+    print(f"  frozen / in view = {kept_out / viewed:.2f}x; frozen and paused / frozen = "
+          f"{both / kept_out:.2f}x, / in view = {both / viewed:.2f}x"
           f"   (1-minute load average {os.getloadavg()[0]:.2f}, 2 cores)")
 
 

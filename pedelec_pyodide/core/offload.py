@@ -12,13 +12,23 @@ a thread hop would cost them more than the work.
 
 Callers await :func:`off_loop` where they would have called the function: what they do
 next (send a frame, store a row) still happens in the order they do it.
+
+While these threads and the parse threads work, the cyclic garbage collector is paused
+(:class:`CollectorPause`): json makes a container per array or object it reads, and every
+few hundred set off a collection, the full ones walking all it has made so far, with the
+GIL held. 1 MiB of ``[[],[],...]`` decodes in about half the time without them
+(``bench/big_decode.py``), and a page's flood of such frames holds ``/health`` up about a
+third as long (docs/records/reliability.md, ``array_frames``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import gc
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 #: texts, frames and values longer than this as JSON (characters) are worked on off the
@@ -30,9 +40,53 @@ _WORKERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pedelec-json")
 T = TypeVar("T")
 
 
+class CollectorPause:
+    """The cyclic garbage collector paused while Core's threads work on large values.
+
+    The collector is one for the process: it is paused by the first work to begin and
+    goes on once none is left (a work begins when the event loop hands it to a thread,
+    and ends when the loop has its answer). It is never paused for long, whatever the
+    clients send: once ``most_joining`` more works have begun within one pause, the next
+    to end ends it, and the works still running go on with the collector, as does every
+    work begun until none is left (only then does a new pause begin). A pause so lasts a
+    few works at most, each bounded by the frame limit; the cycles left meanwhile are
+    collected after it. A collector someone else disabled is left alone."""
+
+    def __init__(self, most_joining: int = 4) -> None:
+        self.most_joining = most_joining
+        self._lock = threading.Lock()
+        self._working = 0
+        self._joined = 0
+        self._paused = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            self._working += 1
+            if self._paused:
+                self._joined += 1
+            elif self._working == 1 and gc.isenabled():
+                gc.disable()
+                self._paused, self._joined = True, 0
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._working -= 1
+                if self._paused and (self._working == 0 or self._joined >= self.most_joining):
+                    gc.enable()
+                    self._paused = False
+
+
+collector_paused = CollectorPause()
+
+
 async def off_loop(work: Callable[..., T], *args: object) -> T:
-    """``work(*args)`` in one of Core's worker threads."""
-    return await asyncio.get_running_loop().run_in_executor(_WORKERS, work, *args)
+    """``work(*args)`` in one of Core's worker threads, the collector paused meanwhile
+    (paused from here, the event loop: a frame more in the thread would cost a deeply
+    nested value's decode a level of the recursion limit)."""
+    with collector_paused():
+        return await asyncio.get_running_loop().run_in_executor(_WORKERS, work, *args)
 
 
 def is_large(value: Any) -> bool:

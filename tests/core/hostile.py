@@ -128,18 +128,19 @@ class Scale:
     pipelining_sockets: int  # sockets pipelining requests by the MiB, reading no answer
     header_floods: int  # requests of 15,000 header lines, one after the other
     unfinished_frames: int  # connections never saying hello, each a frame of ~4 MiB unfinished
+    array_frames: int  # frames of ~1 MiB of empty arrays, per socket (two sockets)
 
 
 FULL = Scale("full", probes=200, cap=30.0, deadline=180.0, ref_chain_bytes=285 * KIB,
              words_bytes=117 * KIB, fill_properties=4000, fill_bytes=400 * KIB,
              unique_items=60_000, sessions=40, never_read_frames=400, arg_turns=25,
              bad_frames=300, flood_hellos=256, pipelining_sockets=20, header_floods=2000,
-             unfinished_frames=600)
+             unfinished_frames=600, array_frames=100)
 QUICK = Scale("quick", probes=40, cap=3.0, deadline=30.0, ref_chain_bytes=96 * KIB,
               words_bytes=40 * KIB, fill_properties=1000, fill_bytes=100 * KIB,
               unique_items=20_000, sessions=12, never_read_frames=200, arg_turns=8,
               bad_frames=200, flood_hellos=48, pipelining_sockets=8, header_floods=300,
-              unfinished_frames=200)
+              unfinished_frames=200, array_frames=15)
 
 
 # --- Core in a process of its own ---------------------------------------------------------
@@ -794,6 +795,49 @@ async def attack_progress(ctx: Context) -> None:
     await ws.close()
 
 
+async def attack_array_frames(ctx: Context) -> None:
+    """Two pages of one client send frames just under the limit made of empty arrays
+    (``[[],[],...]``: the costliest JSON to decode per byte), one after the other, and
+    read what Core answers (each names a request it does not know). Each frame is decoded
+    in Core's parse threads, and json holds the GIL while it decodes."""
+    scale = ctx.scale
+    frame = ('{"type":"tool.progress","toolRequestId":"none","progress":1,"x":['
+             + ",".join(["[]"] * (FRAME_ROOM // 3)) + "]}")
+    answered = 0
+
+    async def page() -> int:
+        nonlocal answered
+        ws = await connect(ctx.core.ws_url)
+        answer = await hello(ws, ECHO_TOOLS, scale.cap)
+        if answer["type"] != "welcome":
+            ctx.notes.append(f"hello -> {answer.get('code')}")
+            return 0
+
+        async def read() -> None:
+            nonlocal answered
+            with contextlib.suppress(websockets.ConnectionClosed):
+                async for _ in ws:
+                    answered += 1
+
+        reader = asyncio.create_task(read())
+        sent = 0
+        try:
+            with contextlib.suppress(websockets.ConnectionClosed):
+                for _ in range(scale.array_frames):
+                    await asyncio.wait_for(ws.send(frame), scale.cap)
+                    sent += 1
+                    ctx.mark_rss()
+                await asyncio.sleep(0.5)  # the last frames parsed and answered
+        finally:
+            reader.cancel()
+            await ws.close()
+        return sent
+
+    sent = await asyncio.gather(page(), page())
+    ctx.notes.append(f"{sum(sent)} frames of {len(frame) // KIB} KiB over 2 sockets; "
+                     f"{answered} answered")
+
+
 async def attack_turn_args(ctx: Context) -> None:
     """Turns of one ``/call`` line with ~1 MiB of args each, the page echoing them back."""
     scale = ctx.scale
@@ -1125,6 +1169,8 @@ ATTACKS = [
            rss_kind="turn_args"),
     Attack("progress", "tool.progress frames with ~1 MiB messages, nothing read",
            attack_progress, rss_kind="bad_frames"),
+    Attack("array_frames", "frames of ~1 MiB of empty arrays, back to back on 2 sockets",
+           attack_array_frames, rss_kind="bad_frames"),
     Attack("call_problems", "a /call message of ~340,000 bad lines (a reply per line?)",
            attack_call_problems, rss_kind="turn_args"),
     Attack("surrogates", "lone surrogates in /call lines, SQLite store", attack_surrogates,

@@ -11,6 +11,7 @@ bound is generous (the machine is noisy), the freezes it catches were tens of se
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import threading
 import time
@@ -120,12 +121,13 @@ def test_a_turn_the_offline_agent_reads_for_many_properties() -> None:
 
 def test_a_long_frame_is_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Checking is linear, but a 1 MiB hello of tiny subschemas still takes ~0.5 s: in a
-    worker thread, the event loop gets the GIL every few ms and health keeps answering."""
-    parsed_in: list[tuple[int, str]] = []
+    worker thread, the event loop gets the GIL every few ms and health keeps answering.
+    There, the garbage collector is paused while it is parsed (offload.CollectorPause)."""
+    parsed_in: list[tuple[int, str, bool]] = []
     parse = protocol.parse_client_frame
 
     def spy(data: str | bytes, **options: Any) -> protocol.ClientMessage:
-        parsed_in.append((len(data), threading.current_thread().name))
+        parsed_in.append((len(data), threading.current_thread().name, gc.isenabled()))
         return parse(data, **options)
 
     monkeypatch.setattr(protocol, "parse_client_frame", spy)
@@ -138,8 +140,10 @@ def test_a_long_frame_is_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPat
             assert (await client.hello())["code"] == "DUPLICATE_HELLO"
             await client.close()
     run(main())
-    (long_size, long_thread), (short_size, short_thread) = parsed_in
+    (long_size, long_thread, long_collected), (short_size, short_thread, short_collected) = (
+        parsed_in)
     assert long_size > PARSE_IN_THREAD_CHARS and long_thread.startswith("pedelec-parse")
+    assert not long_collected and short_collected and gc.isenabled()
     assert short_size < PARSE_IN_THREAD_CHARS and short_thread == threading.main_thread().name
 
 
@@ -174,13 +178,17 @@ class CorePasses:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.monkeypatch = monkeypatch
         self.passes: list[tuple[str, int]] = []  # (thread, characters)
+        self.collected: list[tuple[str, int]] = []  # worker passes with the collector on
 
     def _note(self, chars: int) -> None:
         package = str(Path(protocol.__file__).parent)
         if chars > PARSE_IN_THREAD_CHARS and any(
                 frame.f_code.co_filename.startswith(package)
                 for frame, _ in traceback.walk_stack(None)):
-            self.passes.append((threading.current_thread().name, chars))
+            thread = threading.current_thread().name
+            self.passes.append((thread, chars))
+            if gc.isenabled() and thread != threading.main_thread().name:
+                self.collected.append((thread, chars))
 
     def start(self) -> None:
         encode, decode = json.JSONEncoder.encode, json.JSONDecoder.decode
@@ -240,6 +248,7 @@ def test_a_turn_with_large_args_and_results_does_its_json_work_off_the_event_loo
     end = run(main())
     assert end["status"] == "completed" and "more characters: the reply is too long" in end["text"]
     assert spy.on_loop() == [], spy.on_loop()
+    assert spy.collected == [], spy.collected  # the garbage collector paused for each
     assert len(spy.passes) > 10  # the work was seen, in the workers
 
 
@@ -266,6 +275,7 @@ def test_a_hello_with_large_metadata_is_encoded_off_the_event_loop(
 
     run(main())
     assert spy.on_loop() == [], spy.on_loop()
+    assert spy.collected == [], spy.collected
     assert len(spy.passes) >= 4  # each frame parsed and its tools encoded, in the workers
 
 

@@ -31,7 +31,7 @@ from ... import protocol
 from ..clock import wait_for
 from ..cluster import Node
 from ..log import log_event
-from ..offload import LARGE_CHARS
+from ..offload import LARGE_CHARS, collector_paused
 from .clients import client_key
 from .connection import CLOSE_POLICY, PageConnection
 from .ws_limits import frame_guard
@@ -45,7 +45,8 @@ WRITE_BATCH_CHARS = 64 * 1024
 #: but a 1 MiB hello of tiny subschemas or patterns takes ~0.5 s to check: the other
 #: connections and /health must not wait for it (a thread gives the loop the GIL every
 #: few ms). Two threads for all connections: a flood of big frames queues, nothing else
-#: (Core's own work on large values has threads of its own, offload.py).
+#: (Core's own work on large values has threads of its own, offload.py). The garbage
+#: collector is paused while a frame is parsed (offload.py says why).
 PARSE_IN_THREAD_CHARS = LARGE_CHARS
 _PARSER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pedelec-parse")
 #: a short frame with more new regular expressions than the loop checks goes to a thread
@@ -246,8 +247,9 @@ class BridgeConnection:
         parsed = (page.parse_on_loop(data)
                   if not begun and (short or page.refuses_unparsed(data)) else None)
         if parsed is None:  # long, or short with many new regular expressions to check
-            parsed = await asyncio.get_running_loop().run_in_executor(
-                _PATTERNS if short else _PARSER, page.parse, data)
+            with collector_paused():
+                parsed = await asyncio.get_running_loop().run_in_executor(
+                    _PATTERNS if short else _PARSER, page.parse, data)
         hello = page.first_hello(parsed)
         if hello is not None:
             if hello.session_id is not None:

@@ -1,0 +1,97 @@
+"""The garbage collector paused while Core's threads work on large values
+(offload.CollectorPause): json makes a container per array or object it decodes, and
+collections set off every few hundred walk them with the GIL held (1 MiB of ``[[],...]``:
+~3x the time). The pause is one for the process, so these tests drive it by hand, one
+work entered after another, as threads would."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+
+from pedelec_pyodide.core.offload import CollectorPause, off_loop
+
+
+@pytest.fixture(autouse=True)
+def collector_restored() -> Iterator[None]:
+    was = gc.isenabled()
+    yield
+    if was:
+        gc.enable()
+    else:  # pragma: no cover - the suite runs with the collector on
+        gc.disable()
+
+
+def test_paused_while_any_work_runs_and_on_again_after() -> None:
+    pause = CollectorPause()
+    with ExitStack() as first:
+        first.enter_context(pause())
+        assert not gc.isenabled()
+        with pause():  # a second work, begun within the first's pause
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the first still runs
+    assert gc.isenabled()
+
+
+def test_a_pause_lasts_a_few_works_however_long_they_keep_overlapping() -> None:
+    """Works that keep overlapping (a flood of large frames on several threads) would
+    otherwise keep it paused for good, and other clients' cycles uncollected."""
+    pause = CollectorPause(most_joining=2)
+
+    def begin() -> ExitStack:
+        work = ExitStack()
+        work.enter_context(pause())
+        return work
+
+    first, second, third = begin(), begin(), begin()  # the first and two joining: the bound
+    assert not gc.isenabled()
+    second.close()  # one ends: the pause with it, the other two still running
+    assert gc.isenabled()
+    fourth = begin()  # begun while works run outside a pause: none begins
+    assert gc.isenabled()
+    for work in (first, third, fourth):
+        work.close()
+    assert gc.isenabled()
+    fifth = begin()  # none left running: the next work pauses it again
+    assert not gc.isenabled()
+    fifth.close()
+    assert gc.isenabled()
+
+
+def test_a_collector_disabled_by_someone_else_stays_disabled() -> None:
+    pause = CollectorPause()
+    gc.disable()
+    with pause():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+
+
+def test_threads_overlapping_leave_it_on() -> None:
+    pause = CollectorPause()
+    ready = threading.Barrier(4)
+    seen: list[bool] = []
+
+    def work() -> None:
+        with pause():
+            ready.wait(timeout=10)
+            seen.append(gc.isenabled())
+            ready.wait(timeout=10)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert seen == [False] * 4 and gc.isenabled()
+
+
+def test_core_s_own_work_off_the_loop_runs_paused() -> None:
+    async def main() -> tuple[bool, bool]:
+        return await off_loop(gc.isenabled), gc.isenabled()
+
+    assert asyncio.run(main()) == (False, True)
