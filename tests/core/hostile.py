@@ -129,18 +129,19 @@ class Scale:
     header_floods: int  # requests of 15,000 header lines, one after the other
     unfinished_frames: int  # connections never saying hello, each a frame of ~4 MiB unfinished
     array_frames: int  # frames of ~1 MiB of empty arrays, per socket (two sockets)
+    large_calls: int  # control-API tool calls with ~1 MiB of args of empty arrays
 
 
 FULL = Scale("full", probes=200, cap=30.0, deadline=180.0, ref_chain_bytes=285 * KIB,
              words_bytes=117 * KIB, fill_properties=4000, fill_bytes=400 * KIB,
              unique_items=60_000, sessions=40, never_read_frames=400, arg_turns=25,
              bad_frames=300, flood_hellos=256, pipelining_sockets=20, header_floods=2000,
-             unfinished_frames=600, array_frames=100)
+             unfinished_frames=600, array_frames=100, large_calls=60)
 QUICK = Scale("quick", probes=40, cap=3.0, deadline=30.0, ref_chain_bytes=96 * KIB,
               words_bytes=40 * KIB, fill_properties=1000, fill_bytes=100 * KIB,
               unique_items=20_000, sessions=12, never_read_frames=200, arg_turns=8,
               bad_frames=200, flood_hellos=48, pipelining_sockets=8, header_floods=300,
-              unfinished_frames=200, array_frames=15)
+              unfinished_frames=200, array_frames=15, large_calls=8)
 
 
 # --- Core in a process of its own ---------------------------------------------------------
@@ -838,6 +839,26 @@ async def attack_array_frames(ctx: Context) -> None:
                      f"{answered} answered")
 
 
+async def attack_large_calls(ctx: Context) -> None:
+    """The control API's caller (it holds the admin token: trusted, yet its calls must
+    cost only itself) posts tool calls with ~0.75 MiB of args made of empty arrays, one
+    after the other, to the victim page, which echoes them back."""
+    scale = ctx.scale
+    # (the page echoes them with json.dumps's spaces: 4 characters an array, in a frame)
+    body = ('{"tool":"echo","args":{"a":[' + ",".join(["[]"] * (FRAME_ROOM // 4 - 100))
+            + "]}}").encode()
+    url = f"/pedelec/v1/sessions/{ctx.victim.session_id}/tool-calls"
+    statuses: dict[int, int] = {}
+    for i in range(scale.large_calls):
+        response = await ctx.http.post(url, content=body, timeout=scale.cap * 3, headers={
+            "content-type": "application/json", "Idempotency-Key": f"large-{i}"})
+        statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+        ctx.mark_rss()
+    ctx.notes.append(f"{scale.large_calls} calls of {len(body) // KIB} KiB: {statuses}")
+    if set(statuses) != {200}:
+        ctx.failures.append(f"the calls were answered {statuses}")
+
+
 async def attack_turn_args(ctx: Context) -> None:
     """Turns of one ``/call`` line with ~1 MiB of args each, the page echoing them back."""
     scale = ctx.scale
@@ -1171,6 +1192,8 @@ ATTACKS = [
            attack_progress, rss_kind="bad_frames"),
     Attack("array_frames", "frames of ~1 MiB of empty arrays, back to back on 2 sockets",
            attack_array_frames, rss_kind="bad_frames"),
+    Attack("large_calls", "control-API tool calls of ~0.75 MiB of empty arrays, echoed",
+           attack_large_calls, rss_kind="turn_args"),
     Attack("call_problems", "a /call message of ~340,000 bad lines (a reply per line?)",
            attack_call_problems, rss_kind="turn_args"),
     Attack("surrogates", "lone surrogates in /call lines, SQLite store", attack_surrogates,

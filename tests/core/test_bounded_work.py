@@ -27,6 +27,7 @@ from pedelec_pyodide import protocol
 from pedelec_pyodide.core.agents import OfflineAgent
 from pedelec_pyodide.core.offload import LARGE_CHARS, is_large
 from pedelec_pyodide.core.page.bridge import PARSE_IN_THREAD_CHARS
+from pedelec_pyodide.core.store import JsonText
 
 HEALTH_BOUND = 2.0  # seconds: the slowest health answer allowed while the payload works
 
@@ -250,6 +251,42 @@ def test_a_turn_with_large_args_and_results_does_its_json_work_off_the_event_loo
     assert spy.on_loop() == [], spy.on_loop()
     assert spy.collected == [], spy.collected  # the garbage collector paused for each
     assert len(spy.passes) > 10  # the work was seen, in the workers
+
+
+def test_a_control_api_call_with_large_args_does_its_json_work_off_the_event_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller holds the admin token, yet its call costs only itself: its body decoded,
+    its print taken, its frame made and its args kept as text, in a worker thread (1 MiB of
+    small arrays decoded, encoded and freed on the loop held everyone's health ~50 ms a
+    call). While the page works, Core holds the args as their text."""
+    spy = CorePasses(monkeypatch)
+    args = {"a": [[]] * 30_000}
+
+    async def main() -> tuple[int, Any]:
+        async with running_core(config()) as core:
+            page = await RawClient.open(core.ws_url)
+            welcome = await page.hello([tool_meta("echo")])
+            session = core.registry.get(welcome["sessionId"])
+            spy.start()
+            call = asyncio.ensure_future(core.http.post(
+                f"/pedelec/v1/sessions/{session.id}/tool-calls",
+                json={"tool": "echo", "args": args}, headers={"Idempotency-Key": "k1"}))
+            request = await page.recv()
+            kept = session.pending[request["toolRequestId"]].record.args
+            await page.send({"type": "tool.result", "toolRequestId": request["toolRequestId"],
+                             "handledBy": "named", "result": {"ok": True}})
+            answer = await asyncio.wait_for(call, WAIT)
+            spy.stop()
+            assert request["args"] == args
+            await page.close()
+            return answer.status_code, kept
+
+    status, kept = run(main())
+    assert status == 200
+    assert spy.on_loop() == [], spy.on_loop()
+    assert spy.collected == [], spy.collected
+    assert len(spy.passes) >= 3  # decoded, printed, encoded: in a worker
+    assert isinstance(kept, JsonText) and json.loads(kept.text) == args
 
 
 def test_a_hello_with_large_metadata_is_encoded_off_the_event_loop(

@@ -59,7 +59,13 @@ from ..sessions import (
     checked_call,
     refused_request,
 )
-from ..sessions.idempotency import IDEMPOTENCY_KEY_REUSED, KeyReused, claim, key_hash
+from ..sessions.idempotency import (
+    IDEMPOTENCY_KEY_REUSED,
+    KeyReused,
+    claim,
+    fingerprint,
+    key_hash,
+)
 from ..store import CORE_CALL, StoreError
 from .leases import LEASE_SECONDS
 from .messages import (
@@ -124,8 +130,8 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
     hashed = key_hash(session.id, key)
     try:
         try:  # the control API's rule: a key seen for another request starts nothing
-            known, new = claim(session.callers, session.id, key, CORE_CALL,
-                               {"tool": tool, "args": args, "timeoutMs": None})
+            known, new = claim(session.callers, session.id, key, CORE_CALL, fingerprint(
+                CORE_CALL, {"tool": tool, "args": args, "timeoutMs": None}))
         except KeyReused:
             log_event("mcp.key_reused", level=logging.WARNING, session=session.id)
             return tool_error(IDEMPOTENCY_KEY_REUSED, "this call's key was used in this "

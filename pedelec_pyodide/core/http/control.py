@@ -10,7 +10,7 @@ import contextlib
 import hmac
 import secrets
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from starlette import responses
 from starlette.requests import ClientDisconnect, Request
@@ -23,8 +23,10 @@ from ...text import lone_surrogate_in_json, not_unicode, quote
 from ...tools import NAME_PATTERN
 from ..config import MAX_TIMEOUT_MS, is_timeout_ms
 from ..log import log_event
+from ..offload import LARGE_CHARS, is_large, off_loop
 from ..sessions import (
     TURN_BUSY,
+    CheckedRequest,
     CoreSession,
     Registry,
     RequestProgress,
@@ -37,6 +39,7 @@ from ..sessions.idempotency import (
     MAX_KEY_CHARS,
     KeyReused,
     claim,
+    fingerprint,
 )
 from ..sessions.turns import start_turn
 from ..store import (
@@ -48,6 +51,7 @@ from ..store import (
     KeyKind,
     StoreError,
     TurnRecord,
+    as_text,
     dump_json,
 )
 from .hangup import hang_up_of
@@ -151,12 +155,15 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _json_object(request: Request) -> dict[str, Any]:
+async def _body_text(request: Request) -> str:
     body = await read_body(request, _registry(request).config.max_frame_bytes)
     try:
-        text = body.decode("utf-8")  # strict: no encoded surrogates either
+        return body.decode("utf-8")  # strict: no encoded surrogates either
     except UnicodeDecodeError as exc:
         raise ApiError(400, BAD_REQUEST, f"the body is not UTF-8 text: {exc}") from None
+
+
+def _decoded_object(text: str) -> dict[str, Any]:
     try:
         data = strictjson.decode(text)  # no NaN, no Infinity: a page's frames refuse them
     except (ValueError, RecursionError) as exc:
@@ -167,6 +174,12 @@ async def _json_object(request: Request) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ApiError(400, BAD_REQUEST, "the body must be a JSON object")
     return data
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    text = await _body_text(request)
+    return (await off_loop(_decoded_object, text) if len(text) > LARGE_CHARS
+            else _decoded_object(text))
 
 
 def _idempotency_key(request: Request) -> str | None:
@@ -191,11 +204,13 @@ def _idempotency_key(request: Request) -> str | None:
 
 
 def _claim(session: CoreSession, key: str | None, kind: KeyKind,
-           asked: dict[str, Any]) -> tuple[IdempotencyRecord | None, IdempotencyRecord | None]:
-    """:func:`~..sessions.idempotency.claim` for a caller's key: a key seen for another request is
-    a 422 :class:`ApiError`. Both None without a key."""
+           asked: str | None) -> tuple[IdempotencyRecord | None, IdempotencyRecord | None]:
+    """:func:`~..sessions.idempotency.claim` for a caller's key (``asked``: the request's
+    :func:`~..sessions.idempotency.fingerprint`): a key seen for another request is a 422
+    :class:`ApiError`. Both None without a key (and only then ``asked``)."""
     if key is None:
         return None, None
+    assert asked is not None
     try:
         known, new = claim(session.callers, session.id, key, kind, asked)
     except KeyReused as exc:
@@ -491,11 +506,24 @@ async def get_session(request: Request) -> Response:
     return JSONResponse(path_session(request).describe(full=True))
 
 
-@_guarded
-async def tool_call(request: Request) -> Response:
-    key = _idempotency_key(request)
-    session = path_session(request)
-    body = await _json_object(request)
+class _CallBody(NamedTuple):
+    """A tool call's body, read and checked (:func:`_read_call`)."""
+
+    tool: str
+    args: Any  # kept as JSON text (JsonText) when long
+    timeout_ms: int | None
+    max_total_ms: int | None
+    wait_for_page: bool
+    fingerprint: str | None  # of what it asks, when it came with an Idempotency-Key
+    checked: CheckedRequest | protocol.ProtocolError  # its frame, or why the page refuses it
+
+
+def _read_call(text: str, kind: KeyKind | None, max_frame_bytes: int) -> _CallBody:
+    """The body of ``POST .../tool-calls`` decoded and checked, its ``tool.request`` frame
+    made: pure, so that a long body is read in a worker thread, where its decoded args
+    (1 MiB of small arrays: ~15 to 45 ms to decode, ~8 to free, ~24 MiB held) are made,
+    used and dropped, and only texts come back. ``kind``: its key's, if it has one."""
+    body = _decoded_object(text)
     tool = body.get("tool")
     if not isinstance(tool, str) or not NAME_PATTERN.match(tool):
         raise ApiError(400, BAD_REQUEST,
@@ -515,13 +543,33 @@ async def tool_call(request: Request) -> Response:
     asked = {"tool": tool, "args": args, "timeoutMs": timeout_ms}
     if max_total_ms is not None:  # keys given before maxTotalMs existed keep their prints
         asked["maxTotalMs"] = max_total_ms
+    checked: CheckedRequest | protocol.ProtocolError
+    try:  # the same check as every request's, answered as the caller's HTTP error
+        checked = checked_call(tool, args, max_frame_bytes)
+    except protocol.ProtocolError as exc:
+        checked = exc
+    kept = as_text(args) if is_large(args) else args
+    return _CallBody(tool, kept, timeout_ms, max_total_ms, wait_for_page,
+                     None if kind is None else fingerprint(kind, asked), checked)
+
+
+@_guarded
+async def tool_call(request: Request) -> Response:
+    key = _idempotency_key(request)
+    session = path_session(request)
+    limit = session.registry.config.max_frame_bytes
+    text = await _body_text(request)
     # a forwarding node's own key: its result is kept apart from callers' (idempotency.py)
     kind = CORE_CALL if request.scope.get(ROUTE_KEY) else TOOL_CALL
-    known, claim = _claim(session, key, kind, asked)
+    keyed = None if key is None else kind
+    call = (await off_loop(_read_call, text, keyed, limit) if len(text) > LARGE_CHARS
+            else _read_call(text, keyed, limit))
+    del text
+    known, claim = _claim(session, key, kind, call.fingerprint)
     if known is not None:  # a retry: the first request's result, never a second run
         return await _tool_answer(request, session, known.target_id, keyed=True)
     _store_reachable(session)
-    if not wait_for_page and session.connection is None:
+    if not call.wait_for_page and session.connection is None:
         gone = session.disconnected_at
         now = session.registry.config.clock.time()
         since = f" for {now - gone:.0f} s" if gone is not None else ""
@@ -529,15 +577,13 @@ async def tool_call(request: Request) -> Response:
             f"session {session.id!r} has had no page connected{since} (it waits for its page "
             "to resume until --session-ttl): the connected ones are listed by "
             "GET /pedelec/v1/sessions?connected=true"))
-    try:  # the same check as every request's, answered here as the caller's HTTP error
-        checked = checked_call(tool, args, session.registry.config.max_frame_bytes)
-    except protocol.ProtocolError as exc:
-        status = 413 if exc.code == protocol.FRAME_TOO_LARGE else 400
+    if isinstance(call.checked, protocol.ProtocolError):
+        status = 413 if call.checked.code == protocol.FRAME_TOO_LARGE else 400
         raise ApiError(status, PAYLOAD_TOO_LARGE if status == 413 else BAD_REQUEST,
-                       f"the page would refuse this tool.request: {exc.message}") from None
+                       f"the page would refuse this tool.request: {call.checked.message}")
     pending = await session.start_call(
-        tool, args, timeout_ms=timeout_ms, max_total_ms=max_total_ms, checked=checked,
-        key=claim)
+        call.tool, call.args, timeout_ms=call.timeout_ms, max_total_ms=call.max_total_ms,
+        checked=call.checked, key=claim)
     return await _tool_answer(request, session, pending.id, keyed=claim is not None)
 
 
@@ -572,7 +618,8 @@ async def turn(request: Request) -> Response:
     text = body.get("text")
     if not isinstance(text, str):
         raise ApiError(400, BAD_REQUEST, "'text' must be a string")
-    known, claim = _claim(session, key, TURN, {"text": text})
+    known, claim = _claim(session, key, TURN,
+                          None if key is None else fingerprint(TURN, {"text": text}))
     if known is not None:  # a retry: that turn's end, waiting for it if it runs
         return await _turn_answer(session, session.callers.turns[known.target_id])
     _store_reachable(session)

@@ -68,14 +68,13 @@ class KeyReused(PedelecError):
 
 
 def claim(callers: CallerMemory, session_id: str, key: str, kind: KeyKind,
-          asked: dict[str, Any]) -> tuple[IdempotencyRecord | None, IdempotencyRecord | None]:
+          digest: str) -> tuple[IdempotencyRecord | None, IdempotencyRecord | None]:
     """The one rule for a key, whoever gives it (a caller, or Core: a forwarding node's,
     an MCP relay's): ``(known, new)``, the record of ``key`` if this session has seen it
-    for the same request (same kind, same fingerprint of ``asked``), else a new record
-    to store with what this request starts (its ``target_id`` still to fill).
-    :class:`KeyReused` if the session has seen it for another request."""
+    for the same request (same kind, same ``digest``: the :func:`fingerprint` of what it
+    asks), else a new record to store with what this request starts (its ``target_id``
+    still to fill). :class:`KeyReused` if the session has seen it for another request."""
     hashed = key_hash(session_id, key)
-    digest = fingerprint(kind, asked)
     known = callers.key(hashed)
     if known is None:
         return None, IdempotencyRecord(hashed, session_id, kind, digest, "",
