@@ -285,6 +285,12 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         "Core checks per second for one client address (a burst of 4 s of "
                         "it); more are refused RATE_LIMITED "
                         f"(default: {_plain(CoreConfig.metadata_rate)})")
+    parser.add_argument("--read-rate", type=_positive(float),
+                        default=CoreConfig.read_rate, metavar="N",
+                        help="characters of frames Core reads per second from one client "
+                        "address, all its connections together (a burst of 4 s of it); "
+                        "past it, Core reads that client's connections more slowly "
+                        f"(default: {_plain(CoreConfig.read_rate)})")
     parser.add_argument("--max-pending", type=_positive(int), default=CoreConfig.max_pending,
                         metavar="N", help="tool requests pending at once per session; "
                         "more are answered TOO_MANY_PENDING "
@@ -394,7 +400,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[CoreConfig, bool]:
         max_history_bytes=args.max_history_bytes,
         max_sessions_per_client=args.max_sessions_per_client,
         max_queued_total_bytes=args.max_queued_total_bytes, pattern_rate=args.pattern_rate,
-        metadata_rate=args.metadata_rate,
+        metadata_rate=args.metadata_rate, read_rate=args.read_rate,
     )
     return cfg, generated
 

@@ -127,6 +127,11 @@ class CoreConfig:
     #: for one client address (a burst of 4 s of it); over it such a frame is refused
     #: RATE_LIMITED
     metadata_rate: float = float(MAX_FRAME_BYTES)
+    #: characters of frames Core reads per second from one client address, all its
+    #: connections together (a burst of 4 s of it); past it, Core reads that client's
+    #: connections more slowly: nothing is refused (a frame's work, JSON decoded with the
+    #: GIL held, is up to ~50 ms a MiB, and one client's 32 sessions shared it)
+    read_rate: float = 2.0 * MAX_FRAME_BYTES
     #: tool requests pending at once per session
     max_pending: int = DEFAULT_MAX_PENDING
     #: an agent's history per session, as JSON bytes (oldest turns dropped first)

@@ -130,18 +130,19 @@ class Scale:
     unfinished_frames: int  # connections never saying hello, each a frame of ~4 MiB unfinished
     array_frames: int  # frames of ~1 MiB of empty arrays, per socket (two sockets)
     large_calls: int  # control-API tool calls with ~1 MiB of args of empty arrays
+    turn_sessions: int  # sessions of one client, each running a turn of ~1 MiB of args
 
 
 FULL = Scale("full", probes=200, cap=30.0, deadline=180.0, ref_chain_bytes=285 * KIB,
              words_bytes=117 * KIB, fill_properties=4000, fill_bytes=400 * KIB,
              unique_items=60_000, sessions=40, never_read_frames=400, arg_turns=25,
              bad_frames=300, flood_hellos=256, pipelining_sockets=20, header_floods=2000,
-             unfinished_frames=600, array_frames=100, large_calls=60)
+             unfinished_frames=600, array_frames=40, large_calls=60, turn_sessions=32)
 QUICK = Scale("quick", probes=40, cap=3.0, deadline=30.0, ref_chain_bytes=96 * KIB,
               words_bytes=40 * KIB, fill_properties=1000, fill_bytes=100 * KIB,
               unique_items=20_000, sessions=12, never_read_frames=200, arg_turns=8,
               bad_frames=200, flood_hellos=48, pipelining_sockets=8, header_floods=300,
-              unfinished_frames=200, array_frames=15, large_calls=8)
+              unfinished_frames=200, array_frames=15, large_calls=8, turn_sessions=8)
 
 
 # --- Core in a process of its own ---------------------------------------------------------
@@ -886,6 +887,45 @@ async def attack_turn_args(ctx: Context) -> None:
     await ws.close()
 
 
+async def attack_turn_sessions(ctx: Context) -> None:
+    """As many sessions as one client may have, all at once, each running a turn of one
+    ``/call`` line with ~1 MiB of args (small arrays); each page answers ``{"ok": 1}``.
+    Each session is within its own bounds; together they were seconds of JSON work in
+    Core's threads, which the event loop waited for (the GIL)."""
+    scale = ctx.scale
+    text = call_line("echo", FRAME_ROOM)
+    statuses: dict[str, int] = {}
+
+    async def session(index: int) -> None:
+        ws = await connect(ctx.core.ws_url)
+        try:
+            answer = await hello(ws, ECHO_TOOLS, scale.cap)
+            if answer["type"] != "welcome":
+                statuses[answer.get("code", "?")] = statuses.get(answer.get("code", "?"), 0) + 1
+                return
+            turn_id = f"s{index}"
+            await ws.send(json.dumps({"type": "turn.start", "turnId": turn_id, "text": text}))
+            while True:  # (read at --read-rate: a turn may wait for the others before it)
+                frame = json.loads(await asyncio.wait_for(ws.recv(), scale.deadline))
+                if frame["type"] == "tool.request":
+                    await ws.send(json.dumps({"type": "tool.result", "result": {"ok": 1},
+                                              "toolRequestId": frame["toolRequestId"],
+                                              "handledBy": "named"}))
+                elif ends_turn(turn_id)(frame):
+                    status = frame.get("status") or frame.get("code")
+                    statuses[status] = statuses.get(status, 0) + 1
+                    ctx.mark_rss()
+                    return
+        finally:
+            await ws.close()
+
+    await asyncio.gather(*(session(i) for i in range(scale.turn_sessions)))
+    ctx.notes.append(f"{scale.turn_sessions} sessions: turns -> "
+                     + ", ".join(f"{k} x{v}" for k, v in sorted(statuses.items())))
+    if statuses != {"completed": scale.turn_sessions}:
+        ctx.failures.append(f"the turns ended {statuses}")
+
+
 async def attack_surrogates(ctx: Context) -> None:
     """Lone surrogates that only appear once JSON is decoded: in a ``/call`` line (value
     and key), through the bridge and through a control-API turn, with the SQLite store."""
@@ -1184,16 +1224,22 @@ ATTACKS = [
            rss_kind="sessions", options=("--metadata-rate", "1e9")),
     Attack("never_reads", "a client that never reads, ~1 MiB replies", attack_never_reads,
            rss_kind="never_reads"),
+    # (these two flood faster than --read-rate reads a client: what they measure is the
+    # memory bound and the quoting, not the pace)
     Attack("bad_frames", "bad frames each quoting a ~1 MiB value", attack_bad_frames,
-           rss_kind="bad_frames"),
+           rss_kind="bad_frames", options=("--read-rate", "1e12")),
     Attack("turn_args", "turns with ~1 MiB of /call args", attack_turn_args,
            rss_kind="turn_args"),
     Attack("progress", "tool.progress frames with ~1 MiB messages, nothing read",
-           attack_progress, rss_kind="bad_frames"),
+           attack_progress, rss_kind="bad_frames", options=("--read-rate", "1e12")),
     Attack("array_frames", "frames of ~1 MiB of empty arrays, back to back on 2 sockets",
            attack_array_frames, rss_kind="bad_frames"),
     Attack("large_calls", "control-API tool calls of ~0.75 MiB of empty arrays, echoed",
            attack_large_calls, rss_kind="turn_args"),
+    Attack("turn_sessions", "a client's 32 sessions at once, each a turn of ~1 MiB of "
+           "/call args", attack_turn_sessions,
+           rss_bound=lambda scale: default_bound_mib(scale.turn_sessions, scale.turn_sessions,
+                                                     scale.turn_sessions)),
     Attack("call_problems", "a /call message of ~340,000 bad lines (a reply per line?)",
            attack_call_problems, rss_kind="turn_args"),
     Attack("surrogates", "lone surrogates in /call lines, SQLite store", attack_surrogates,

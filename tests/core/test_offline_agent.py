@@ -27,6 +27,7 @@ from pedelec_pyodide.core.agents import (
     ScriptedAgent,
     make_agent,
 )
+from pedelec_pyodide.core.agents import offline as offline_module
 from pedelec_pyodide.core.agents.contract import (
     Agent,
     StepLimitExceeded,
@@ -104,6 +105,25 @@ def test_several_call_lines_run_in_order_one_step_each() -> None:
         'update_counter → {"value": -3}',
     ]
     assert turn.events == ["call", "say"] * 3  # each line is streamed as its result arrives
+
+
+def test_each_call_line_s_args_are_decoded_twice_at_most_and_the_first_s_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message is read whole before any call runs (one bad line stops them all); the
+    first call runs as read, the others are read again at their step (a turn holds no
+    decoded args but the running call's). Decoding is the costliest work on a long line."""
+    decoded: list[str] = []
+    decode = offline_module.strictjson.decode
+
+    def counted(text: str) -> Any:
+        decoded.append(text)
+        return decode(text)
+
+    monkeypatch.setattr(offline_module.strictjson, "decode", counted)
+    first, second = '{"delta": 2}', '{"delta": -5}'
+    _, turn = offline(f"/call update_counter {first}\n/call update_counter {second}")
+    assert turn.calls == [("update_counter", {"delta": 2}), ("update_counter", {"delta": -5})]
+    assert (decoded.count(first), decoded.count(second)) == (1, 2)
 
 
 def test_call_line_args_keep_their_json_types() -> None:

@@ -295,7 +295,9 @@ def test_a_reload_while_awaiting_approval_asks_again_and_progress_continues() ->
 
 def test_a_flood_of_progress_frames_costs_constant_memory() -> None:
     async def main() -> None:
-        async with running_core(config(rate_limit=1e6, rate_burst=10**6)) as core:
+        # (60 MB of frames, read at once: --read-rate would pace them over 30 s)
+        async with running_core(config(rate_limit=1e6, rate_burst=10**6,
+                                       read_rate=1e12)) as core:
             client, welcome = await page_with(core)
             sid = welcome["sessionId"]
             call = asyncio.create_task(core.tool_call(sid, "slow"))

@@ -17,6 +17,7 @@ import bisect
 import copy
 import json
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -113,11 +114,12 @@ def _parse_call(line: str) -> ToolCallRequest | str:
 
 @dataclass(frozen=True)
 class CallMessage:
-    """A ``/call`` message: its calls (their lines: each is read again when its step
-    comes, so a turn holds no decoded args but the running call's), or the problems that
-    stop all of them."""
+    """A ``/call`` message: its calls, or the problems that stop all of them. The first
+    call is kept as it was read (it runs at once: its args are not decoded twice); the
+    others as their lines, each read again when its step comes, so that a turn holds no
+    decoded args but the running call's."""
 
-    calls: list[str]
+    calls: deque[ToolCallRequest | str]
     problems: list[str]
 
 
@@ -126,11 +128,13 @@ class CallMessage:
 MAX_PROBLEMS = 20
 
 
-async def _read_call(line: str) -> ToolCallRequest:
-    """A line :func:`parse_call_message` found well-formed, read again (a long one off
-    the event loop)."""
-    parsed = (await off_loop(_parse_call, line) if len(line) > LARGE_CHARS
-              else _parse_call(line))
+async def _read_call(call: ToolCallRequest | str) -> ToolCallRequest:
+    """``call``, or a line :func:`parse_call_message` found well-formed, read again (a
+    long one off the event loop)."""
+    if isinstance(call, ToolCallRequest):
+        return call
+    parsed = (await off_loop(_parse_call, call) if len(call) > LARGE_CHARS
+              else _parse_call(call))
     assert isinstance(parsed, ToolCallRequest)  # the same line, read the same way
     return parsed
 
@@ -144,7 +148,7 @@ def parse_call_message(text: str) -> CallMessage | None:
     lines = text.splitlines()
     if not any(_is_call_line(line) for line in lines):
         return None
-    message = CallMessage([], [])
+    message = CallMessage(deque(), [])
     unlisted = 0  # problems past MAX_PROBLEMS: counted, not written out
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -159,7 +163,7 @@ def parse_call_message(text: str) -> CallMessage | None:
             continue
         parsed = _parse_call(line)
         if not isinstance(parsed, str):
-            message.calls.append(line)
+            message.calls.append(line if message.calls else parsed)
         elif len(message.problems) < MAX_PROBLEMS:
             message.problems.append(f"line {number}: {parsed}")
         else:
@@ -651,8 +655,8 @@ class OfflineAgent:
             await reply.add("\n".join(message.problems))
             await reply.add(f"Write one call per line: {CALL_SYNTAX}")
         elif await self._within_steps(turn, reply, len(message.calls)):
-            for line in message.calls:  # one step each: they run in exactly this order
-                await self._call(turn, reply, calls, line)
+            while message.calls:  # one step each, in this order
+                await self._call(turn, reply, calls, message.calls)
         text = reply.text
         turn.remember(
             {
@@ -674,7 +678,7 @@ class OfflineAgent:
         name, args = planned
         if await self._within_steps(turn, reply, 1):
             await reply.add(f"Calling {name} {compact_json(args)}")
-            await self._call(turn, reply, calls, ToolCallRequest(name, args))
+            await self._call(turn, reply, calls, deque([ToolCallRequest(name, args)]))
 
     @staticmethod
     async def _within_steps(turn: Turn, reply: _Reply, steps: int) -> bool:
@@ -688,11 +692,11 @@ class OfflineAgent:
 
     @staticmethod
     async def _call(turn: Turn, reply: _Reply, calls: list[dict[str, Any]],
-                    call: ToolCallRequest | str) -> None:
-        """One step: ``call``, or the ``/call`` line to read it from (read here, and only
-        the step holds its decoded args). History keeps what Core kept as text."""
-        (outcome,) = await turn.call_tools([call if isinstance(call, ToolCallRequest)
-                                            else await _read_call(call)])
+                    waiting: deque[ToolCallRequest | str]) -> None:
+        """One step: the next of ``waiting``, or the ``/call`` line to read it from (read
+        here), taken out of it. Nothing here holds its decoded args while the page works
+        (a turn keeps them as text: :meth:`Turn.call_tools`); history keeps that text."""
+        (outcome,) = await turn.call_tools([await _read_call(waiting.popleft())])
         calls.append({"tool": outcome.tool, "args": outcome.args_json or outcome.args,
                       "result": outcome.result_json or outcome.result})
         await reply.add(await off_loop(render_outcome, outcome) if is_large(outcome.result)

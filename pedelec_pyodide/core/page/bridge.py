@@ -99,6 +99,9 @@ class BridgeConnection:
         #: the frame the serve loop gets next was begun on the loop (take) and holds new
         #: regular expressions: it goes straight to a thread
         self._patterns_next = False
+        #: the frame the serve loop gets next was charged to its client's reading
+        #: (take): how long it waits before it is handled
+        self._delay_next: float | None = None
 
     # --- the Output side ----------------------------------------------------------------
 
@@ -230,6 +233,10 @@ class BridgeConnection:
         if (self._handling or page.session is None or page.closing is not None
                 or len(data) > PARSE_IN_THREAD_CHARS):
             return False
+        delay = page.read_delay(data)
+        if delay > 0:  # queued first (nothing else is): the serve loop waits, then handles
+            self._delay_next = delay
+            return False
         parsed = page.parse_on_loop(data)
         if parsed is None:  # queued first (nothing else is): the serve loop's next
             self._patterns_next = True
@@ -241,6 +248,11 @@ class BridgeConnection:
         """:meth:`PageConnection.receive`, a long frame parsed in a worker thread (frames
         of one connection are still handled one after the other, in order)."""
         page = self.page
+        delay, self._delay_next = self._delay_next, None
+        if delay is None:
+            delay = page.read_delay(data)
+        if delay > 0:
+            await self.registry.config.clock.sleep(delay)
         short = len(data) <= PARSE_IN_THREAD_CHARS
         begun, self._patterns_next = self._patterns_next, False
         # before hello, a frame that is not one is refused from a look at its type

@@ -65,6 +65,10 @@ _RESULT_FRAME = _frame_of(protocol.ToolResult)
 _TURN_START_FRAME = _frame_of(protocol.TurnStart)
 #: the frames whose tool metadata Core checks (charged to --metadata-rate)
 _METADATA_FRAMES = frozenset({protocol.Hello.type, protocol.ToolsUpdate.type})
+#: a turn a page starts is charged to its client's reading (--read-rate) this many times
+#: its text's length: the work it sets off is several passes over the text (its /call
+#: lines read, their requests made and checked, its history kept), the frame's one
+TURN_WORK = 4
 #: before hello, the most of a frame Core looks at (characters, or bytes of a binary frame)
 PEEK_CHARS = 256
 # a frame's leading "type" member, JSON whitespace allowed: all Core reads before hello
@@ -138,6 +142,8 @@ class PageConnection:
         self._patterns: TokenBucket | None = registry.patterns.open(client)
         # and for checking tool metadata (hello, tools.update)
         self._metadata: TokenBucket | None = registry.metadata.open(client)
+        # and for reading its frames (read_delay)
+        self._reading: TokenBucket | None = registry.reading.open(client)
         self.session: CoreSession | None = None
         # refused frames are logged one a second at most: when the last line was, and how
         # many were refused since
@@ -270,6 +276,9 @@ class PageConnection:
         if self._metadata is not None:
             self._metadata = None
             self.registry.metadata.close(self.client)
+        if self._reading is not None:
+            self._reading = None
+            self.registry.reading.close(self.client)
 
     # --- the input side -----------------------------------------------------------------
 
@@ -291,6 +300,21 @@ class PageConnection:
         if self.session is not None:
             self.session.detach(self)
             log_event("bridge.disconnected", session=self.session.id)
+
+    def read_delay(self, data: str | bytes) -> float:
+        """Seconds to wait before ``data`` is handled: the frames of one client, all its
+        connections together, are read at ``--read-rate`` characters a second (a burst
+        of 4 s of it). Charged once per frame, results Core waits for included (their
+        size is the page's); a client over the rate waits its turn, nothing is refused.
+        Other clients' frames do not wait for it, and the work its frames set off (each
+        decoded with the GIL held, which the event loop then waits for) is bounded."""
+        owed = -self._charge_reading(len(data))
+        return owed / self.registry.config.read_rate if owed > 0 else 0.0
+
+    def _charge_reading(self, characters: int) -> float:
+        """``characters`` charged to the client's reading: what its bucket holds after."""
+        bucket = self._reading
+        return 0.0 if bucket is None else bucket.spend(characters)
 
     def refuses_unparsed(self, data: str | bytes) -> bool:
         """Before hello, a frame that does not start as one (``{"type":"hello"``) is
@@ -466,6 +490,7 @@ class PageConnection:
                     turn_id=message.turn_id,
                 ))
             else:
+                self._charge_reading((TURN_WORK - 1) * len(message.text))
                 start_turn(session, message.turn_id, message.text)
         elif isinstance(message, protocol.TurnCancel):
             if session.turn is not None and session.turn.turn_id == message.turn_id:

@@ -70,6 +70,8 @@ class Registry:
                                       * config.metadata_rate, config.clock)
         self.patterns = ClientBudgets(config.pattern_rate, BURST_SECONDS
                                        * config.pattern_rate, config.clock)
+        # a burst of 1 s only: a client's work comes in at once from all its connections
+        self.reading = ClientBudgets(config.read_rate, config.read_rate, config.clock)
         # this process's name as a node of the cluster sharing the store (Redis): the
         # holder of its sessions' leases (cluster.Node does the rest)
         self.node = secrets.token_hex(8)
