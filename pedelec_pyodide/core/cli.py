@@ -20,9 +20,11 @@ from ..protocol import MAX_FRAME_BYTES
 from .agents.factory import parse_header
 from .config import (
     ADMIN_TOKEN_ENV,
+    BURST_SECONDS,
     CLUSTER_SECRET_ENV,
     DEFAULT_PORT,
     MAX_TIMEOUT_MS,
+    READ_BURST_SECONDS,
     CoreConfig,
     admin_token_from_env,
     cluster_secret_from_env,
@@ -30,6 +32,7 @@ from .config import (
 )
 from .http.public import check_allow_host
 from .log import configure
+from .page.connection import TURN_WORK
 from .server import agent_factory_for, run
 from .store import DEFAULT_STORE_TIMEOUT, StoreError, parse_store
 from .store.seal import MIN_SECRET_CHARS, check_secret
@@ -277,19 +280,21 @@ def _add_common(parser: argparse.ArgumentParser, *, default_port: int) -> None:
                         default=CoreConfig.pattern_rate, metavar="N",
                         help="characters of regular expressions in tool metadata, new to "
                         "Core, that it checks per second for one client address (a burst "
-                        "of 4 s of it); more are refused RATE_LIMITED "
+                        f"of {BURST_SECONDS:g} s of it); more are refused RATE_LIMITED "
                         f"(default: {_plain(CoreConfig.pattern_rate)})")
     parser.add_argument("--metadata-rate", type=_positive(float),
                         default=CoreConfig.metadata_rate, metavar="N",
                         help="characters of tool metadata (hello and tools.update frames) "
-                        "Core checks per second for one client address (a burst of 4 s of "
-                        "it); more are refused RATE_LIMITED "
+                        "Core checks per second for one client address (a burst of "
+                        f"{BURST_SECONDS:g} s of it); more are refused RATE_LIMITED "
                         f"(default: {_plain(CoreConfig.metadata_rate)})")
     parser.add_argument("--read-rate", type=_positive(float),
                         default=CoreConfig.read_rate, metavar="N",
                         help="characters of frames Core reads per second from one client "
-                        "address, all its connections together (a burst of 4 s of it); "
-                        "past it, Core reads that client's connections more slowly "
+                        "address, all its connections together (a burst of "
+                        f"{READ_BURST_SECONDS:g} s of it; a turn counts {TURN_WORK} times "
+                        "its text); past it, Core reads that client's connections more "
+                        "slowly, refusing nothing "
                         f"(default: {_plain(CoreConfig.read_rate)})")
     parser.add_argument("--max-pending", type=_positive(int), default=CoreConfig.max_pending,
                         metavar="N", help="tool requests pending at once per session; "

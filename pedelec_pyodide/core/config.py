@@ -35,6 +35,12 @@ def cluster_secret_from_env() -> str | None:
 
 #: the longest deadline a tool request may have (24 h): longer waits are refused up front
 MAX_TIMEOUT_MS = 24 * 60 * 60 * 1000
+#: a client's burst of new regular expressions, or of tool metadata, to check: this many
+#: seconds' worth of ``--pattern-rate`` or ``--metadata-rate``
+BURST_SECONDS = 4.0
+#: a client's burst of frames read: this many seconds' worth of ``--read-rate`` (its work
+#: comes in at once from all its connections)
+READ_BURST_SECONDS = 1.0
 
 
 def is_timeout_ms(value: object) -> bool:
@@ -128,7 +134,7 @@ class CoreConfig:
     #: RATE_LIMITED
     metadata_rate: float = float(MAX_FRAME_BYTES)
     #: characters of frames Core reads per second from one client address, all its
-    #: connections together (a burst of 4 s of it); past it, Core reads that client's
+    #: connections together (a burst of 1 s of it); past it, Core reads that client's
     #: connections more slowly: nothing is refused (a frame's work, JSON decoded with the
     #: GIL held, is up to ~50 ms a MiB, and one client's 32 sessions shared it)
     read_rate: float = 2.0 * MAX_FRAME_BYTES

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from ..agents.contract import Agent
 from ..background import spawn
 from ..clock import wait, wait_for
-from ..config import CoreConfig
+from ..config import BURST_SECONDS, READ_BURST_SECONDS, CoreConfig
 from ..log import log_event
 from ..page.clients import Arrivals, ClientBudgets
 from ..page.outboxes import Outboxes
@@ -31,9 +31,6 @@ from .session import CoreSession
 # What a wrong resume token is compared with when the session is unknown: the same
 # work as for a known one, so timing says nothing about which sessions exist.
 NO_SESSION_HASH = hash_token("")
-#: a client's burst of new regular expressions, or of tool metadata, to check: this many
-#: seconds' worth of ``--pattern-rate`` or ``--metadata-rate``
-BURST_SECONDS = 4.0
 
 
 class ClientSessions:
@@ -70,8 +67,8 @@ class Registry:
                                       * config.metadata_rate, config.clock)
         self.patterns = ClientBudgets(config.pattern_rate, BURST_SECONDS
                                        * config.pattern_rate, config.clock)
-        # a burst of 1 s only: a client's work comes in at once from all its connections
-        self.reading = ClientBudgets(config.read_rate, config.read_rate, config.clock)
+        self.reading = ClientBudgets(config.read_rate, READ_BURST_SECONDS * config.read_rate,
+                                     config.clock)
         # this process's name as a node of the cluster sharing the store (Redis): the
         # holder of its sessions' leases (cluster.Node does the rest)
         self.node = secrets.token_hex(8)
