@@ -416,8 +416,7 @@ def decode_json(text: str | bytes, *, max_bytes: int = MAX_FRAME_BYTES,
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ProtocolError(FRAME_NOT_JSON, f"{what} is not UTF-8 text: {exc}") from None
-    if nests_too_deep(text):
-        raise ProtocolError(FRAME_TOO_DEEP, f"{what} nests deeper than {MAX_DEPTH}")
+    refuse_too_deep(text, what)
     try:
         data = strictjson.decode(text)
     except RecursionError:  # pragma: no cover - the scan above comes first
@@ -553,6 +552,14 @@ def outside_strings(text: str) -> str:
     """The JSON text without its strings (keys and values): what is left of its structure
     to count, in linear time on any input."""
     return _JSON_STRING.sub("", text)
+
+
+def refuse_too_deep(text: str, what: str = "frame") -> None:
+    """Raise the :class:`ProtocolError` (``FRAME_TOO_DEEP``) a JSON text nested deeper
+    than MAX_DEPTH gets, naming ``what``: :func:`nests_too_deep`, the check made before
+    decoding."""
+    if nests_too_deep(text):
+        raise ProtocolError(FRAME_TOO_DEEP, f"{what} nests deeper than {MAX_DEPTH}")
 
 
 def nests_too_deep(text: str) -> bool:

@@ -413,9 +413,18 @@ def test_a_wide_frame_is_checked_without_decoding_it(monkeypatch: pytest.MonkeyP
                                 args=[[], _nested(protocol.MAX_DEPTH)])
     assert len(checked_request_frame(wide, protocol.MAX_FRAME_BYTES)) > 900_000
     assert decoded == []
+    depth_checks: list[int] = []
+    nests_too_deep = protocol.nests_too_deep
+
+    def counted_check(text: str) -> bool:
+        depth_checks.append(len(text))
+        return nests_too_deep(text)
+
+    monkeypatch.setattr(protocol, "nests_too_deep", counted_check)
     with pytest.raises(protocol.ProtocolError) as refused:
         checked_request_frame(deep, protocol.MAX_FRAME_BYTES)
     assert refused.value.code == protocol.FRAME_TOO_DEEP
+    assert len(depth_checks) == 1  # (a pass per level: not made again for the refusal)
 
 
 def surrogate_transcript(provider: str) -> dict[str, Any]:

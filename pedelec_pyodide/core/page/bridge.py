@@ -240,6 +240,7 @@ class BridgeConnection:
         parsed = page.parse_on_loop(data)
         if parsed is None:  # queued first (nothing else is): the serve loop's next
             self._patterns_next = True
+            self._delay_next = 0.0  # charged already
             return False
         page.receive(data, parsed)
         return True
@@ -253,6 +254,8 @@ class BridgeConnection:
             delay = page.read_delay(data)
         if delay > 0:
             await self.registry.config.clock.sleep(delay)
+            if page.closing is not None:  # Core closed it meanwhile
+                return False
         short = len(data) <= PARSE_IN_THREAD_CHARS
         begun, self._patterns_next = self._patterns_next, False
         # before hello, a frame that is not one is refused from a look at its type

@@ -304,12 +304,25 @@ class PageConnection:
     def read_delay(self, data: str | bytes) -> float:
         """Seconds to wait before ``data`` is handled: the frames of one client, all its
         connections together, are read at ``--read-rate`` characters a second (a burst
-        of 4 s of it). Charged once per frame, results Core waits for included (their
+        of 1 s of it). Charged once per frame, results Core waits for included (their
         size is the page's); a client over the rate waits its turn, nothing is refused.
         Other clients' frames do not wait for it, and the work its frames set off (each
-        decoded with the GIL held, which the event loop then waits for) is bounded."""
+        decoded with the GIL held, which the event loop then waits for) is bounded.
+
+        Two frames are charged without waiting: a result Core waits for (its request has
+        a deadline, and a caller that is not this client waits for it: the client's next
+        frames pay instead), and a frame before ``hello`` (the hello deadline runs; a
+        hello is bounded by ``--metadata-rate``, anything else is refused unparsed)."""
         owed = -self._charge_reading(len(data))
-        return owed / self.registry.config.read_rate if owed > 0 else 0.0
+        if owed <= 0 or self.session is None or self._awaited_result(data):
+            return 0.0
+        return owed / self.registry.config.read_rate
+
+    def _awaited_result(self, data: str | bytes) -> bool:
+        """Whether ``data`` starts as a ``tool.result`` for a request Core waits for."""
+        result_of = _RESULT_FRAME.match(data) if isinstance(data, str) else None
+        return (result_of is not None and self.session is not None
+                and result_of.group(1) in self.session.pending)
 
     def _charge_reading(self, characters: int) -> float:
         """``characters`` charged to the client's reading: what its bucket holds after."""

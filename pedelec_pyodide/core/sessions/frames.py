@@ -170,19 +170,23 @@ def checked_request_frame(request: protocol.ToolRequest, max_frame_bytes: int) -
 
 def _surely_taken(frame: str, request: protocol.ToolRequest, max_frame_bytes: int) -> bool:
     """Whether the page's parse of ``frame`` (Core's strict encoding of ``request``, so
-    JSON without NaN) surely takes it, from checks at C speed: within the size limit, not
-    nested too deep (the page's own check, made before it decodes: no value is built), no
+    JSON without NaN) surely takes it, from checks at C speed: within the size limit, no
     lone surrogate (none raw, no ``\\ud`` escape), a string for a tool name (the ids are
-    Core's own). Only a frame that fails one is parsed as the page would, for its exact
-    refusal: the others are checked without decoding them (1 MiB of small arrays: ~15 to
-    45 ms of decoding with the GIL held, against a few ms of counting)."""
+    Core's own), and not nested too deep: the page's own check, made before it decodes,
+    so a frame that fails it gets the page's refusal from here (it is bytes replaced in C,
+    a pass per level of nesting, but no value built: 1 MiB of small arrays decoded was ~15
+    to 45 ms with the GIL held). A frame that fails another check is parsed as the page
+    would, for its exact refusal."""
     if not isinstance(request.tool, str) or "\\ud" in frame or "\\uD" in frame:
         return False
     try:
         size = len(frame) if frame.isascii() else len(frame.encode("utf-8"))
     except UnicodeEncodeError:  # a raw lone surrogate
         return False
-    return size <= max_frame_bytes and not protocol.nests_too_deep(frame)
+    if size > max_frame_bytes:
+        return False
+    protocol.refuse_too_deep(frame)
+    return True
 
 
 def checked_call(tool: str, args: Any, max_frame_bytes: int,
