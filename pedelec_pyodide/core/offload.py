@@ -77,6 +77,14 @@ class CollectorPause:
                     gc.enable()
                     self._paused = False
 
+    def for_this_step(self) -> None:
+        """Paused until the event loop's current step ends: for a library that decodes
+        its input on the loop in the step that reads it (the MCP SDK its request body).
+        A step's work is bounded by what it was given."""
+        pause = self()
+        pause.__enter__()
+        asyncio.get_running_loop().call_soon(pause.__exit__, None, None, None)
+
 
 collector_paused = CollectorPause()
 
@@ -87,6 +95,12 @@ async def off_loop(work: Callable[..., T], *args: object) -> T:
     nested value's decode a level of the recursion limit)."""
     with collector_paused():
         return await asyncio.get_running_loop().run_in_executor(_WORKERS, work, *args)
+
+
+async def off_loop_when(large: bool, work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)``: off the loop (:func:`off_loop`) when ``large``, else in place (a
+    thread hop would cost a small value more than the work)."""
+    return await off_loop(work, *args) if large else work(*args)
 
 
 def is_large(value: Any) -> bool:

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import gc
 import html
+import importlib
 import json
 import logging
 import mimetypes
@@ -278,7 +279,10 @@ class LazyMcp:
         await endpoint(scope, receive, send)
 
     async def _load(self) -> ASGIApp:
-        from .http.mcp import McpEndpoint
+        # imported in a thread: ~0.4 s of Python that would hold the event loop, and so
+        # every other client, that long (the thread hands the loop the GIL every 5 ms)
+        await asyncio.to_thread(importlib.import_module, f"{__package__}.http.mcp")
+        from .http.mcp import McpEndpoint  # (imported: a lookup now)
 
         endpoint = McpEndpoint(self.registry, self.allowed_origins, self.relay)
         running = asyncio.get_running_loop().create_future()

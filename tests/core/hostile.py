@@ -46,7 +46,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import websockets
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from pedelec_pyodide.protocol import MAX_FRAME_BYTES
 
@@ -129,20 +132,23 @@ class Scale:
     header_floods: int  # requests of 15,000 header lines, one after the other
     unfinished_frames: int  # connections never saying hello, each a frame of ~4 MiB unfinished
     array_frames: int  # frames of ~1 MiB of empty arrays, per socket (two sockets)
-    large_calls: int  # control-API tool calls with ~1 MiB of args of empty arrays
+    large_calls: int  # control-API tool calls with ~0.75 MiB of args, read again
     turn_sessions: int  # sessions of one client, each running a turn of ~1 MiB of args
+    mcp_calls: int  # MCP tool calls of ~0.75 MiB of args, half empty arrays, half nested
 
 
 FULL = Scale("full", probes=200, cap=30.0, deadline=180.0, ref_chain_bytes=285 * KIB,
              words_bytes=117 * KIB, fill_properties=4000, fill_bytes=400 * KIB,
              unique_items=60_000, sessions=40, never_read_frames=400, arg_turns=25,
              bad_frames=300, flood_hellos=256, pipelining_sockets=20, header_floods=2000,
-             unfinished_frames=600, array_frames=40, large_calls=60, turn_sessions=32)
+             unfinished_frames=600, array_frames=40, large_calls=60, turn_sessions=32,
+             mcp_calls=40)
 QUICK = Scale("quick", probes=40, cap=3.0, deadline=30.0, ref_chain_bytes=96 * KIB,
               words_bytes=40 * KIB, fill_properties=1000, fill_bytes=100 * KIB,
               unique_items=20_000, sessions=12, never_read_frames=200, arg_turns=8,
               bad_frames=200, flood_hellos=48, pipelining_sockets=8, header_floods=300,
-              unfinished_frames=200, array_frames=15, large_calls=8, turn_sessions=8)
+              unfinished_frames=200, array_frames=15, large_calls=8, turn_sessions=8,
+              mcp_calls=8)
 
 
 # --- Core in a process of its own ---------------------------------------------------------
@@ -842,22 +848,64 @@ async def attack_array_frames(ctx: Context) -> None:
 
 async def attack_large_calls(ctx: Context) -> None:
     """The control API's caller (it holds the admin token: trusted, yet its calls must
-    cost only itself) posts tool calls with ~0.75 MiB of args made of empty arrays, one
-    after the other, to the victim page, which echoes them back."""
+    cost only itself) posts tool calls with ~0.75 MiB of args, one after the other, to
+    the victim page, which echoes them back, and reads each result again (``GET``): every
+    other call empty arrays (``[[],...]``), the others chains of arrays 90 deep."""
     scale = ctx.scale
     # (the page echoes them with json.dumps's spaces: 4 characters an array, in a frame)
-    body = ('{"tool":"echo","args":{"a":[' + ",".join(["[]"] * (FRAME_ROOM // 4 - 100))
-            + "]}}").encode()
+    room = FRAME_ROOM * 3 // 4
+    bodies = [json.dumps({"tool": "echo", "args": {"a": args}}, separators=(",", ":"))
+              .encode() for args in ([[]] * (room // 4), nested_chains(room, 90))]
     url = f"/pedelec/v1/sessions/{ctx.victim.session_id}/tool-calls"
     statuses: dict[int, int] = {}
     for i in range(scale.large_calls):
-        response = await ctx.http.post(url, content=body, timeout=scale.cap * 3, headers={
-            "content-type": "application/json", "Idempotency-Key": f"large-{i}"})
+        response = await ctx.http.post(url, content=bodies[i % 2], timeout=scale.cap * 3,
+                                       headers={"content-type": "application/json",
+                                                "Idempotency-Key": f"large-{i}"})
+        if response.status_code == 200:
+            response = await ctx.http.get(f"{url}/{response.json()['toolRequestId']}",
+                                          timeout=scale.cap * 3)
         statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
         ctx.mark_rss()
-    ctx.notes.append(f"{scale.large_calls} calls of {len(body) // KIB} KiB: {statuses}")
+    ctx.notes.append(f"{scale.large_calls} calls of {len(bodies[0]) // KIB} and "
+                     f"{len(bodies[1]) // KIB} KiB, each read again: {statuses}")
     if set(statuses) != {200}:
         ctx.failures.append(f"the calls were answered {statuses}")
+
+
+def nested_chains(room: int, depth: int) -> list[Any]:
+    """Chains of arrays ``depth`` deep (``[[[...]]]``), as many as fill ``room``
+    characters of JSON: the costliest text for a depth check that strips a level at a
+    time."""
+    chain: list[Any] = []
+    for _ in range(depth - 1):
+        chain = [chain]
+    return [chain] * (room // (2 * depth + 2))
+
+
+async def attack_mcp_calls(ctx: Context) -> None:
+    """An MCP client (the SDK's, with the admin token) calls the victim page's ``echo``
+    tool with ~0.75 MiB of args, one call after the other: every other call empty arrays
+    (``[[],...]``), the others chains of arrays 90 deep. Each call's args are decoded by
+    the SDK, checked by Core, sent to the page and echoed back."""
+    scale = ctx.scale
+    room = FRAME_ROOM * 3 // 4  # (the page's echo, with json.dumps's spaces, must fit)
+    shapes = [{"a": [[]] * (room // 4)}, {"a": nested_chains(room, 90)}]
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
+                              timeout=httpx2.Timeout(scale.cap * 3), trust_env=False,
+                              transport=httpx2.AsyncHTTPTransport(local_address=ATTACKER))
+    url = f"{ctx.core.base_url}/pedelec/v1/sessions/{ctx.victim.session_id}/mcp"
+    outcomes: dict[str, int] = {}
+    async with http, Client(streamable_http_client(url, http_client=http),
+                            read_timeout_seconds=scale.cap * 3) as client:
+        for i in range(scale.mcp_calls):
+            result = await client.call_tool("echo", shapes[i % 2])
+            outcome = "error" if result.is_error else "echoed"
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            ctx.mark_rss()
+    ctx.notes.append(f"{scale.mcp_calls} MCP calls: {outcomes}")
+    if outcomes != {"echoed": scale.mcp_calls}:
+        ctx.failures.append(f"the MCP calls ended {outcomes}")
 
 
 async def attack_turn_args(ctx: Context) -> None:
@@ -1234,8 +1282,11 @@ ATTACKS = [
            attack_progress, rss_kind="bad_frames", options=("--read-rate", "1e12")),
     Attack("array_frames", "frames of ~1 MiB of empty arrays, back to back on 2 sockets",
            attack_array_frames, rss_kind="bad_frames"),
-    Attack("large_calls", "control-API tool calls of ~0.75 MiB of empty arrays, echoed",
+    Attack("large_calls", "control-API tool calls of ~0.75 MiB of empty arrays or 90-deep "
+           "chains, echoed, read again",
            attack_large_calls, rss_kind="turn_args"),
+    Attack("mcp_calls", "MCP tool calls of ~0.75 MiB of empty arrays or 90-deep chains, "
+           "echoed", attack_mcp_calls, rss_kind="turn_args"),
     Attack("turn_sessions", "a client's 32 sessions at once, each a turn of ~1 MiB of "
            "/call args", attack_turn_sessions,
            rss_bound=lambda scale: default_bound_mib(scale.turn_sessions, scale.turn_sessions,

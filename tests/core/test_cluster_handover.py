@@ -254,7 +254,7 @@ def test_a_reply_nobody_heard_is_not_run_again_when_the_asker_routes_the_call_ag
             second = await next_of(page, "tool.request")
             await result(page, second["toolRequestId"], {"ok": 2})
             assert (await asyncio.wait_for(other, WAIT)).status_code == 200
-            assert a.registry.sessions[sid].callers.result(first["toolRequestId"]) is None
+            assert a.registry.sessions[sid].callers.kept(first["toolRequestId"]) is None
             await redis_away
             again = await first_of(page, answer, WAIT + leases.VACANT_SECONDS)
             assert again is None, f"the call ran again: {again}"

@@ -117,7 +117,7 @@ def test_a_reply_nobody_heard_is_sent_again_even_once_its_kept_result_is_gone(
                 await result(page, second["toolRequestId"], {"ok": 2})
                 assert (await asyncio.wait_for(other, WAIT)).status_code == 200
                 # the first result is no longer kept
-                assert on_a.a.registry.sessions[sid].callers.result(
+                assert on_a.a.registry.sessions[sid].callers.kept(
                     first["toolRequestId"]) is None
                 assert await asyncio.wait_for(answer, WAIT) == {"ok": 1}
             finally:

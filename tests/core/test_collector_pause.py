@@ -14,6 +14,7 @@ from contextlib import ExitStack
 
 import pytest
 
+from pedelec_pyodide.core.http.mcp import _body_read_paused
 from pedelec_pyodide.core.offload import CollectorPause, off_loop
 
 
@@ -95,3 +96,41 @@ def test_core_s_own_work_off_the_loop_runs_paused() -> None:
         return await off_loop(gc.isenabled), gc.isenabled()
 
     assert asyncio.run(main()) == (False, True)
+
+
+def test_a_pause_for_one_step_ends_with_it() -> None:
+    async def main() -> list[bool]:
+        seen = []
+        CollectorPause().for_this_step()
+        seen.append(gc.isenabled())
+        await asyncio.sleep(0)  # the step ends; the pause's end was the next callback
+        seen.append(gc.isenabled())
+        return seen
+
+    assert asyncio.run(main()) == [False, True]
+
+
+@pytest.mark.parametrize(("chunks", "paused"), [
+    ([b"x" * 10_000, b"x" * 10_000], True),  # long: the step that has its end decodes it
+    ([b"x" * 10_000], False),  # short: decoded at once, paused for nothing
+])
+def test_the_mcp_sdks_decode_of_a_long_body_runs_paused(chunks: list[bytes],
+                                                          paused: bool) -> None:
+    """The SDK decodes a request's body on the loop in the step that reads its end."""
+    async def main() -> list[bool]:
+        messages = [{"type": "http.request", "body": chunk, "more_body": True}
+                    for chunk in chunks]
+        messages[-1]["more_body"] = False
+
+        async def receive() -> dict[str, object]:
+            return messages.pop(0)
+
+        read = _body_read_paused(receive)
+        seen = []
+        for _ in chunks:
+            await read()
+            seen.append(gc.isenabled())
+        await asyncio.sleep(0)
+        return [*seen, gc.isenabled()]
+
+    assert asyncio.run(main()) == [True] * (len(chunks) - 1) + [not paused, True]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import logging
 import signal
 import sqlite3
@@ -51,6 +52,7 @@ from pedelec_pyodide.core.sessions.idempotency import IDEMPOTENCY_KEY_REUSED, ke
 from pedelec_pyodide.core.store import (
     RECENT_TURNS,
     IdempotencyRecord,
+    JsonText,
     RequestRecord,
     SessionRecord,
     SQLiteStore,
@@ -369,6 +371,38 @@ def test_a_kept_result_keeps_only_the_result() -> None:
     # the last frame this test's page read is still held, three ways (its bytes, its text,
     # decoded); sixteen calls' args kept would be over 16 times
     assert grown < 4 * len(pad), grown
+
+
+def test_a_long_result_is_answered_and_given_again_as_the_text_core_keeps(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long result, answered and then read again with ``GET .../tool-calls/{id}``, is
+    written out as the JSON text Core keeps: it was decoded on the event loop for each GET
+    (and written out again), ~0.1-0.5 s of 1 MiB of small arrays that held every other
+    client; a caller could ask for it again and again."""
+    rows = [[n] for n in range(10_000)]
+    session = Session()
+    session.add_tool(define_tool(name="rows", description="Many rows.",
+                                 args_schema={"type": "object"}, handler=lambda: rows))
+
+    def never(kept: JsonText) -> Any:
+        raise AssertionError(f"decoded: {kept!r}")
+
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(session).connect(core.ws_url)
+            sid = page.session.session_id or ""
+            monkeypatch.setattr(JsonText, "value", never)
+            answer = (await core.tool_call(sid, "rows", {})).json()
+            assert answer["result"] == rows
+            kept = await core.http.get(f"{calls_path(sid)}/{answer['toolRequestId']}")
+            assert kept.status_code == 200 and kept.json()["result"] == rows
+            streamed = await core.http.post(
+                calls_path(sid), json={"tool": "rows", "args": {}},
+                headers={"Accept": "text/event-stream"})
+            assert streamed.status_code == 200
+            assert json.loads(streamed.text.split("event: result\ndata: ")[1])["result"] == rows
+
+    run(main())
 
 
 def test_get_tool_call_gives_state_then_result_and_results_are_kept_within_bounds(

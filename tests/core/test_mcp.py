@@ -39,7 +39,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ToolsListChanged
 from mcpkit import COUNTER_SCHEMA, mcp_client, modern_client, page_session
 
-from pedelec_pyodide import define_tool
+from pedelec_pyodide import Session, ToolError, define_tool
 
 
 def mcp_url(core: Core, session_id: str) -> str:
@@ -98,6 +98,35 @@ def test_calls_reach_the_page_and_come_back_as_content() -> None:
                 "update_counter", "update_counter", "get_items"]
             assert all(f["turnId"] is None for f in page.frames("tool.request"))
 
+    run(main())
+
+
+def test_a_long_result_is_text_only_and_a_long_error_result_keeps_its_code() -> None:
+    """A result over 16 KiB as JSON has no structuredContent (optional in MCP for a tool
+    with no output schema): the SDK's serializer walked it item by item, several times,
+    on Core's event loop (~0.2-0.4 s each for 1 MiB of small arrays)."""
+    rows = [[n, "x"] for n in range(5_000)]
+
+    def failing(args: dict[str, Any]) -> None:
+        raise ToolError("TOO_MANY", "too many rows", details={"rows": rows}, retryable=False)
+
+    tools = Session([
+        define_tool(name="rows", description="Many rows.", args_schema={"type": "object"},
+                    handler=lambda args: {"rows": rows, "echo": args}),
+        define_tool(name="fails", description="Fails, long.", args_schema={"type": "object"},
+                    handler=failing),
+    ])
+
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(tools).connect(core.ws_url)
+            async with modern_client(mcp_url(core, page.session.session_id or "")) as client:
+                long = await client.call_tool("rows", {"n": rows})
+                assert long.is_error is False and long.structured_content is None
+                assert json.loads(text_of(long)) == {"rows": rows, "echo": {"n": rows}}
+                failed = await client.call_tool("fails", {})
+                assert failed.is_error is True and failed.structured_content is None
+                assert text_of(failed) == "TOO_MANY: too many rows"
     run(main())
 
 
@@ -305,6 +334,33 @@ def test_core_starts_without_loading_the_mcp_sdk() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_the_sdk_loads_in_a_thread_on_the_first_mcp_request() -> None:
+    """Imported on the event loop, its ~0.4 s held every other client that long."""
+    probe = (
+        "import importlib, sys, threading\n"
+        "from corekit import TOKEN, config, run, running_core\n"
+        "on_loop = []\n"
+        "real = importlib.import_module\n"
+        "def recording(name, package=None):\n"
+        "    if name == 'pedelec_pyodide.core.http.mcp':\n"
+        "        on_loop.append(threading.current_thread() is threading.main_thread())\n"
+        "    return real(name, package)\n"
+        "importlib.import_module = recording\n"
+        "async def main():\n"
+        "    async with running_core(config()) as core:\n"
+        "        answer = await core.http.post('/pedelec/v1/sessions/none/mcp', json={},\n"
+        "                                      headers={'Authorization': 'Bearer ' + TOKEN})\n"
+        "        print(answer.status_code, on_loop, 'mcp' in sys.modules)\n"
+        "run(main())\n"
+    )
+    here = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", probe], cwd=here, capture_output=True,
+                          text=True, timeout=60, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "404 [False] True"
+
+
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "1e999"])
 def test_args_no_page_can_read_are_invalid_args_before_anything_is_stored(
         value: str, tmp_path: Path) -> None:
@@ -392,7 +448,7 @@ def test_a_call_the_client_cancels_sends_tool_cancel_to_the_page(era: str) -> No
                 cancel = await next_of(raw, "tool.cancel")
                 assert cancel["toolRequestId"] == rid
                 await until(lambda: core.registry.get(sid).pending == {}, "the cancel")
-                assert core.registry.get(sid).callers.result(rid).result["error"]["code"] \
+                assert core.registry.get(sid).callers.kept(rid).result.value()["error"]["code"] \
                     == "TOOL_CANCELLED"
 
     run(main())

@@ -284,8 +284,8 @@ def test_a_cancel_sent_while_the_pages_node_is_dead_is_applied_where_the_page_re
                 assert refused["type"] == "error", refused  # not a tool.request again
                 session = c.registry.sessions[sid]
                 assert session.pending == {}
-                kept = session.callers.result(rid)
-                assert kept is not None and kept.result["error"]["code"] == "TOOL_CANCELLED"
+                kept = session.callers.kept(rid)
+                assert kept is not None and kept.result.value()["error"]["code"] == "TOOL_CANCELLED"
                 assert sid not in b.registry.sessions
                 await page.close()
 

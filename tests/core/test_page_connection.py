@@ -20,7 +20,7 @@ from pedelec_pyodide.core.agents import OfflineAgent
 from pedelec_pyodide.core.page.connection import CLOSE_POLICY, PageConnection
 from pedelec_pyodide.core.sessions import Registry
 from pedelec_pyodide.core.sessions.turns import restore
-from pedelec_pyodide.core.store import open_store
+from pedelec_pyodide.core.store import JsonText, dump_json, open_store
 from pedelec_pyodide.protocol import CLOSE_TRY_AGAIN
 
 POLL = 0.005  # seconds between looks for Core's next frame (a turn stores, then sends)
@@ -350,3 +350,44 @@ def test_frames_refused_unparsed_are_traced_by_the_head_the_runtime_writes() -> 
         assert (refused["type"], refused["code"], refused["turnId"]) == (
             "error", protocol.FRAME_TOO_LARGE, "t2")
     in_core(test, max_frame_bytes=2000)
+
+
+def test_a_calls_long_result_goes_on_as_its_text_and_a_turns_or_an_errors_decoded() -> None:
+    """A long result decoded in the parse's thread and handed on as a value outlived the
+    thread's work: once the collector went on, it walked the whole value on the event loop
+    (~0.1 s for 1 MiB of small arrays). A call's caller (control API, MCP) writes the
+    result out as it is, so its text goes on and its value is dropped with the parse; an
+    agent reads its turn's results, and an error result is read for its code."""
+    rows = [[n] for n in range(8_000)]  # ~50 KB as JSON
+
+    async def test(core: Registry) -> None:
+        page, _ = connect(core)
+        hello(page)
+        session = page.session
+        assert session is not None
+        call = await session.start_call("t", {})
+        error = await session.start_call("t", {})
+        in_turn = session.open_request("t", {}, turn_id="t1")
+        small = await session.start_call("t", {})
+        sent(page)
+
+        def result(request_id: str, value: Any) -> Any:
+            frame = json.dumps({"type": "tool.result", "toolRequestId": request_id,
+                                "result": value, "handledBy": "named"})
+            return page.parse(frame).message.result  # type: ignore[union-attr]
+
+        kept = result(call.id, {"rows": rows})
+        assert isinstance(kept, JsonText) and kept.value() == {"rows": rows}
+        assert result(error.id, {"error": {"code": "E", "message": "m", "rows": rows}}) \
+            == {"error": {"code": "E", "message": "m", "rows": rows}}
+        assert result(in_turn.id, {"rows": rows}) == {"rows": rows}
+        assert result(small.id, {"ok": 1}) == {"ok": 1}
+        assert result("not-pending", {"rows": rows}) == {"rows": rows}
+
+        # the caller gets the text, and writes it out as it is
+        assert feed(page, {"type": "tool.result", "toolRequestId": call.id,
+                           "result": {"rows": rows}, "handledBy": "named"})
+        value, handled_by = await asyncio.wait_for(call.future, WAIT)
+        assert isinstance(value, JsonText) and handled_by == "named"
+        assert json.loads(dump_json({"result": value})) == {"result": {"rows": rows}}
+    in_core(test)

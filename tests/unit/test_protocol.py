@@ -163,6 +163,42 @@ def test_too_large_and_too_deep() -> None:
     assert isinstance(parse_client_frame(brackets_in_strings), protocol.TurnStart)
 
 
+def _deepest(text: str) -> int:
+    """The most brackets open at once outside strings, counted one character at a time."""
+    depth = deepest = 0
+    for char in protocol.outside_strings(text):
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _chain(depth: int) -> str:
+    return "[" * (depth - 1) + '{"a":"]]}"}' + "]" * (depth - 1)
+
+
+@pytest.mark.parametrize("text", [
+    "[" + ",".join([_chain(99)] * 3000) + "]",  # long at the limit: many chains, 100 deep
+    "[" + ",".join([_chain(99)] * 3000 + [_chain(100)]) + "]",  # one over it, at the end
+    "[" + ",".join(["[]"] * 50_000 + [_chain(100)]) + "]",  # stripped first, then counted
+    "[" + ",".join(["[[],[[]],{}]"] * 10_000) + "]",
+    "[" * 60 + ",".join([_chain(40)] * 500) + "]" * 60,  # 99 deep, wide at the bottom
+    "[" * 60 + ",".join([_chain(41)] * 500) + "]" * 60,
+])
+def test_the_depth_check_counts_what_a_decoder_would_recurse(text: str) -> None:
+    json.loads(text)
+    assert protocol.nests_too_deep(text) == (_deepest(text) > protocol.MAX_DEPTH)
+
+
+def test_the_depth_check_of_what_is_not_json_never_counts_less() -> None:
+    assert protocol.nests_too_deep("[]" * 200 + "[" * 101)
+    assert protocol.nests_too_deep("[]" * 200 + "[" * 100)  # one more, for what is not JSON
+    assert not protocol.nests_too_deep("]" * 300 + "[" * 50)  # closing opens nothing
+    assert not protocol.nests_too_deep("[" * 99 + "}" * 300)
+
+
 def test_turn_end_error_is_optional() -> None:
     message = parse_server_frame('{"type":"turn.end","turnId":"t","status":"cancelled",'
                                  '"text":"","error":null}')

@@ -61,7 +61,7 @@ from ...protocol import outside_strings
 from ...results import is_error_result
 from ...text import excerpt
 from ..clock import Clock
-from ..offload import LARGE_CHARS, is_large, off_loop
+from ..offload import LARGE_CHARS, is_large, off_loop, off_loop_when
 from .contract import Turn
 from .model import (
     MAX_CALLS,
@@ -256,7 +256,7 @@ class AgUiAgent(ModelAgent):
         self._runs += 1
         payload = {"threadId": self._thread_id, "runId": uuid.uuid4().hex, "messages": messages,
                    "tools": tools, "context": [], "state": {}, "forwardedProps": {}}
-        body = (await off_loop(_encode, payload) if is_large(messages) else _encode(payload))
+        body = await off_loop_when(is_large(messages), _encode, payload)
         timeout = httpx.Timeout(self.settings.request_timeout, connect=CONNECT_SECONDS)
         # identity: the stream's bounds count the bytes that are parsed, and a compressed
         # stream would be inflated a chunk at a time, however much a chunk inflates to

@@ -26,7 +26,7 @@ from ... import strictjson
 from ...results import is_error_result
 from ...text import lone_surrogate_in_json, not_unicode
 from ...tools import NAME_PATTERN
-from ..offload import LARGE_CHARS, is_large, off_loop
+from ..offload import LARGE_CHARS, is_large, off_loop, off_loop_when
 from .contract import AgentInfo, ToolCallOutcome, ToolCallRequest, Turn
 
 ARROW = "→"
@@ -133,8 +133,7 @@ async def _read_call(call: ToolCallRequest | str) -> ToolCallRequest:
     long one off the event loop)."""
     if isinstance(call, ToolCallRequest):
         return call
-    parsed = (await off_loop(_parse_call, call) if len(call) > LARGE_CHARS
-              else _parse_call(call))
+    parsed = await off_loop_when(len(call) > LARGE_CHARS, _parse_call, call)
     assert isinstance(parsed, ToolCallRequest)  # the same line, read the same way
     return parsed
 
@@ -642,8 +641,8 @@ class OfflineAgent:
         reply = _Reply(turn)
         calls: list[dict[str, Any]] = []
         # reading a long message (lines, JSON args) is linear work: off the event loop
-        message = (await off_loop(parse_call_message, turn.text)
-                   if len(turn.text) > LARGE_CHARS else parse_call_message(turn.text))
+        message = await off_loop_when(len(turn.text) > LARGE_CHARS, parse_call_message,
+                                      turn.text)
         if message is None:
             await self._answer(turn, reply, calls)
         elif message.problems:
@@ -699,5 +698,4 @@ class OfflineAgent:
         (outcome,) = await turn.call_tools([await _read_call(waiting.popleft())])
         calls.append({"tool": outcome.tool, "args": outcome.args_json or outcome.args,
                       "result": outcome.result_json or outcome.result})
-        await reply.add(await off_loop(render_outcome, outcome) if is_large(outcome.result)
-                        else render_outcome(outcome))
+        await reply.add(await off_loop_when(is_large(outcome.result), render_outcome, outcome))

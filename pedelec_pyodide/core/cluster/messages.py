@@ -26,6 +26,7 @@ from ...declare import message_schema as declare_schema
 from ...errors import PedelecError
 from ...text import excerpt
 from ..log import log_event
+from ..store import dump_json
 
 
 class BadMessage(PedelecError, ValueError):
@@ -52,6 +53,10 @@ def _f(wire: str, attr: str, kind: _Kind, *, required: bool = True) -> Field:
 class NodeMessage(Declared):
     """Base of every message between nodes. Subclasses declare ``type``, ``fields`` and
     ``description``."""
+
+    def encode(self) -> str:
+        # a result Core keeps as JSON text (a relayed call's) is written as it is
+        return dump_json(self.to_wire())
 
 
 class Ask(NodeMessage):

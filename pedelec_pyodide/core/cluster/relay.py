@@ -50,6 +50,7 @@ from ...errors import PedelecError
 from ...results import is_error_result, tool_error
 from ..clock import wait
 from ..log import log_event
+from ..offload import LARGE_CHARS, is_large, off_loop_when
 from ..sessions import (
     MAX_PROGRESS_MESSAGE_CHARS,
     SESSION_MOVED,
@@ -66,7 +67,7 @@ from ..sessions.idempotency import (
     fingerprint,
     key_hash,
 )
-from ..store import CORE_CALL, StoreError
+from ..store import CORE_CALL, JsonText, StoreError
 from .leases import LEASE_SECONDS
 from .messages import (
     AnyAsk,
@@ -130,8 +131,10 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
     hashed = key_hash(session.id, key)
     try:
         try:  # the control API's rule: a key seen for another request starts nothing
-            known, new = claim(session.callers, session.id, key, CORE_CALL, fingerprint(
-                CORE_CALL, {"tool": tool, "args": args, "timeoutMs": None}))
+            large = is_large(args)
+            known, new = claim(session.callers, session.id, key, CORE_CALL,
+                               await off_loop_when(large, fingerprint, CORE_CALL, {
+                                   "tool": tool, "args": args, "timeoutMs": None}))
         except KeyReused:
             log_event("mcp.key_reused", level=logging.WARNING, session=session.id)
             return tool_error(IDEMPOTENCY_KEY_REUSED, "this call's key was used in this "
@@ -141,14 +144,19 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
         else:
             if checked is None:
                 try:
-                    checked = checked_call(tool, args, session.registry.config.max_frame_bytes)
+                    checked = await off_loop_when(large, checked_call, tool, args,
+                                                  session.registry.config.max_frame_bytes)
                 except protocol.ProtocolError as exc:
                     return refused_request(exc)
             request_id = (await session.start_call(tool, args, checked=checked, key=new)).id
         pending = session.pending.get(request_id)
         if pending is None:
-            done = session.callers.result(request_id)
-            return None if done is None else done.result
+            done = session.callers.kept(request_id)
+            if done is None:
+                return None
+            kept = done.result  # (an error result or not: call_result reads it)
+            return (await off_loop_when(len(kept.text) > LARGE_CHARS, kept.value)
+                    if isinstance(kept, JsonText) else kept)
         if on_progress is not None:
             async for progress in pending.updates():
                 await on_progress(progress)

@@ -23,7 +23,7 @@ from ...text import lone_surrogate_in_json, not_unicode, quote
 from ...tools import NAME_PATTERN
 from ..config import MAX_TIMEOUT_MS, is_timeout_ms
 from ..log import log_event
-from ..offload import LARGE_CHARS, is_large, off_loop
+from ..offload import LARGE_CHARS, is_large, off_loop_when
 from ..sessions import (
     TURN_BUSY,
     CheckedRequest,
@@ -178,8 +178,7 @@ def _decoded_object(text: str) -> dict[str, Any]:
 
 async def _json_object(request: Request) -> dict[str, Any]:
     text = await _body_text(request)
-    return (await off_loop(_decoded_object, text) if len(text) > LARGE_CHARS
-            else _decoded_object(text))
+    return await off_loop_when(len(text) > LARGE_CHARS, _decoded_object, text)
 
 
 def _idempotency_key(request: Request) -> str | None:
@@ -279,7 +278,7 @@ def _request_state(session: CoreSession, request_id: str) -> dict[str, Any]:
     if pending is not None:
         return {"toolRequestId": request_id, "tool": pending.record.tool, "state": "pending",
                 "turnId": pending.record.turn_id}
-    done = session.callers.result(request_id)
+    done = session.callers.kept(request_id)  # (its result written as it is kept)
     if done is None:
         raise ApiError(404, TOOL_REQUEST_NOT_FOUND,
                        f"no tool request {request_id[:EXCERPT_CHARS]!r} is pending in this "
@@ -297,7 +296,7 @@ def _wants_events(request: Request) -> bool:
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
     """One server-sent event (compact JSON has no line breaks)."""
-    text = strictjson.encode(data)
+    text = dump_json(data)
     return f"event: {name}\ndata: {text}\n\n".encode()
 
 
@@ -562,8 +561,7 @@ async def tool_call(request: Request) -> Response:
     # a forwarding node's own key: its result is kept apart from callers' (idempotency.py)
     kind = CORE_CALL if request.scope.get(ROUTE_KEY) else TOOL_CALL
     keyed = None if key is None else kind
-    call = (await off_loop(_read_call, text, keyed, limit) if len(text) > LARGE_CHARS
-            else _read_call(text, keyed, limit))
+    call = await off_loop_when(len(text) > LARGE_CHARS, _read_call, text, keyed, limit)
     del text
     known, claim = _claim(session, key, kind, call.fingerprint)
     if known is not None:  # a retry: the first request's result, never a second run

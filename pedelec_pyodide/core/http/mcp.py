@@ -48,7 +48,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from starlette.requests import Request
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ... import __version__, protocol, strictjson
 from ...results import TOOL_HANDLER_NOT_FOUND, is_error_result, tool_error
@@ -57,6 +57,7 @@ from ...tools import NAME_PATTERN
 from ..background import read_forever
 from ..cluster.relay import NoSession, ToolRelay
 from ..log import log_event
+from ..offload import LARGE_CHARS, collector_paused, is_large, off_loop_when
 from ..page.bridge import origin_allowed
 from ..sessions import (
     CoreSession,
@@ -65,7 +66,7 @@ from ..sessions import (
     checked_call,
     refused_request,
 )
-from ..store import StoreError
+from ..store import JsonText, StoreError
 from .control import ApiError, authorize, path_session
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
@@ -97,25 +98,53 @@ def mcp_tool(metadata: dict[str, Any]) -> types.Tool:
     return types.Tool.model_validate(data)
 
 
-def call_result(result: Any) -> types.CallToolResult:
+async def call_result(result: Any) -> types.CallToolResult:
     """A tool result as MCP content.
 
-    ``structuredContent`` is the result when it is a JSON object, else ``{"result":
-    value}`` (MCP wants an object there); ``content`` is one text block, the result as
-    compact JSON. An error result (``{"error": {...}}``) is ``isError: true``, its text
+    ``content`` is one text block, the result as compact JSON; ``structuredContent`` is
+    the result when it is a JSON object, else ``{"result": value}`` (MCP wants an object
+    there). An error result (``{"error": {...}}``) is ``isError: true``, its text
     ``"CODE: message"``, its ``structuredContent`` the whole error result (``details``,
     ``retryable`` included).
+
+    A result longer than LARGE_CHARS as JSON has no ``structuredContent`` (optional in
+    MCP for a tool with no output schema): the SDK's serializer walks that value item by
+    item, several times, on the event loop (~0.2-0.4 s each for 1 MiB of small arrays),
+    where the text is one string to it. Its text is encoded off the loop, or is the
+    page's, as Core keeps it (:class:`JsonText`, never an error result).
     """
+    if isinstance(result, JsonText):
+        return types.CallToolResult(content=[types.TextContent(type="text", text=result.text)])
+    large = is_large(result)
     if is_error_result(result):
         error = result["error"]
         text = f"{error.get('code')}: {error.get('message')}"
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)],
-            structured_content=result, is_error=True)
+            structured_content=None if large else result, is_error=True)
     structured = result if isinstance(result, dict) else {"result": result}
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=strictjson.encode(result))],
-        structured_content=structured)
+        content=[types.TextContent(type="text", text=await off_loop_when(
+            large, strictjson.encode, result))],
+        structured_content=None if large else structured)
+
+
+def _body_read_paused(receive: Receive) -> Receive:
+    """``receive``, pausing the collector for the step that has the whole of a long body:
+    the SDK decodes it there, on the loop, and json makes a container per array or
+    object, which set off collections (a decode 2-5x as long)."""
+    received = 0
+
+    async def receive_body() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if not message.get("more_body", False) and received > LARGE_CHARS:
+                collector_paused.for_this_step()
+        return message
+
+    return receive_body
 
 
 def _http_request(ctx: Context) -> Request:
@@ -221,7 +250,7 @@ class McpEndpoint:
             session_id = request.path_params["session_id"]
             self._forget(session_id, session.tool_listeners if session is not None else
                          self._remote.get(session_id, {}), key)
-        await self.manager.handle_request(scope, receive, send)
+        await self.manager.handle_request(scope, _body_read_paused(receive), send)
 
     async def _page(self, request: Request) -> CoreSession | None:
         """The page's session if this node holds it; None if another node may (a shared
@@ -275,16 +304,17 @@ class McpEndpoint:
         if not registry.store.shared:
             self._session(ctx)
         if not NAME_PATTERN.match(params.name):
-            return call_result(tool_error(
+            return await call_result(tool_error(
                 TOOL_HANDLER_NOT_FOUND, f"{quote(params.name)} is not a tool name",
                 retryable=False))
         log_event("mcp.tool_call", session=session_id, tool=params.name,
                   id=str(ctx.request_id))
         args = params.arguments or {}
         try:  # NaN or 1e999 (the SDK's parser takes them), too large, too deep
-            checked = checked_call(params.name, args, registry.config.max_frame_bytes)
+            checked = await off_loop_when(is_large(args), checked_call, params.name, args,
+                                          registry.config.max_frame_bytes)
         except protocol.ProtocolError as exc:
-            return call_result(refused_request(exc))
+            return await call_result(refused_request(exc))
         token = progress_token_from_params(ctx.params)
         on_progress = None
         if token is not None:
@@ -306,10 +336,10 @@ class McpEndpoint:
             except StoreError as exc:  # which node holds the page cannot be known
                 result = tool_error(exc.code, "Core could not find this page's node in its "
                                     f"store: {exc}", retryable=True)
-            return call_result(result)
+            return await call_result(result)
         _, result, _ = await self._session(ctx).call_tool(
             params.name, args, checked=checked, on_progress=on_progress)
-        return call_result(result)
+        return await call_result(result)
 
     async def _listen(
         self, ctx: Context, params: types.SubscriptionsListenRequestParams,

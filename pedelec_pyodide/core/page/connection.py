@@ -15,6 +15,7 @@ connection stays open. Before ``hello``, Core reads no more of a frame than its 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sys
@@ -24,9 +25,10 @@ from typing import Literal, NamedTuple, Protocol
 
 from ... import protocol
 from ...protocol import ProtocolError
-from ...results import TOOL_RESULT_TOO_LARGE, tool_error
+from ...results import TOOL_RESULT_TOO_LARGE, is_error_result, tool_error
 from ...schemas import PatternsOverBudget, charging_patterns
 from ..log import log_event
+from ..offload import LARGE_CHARS
 from ..sessions import (
     DUPLICATE_HELLO,
     HELLO_REQUIRED,
@@ -388,8 +390,24 @@ class PageConnection:
         if isinstance(message, protocol.ToolsUpdate):
             return Parsed(message, kept_json(message.tools))
         if isinstance(message, protocol.ToolResult):
-            return Parsed(message, result_json=kept_json(message.result))
+            result_json = kept_json(message.result)
+            if len(result_json) > LARGE_CHARS and self._answered_as_text(message):
+                message = dataclasses.replace(message, result=JsonText(result_json))
+            return Parsed(message, result_json=result_json)
         return Parsed(message)
+
+    def _answered_as_text(self, message: protocol.ToolResult) -> bool:
+        """Whether a long result goes on as its JSON text, its value dropped here (in the
+        parse's thread, for a long frame): the result of a call (control API, MCP), not
+        an error result, whose caller writes it out as it is. Decoded values that outlive
+        the thread's work are walked by the collector on the loop once it goes on (~0.1 s
+        for 1 MiB of small arrays); a turn's results are the agent's to read, decoded.
+        (The session's pending requests are read, not changed: a result whose request
+        is resolved meanwhile is refused as late, text or value.)"""
+        session = self.session
+        pending = None if session is None else session.pending.get(message.tool_request_id)
+        return (pending is not None and pending.record.turn_id is None
+                and not is_error_result(message.result))
 
     def receive(self, data: str | bytes, parsed: Parsed) -> bool:
         """One frame from the page, as :meth:`parse` made it; False when the connection

@@ -18,7 +18,6 @@ is unknown again: a request with it starts a new run.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections import OrderedDict
@@ -30,7 +29,6 @@ from ..store import (
     TOOL_CALL,
     TURN,
     IdempotencyRecord,
-    JsonText,
     KeyKind,
     RequestRecord,
     Store,
@@ -130,16 +128,13 @@ class CallerMemory:
         request.args = None
         self.sweep()
 
-    def result(self, request_id: str) -> RequestRecord | None:
-        """A kept result's record, its result decoded (kept as JSON text: decoded, what a
-        page sends may take ~24 times the memory)."""
+    def kept(self, request_id: str) -> RequestRecord | None:
+        """A kept result's record, its result as kept: JSON text (:class:`JsonText`;
+        decoded, what a page sends may take ~24 times the memory, and decoding it is
+        the reader's work, off the loop when it is long)."""
         self.sweep()
         kept = self.results.get(request_id)
-        if kept is None:
-            kept = self.others.get(request_id)
-        if kept is None or not isinstance(kept.result, JsonText):
-            return kept
-        return dataclasses.replace(kept, result=kept.result.value())
+        return self.others.get(request_id) if kept is None else kept
 
     def restore(self, results: list[RequestRecord], keys: list[IdempotencyRecord],
                 turns: dict[str, TurnRecord], pending: set[str]) -> None:

@@ -25,7 +25,7 @@ from ...results import INVALID_ARGS, tool_error
 from ...text import excerpt, lone_surrogate_at, not_unicode
 from ..agents.contract import Agent, StepLimitExceeded, ToolCallOutcome, ToolCallRequest
 from ..log import log_event
-from ..offload import LARGE_CHARS, is_large, off_loop
+from ..offload import LARGE_CHARS, is_large, off_loop, off_loop_when
 from ..store import (
     IdempotencyRecord,
     JsonText,
@@ -120,9 +120,8 @@ class TurnRunner:
         step = self.steps
         self.steps += 1
         limit = self.session.registry.config.max_frame_bytes
-        vetted = (await off_loop(_vetted, calls, self.turn_id, limit)
-                  if any(is_large(call.args) for call in calls)
-                  else _vetted(calls, self.turn_id, limit))
+        vetted = await off_loop_when(any(is_large(call.args) for call in calls),
+                                     _vetted, calls, self.turn_id, limit)
         asked = [(call.tool, call.call_id) for call in calls]
         if step < len(self._journal):
             sent = iter(await self._replay(step, [
@@ -169,8 +168,7 @@ class TurnRunner:
         session = self.session
         delta = protocol.TurnDelta(turn_id=self.turn_id, text=text)
         limit = session.registry.config.max_frame_bytes
-        frames = (await off_loop(delta_frames, delta, limit) if len(text) > LARGE_CHARS
-                  else delta_frames(delta, limit))
+        frames = await off_loop_when(len(text) > LARGE_CHARS, delta_frames, delta, limit)
         for frame in frames:
             session.send(frame)
 
@@ -256,8 +254,7 @@ class TurnRunner:
                                  large=long_end)
         except StoreError as exc:  # the page still hears the end; the operator, the failure
             log_event("store.failed", session=session.id, turn=record.id, error=str(exc))
-        frame = (await off_loop(end_frame, record, config.max_frame_bytes) if long_end
-                 else end_frame(record, config.max_frame_bytes))
+        frame = await off_loop_when(long_end, end_frame, record, config.max_frame_bytes)
         if session.turn is self:
             session.turn = None
         if not session.closed:
@@ -273,8 +270,7 @@ class TurnRunner:
         history = self._history
         if history is not None:  # the agent read it: trimmed whole
             large = len(self._history_json) > LARGE_CHARS or is_large(history)
-            return (await off_loop(trimmed_history, history, limit) if large
-                    else trimmed_history(history, limit))
+            return await off_loop_when(large, trimmed_history, history, limit)
         entries = self._remembered
         if not entries:
             session.history_index = index
@@ -282,13 +278,12 @@ class TurnRunner:
         if self._history_json == "[]":  # (a new session's)
             index = HistoryIndex.of(self._history_json, [], [])
         if index is not None and index.text is self._history_json:
-            kept = (await off_loop(index.append, entries, limit) if is_large(entries)
-                    else index.append(entries, limit))
+            kept = await off_loop_when(is_large(entries), index.append, entries, limit)
             if kept is not None:
                 session.history_index = index
                 return kept
-        kept = (await off_loop(appended_history, self._history_json, entries, limit)
-                if is_large(entries) else appended_history(self._history_json, entries, limit))
+        kept = await off_loop_when(is_large(entries), appended_history, self._history_json,
+                                   entries, limit)
         if kept is None:  # over its bound: the whole decoded and trimmed, by whole turns
             kept, session.history_index = await off_loop(
                 indexed_trim, self._history_json, entries, limit)
@@ -431,8 +426,7 @@ def _refusal(call: ToolCallRequest) -> str | None:
 async def _check_text(text: str, what: str) -> None:
     """An agent's text goes into frames and rows: refuse a lone surrogate in it (a long
     text is checked off the event loop)."""
-    where = (await off_loop(lone_surrogate_at, text) if len(text) > LARGE_CHARS
-             else lone_surrogate_at(text))
+    where = await off_loop_when(len(text) > LARGE_CHARS, lone_surrogate_at, text)
     if where is not None:
         raise ValueError(f"{what} of the agent holds {not_unicode()}")
 
