@@ -24,12 +24,14 @@ The same variants also run, interleaved, on ``bench/bare_core.py``: a Starlette 
 the server stack Core runs on that does none of Core's work (no checks, no store, no
 limits, no agent), only the two sockets' crossings. Its ratios are what those goals
 come to for any server in Python on ASGI; Core's time against its time is what Core's
-own work costs.
+own work costs. ``--granian`` runs that app on Granian too (``bench/bare_granian.py``):
+the floor on the other server DESIGN.md allows.
 
 ``--cpu`` then prints, for each Core, its CPU time per operation of each variant (the
 kernel's count) and this process's (the client and the page): where a ratio's time is.
 
-Run: ``.venv/bin/python bench/core_paths.py [--rounds 15 --calls 200] [--before DIR] [--cpu]``
+Run: ``.venv/bin/python bench/core_paths.py [--rounds 15 --calls 200] [--before DIR] [--cpu]
+[--granian]``
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from pedelec_pyodide import protocol
 TOKEN = "bench"
 STEPS = 8
 BARE = "bare ASGI (bench/bare_core.py)"
+GRANIAN = "bare ASGI on Granian (bench/bare_granian.py)"
 
 
 class RawHTTP:
@@ -268,10 +271,15 @@ def report(label: str, p50: dict[str, float]) -> tuple[float, float]:
 
 
 def cpu_seconds(pid: int) -> float:
-    """The CPU time (user and system) process ``pid`` has used, as the kernel counts it."""
+    """The CPU time (user and system) process ``pid`` and its children (Granian's worker)
+    have used, as the kernel counts it."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += (task / "children").read_text().split()
+    return ((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            + sum(cpu_seconds(int(child)) for child in children))
 
 
 async def cpu_per_operation(variants: dict[str, dict[str, tuple[Variant, int]]],
@@ -304,15 +312,21 @@ async def cpu_per_operation(variants: dict[str, dict[str, tuple[Variant, int]]],
               f"{driver_step * 1e6:6.0f} us")
 
 
-async def main(rounds: int, calls: int, before: str | None, cpu: bool) -> None:
+async def main(rounds: int, calls: int, before: str | None, cpu: bool,
+               granian: bool) -> None:
     options = ("--rate-limit", "1000000", "--rate-burst", "1000000")
     with contextlib.ExitStack() as stack:
         processes = {"this tree": stack.enter_context(core_process(TOKEN, *options))}
         if before is not None:
             processes[f"before ({before})"] = stack.enter_context(
                 core_process(TOKEN, *options, source=before))
+        here = Path(__file__).resolve().parent
         processes[BARE] = stack.enter_context(server_process(
-            [sys.executable, str(Path(__file__).resolve().parent / "bare_core.py")]))
+            [sys.executable, str(here / "bare_core.py")]))
+        if granian:  # (its worker imports bare_core: this directory on its path)
+            processes[GRANIAN] = stack.enter_context(server_process(
+                [sys.executable, str(here / "bare_granian.py")], env=dict(
+                    os.environ, PYTHONPATH=os.pathsep.join([str(here), *sys.path]))))
         targets = {label: Target(port) for label, (_, port) in processes.items()}
         variants = {label: await target.open() for label, target in targets.items()}
         samples: dict[tuple[str, str], list[float]] = {
@@ -366,5 +380,9 @@ if __name__ == "__main__":
                         "earlier commit), interleaved with this one's")
     parser.add_argument("--cpu", action="store_true",
                         help="then print each Core's CPU and the client's per operation")
+    parser.add_argument("--granian", action="store_true",
+                        help="also run the bare app on Granian (bench/bare_granian.py; "
+                        "pip install granian first)")
     options = parser.parse_args()
-    asyncio.run(main(options.rounds, options.calls, options.before, options.cpu))
+    asyncio.run(main(options.rounds, options.calls, options.before, options.cpu,
+                     options.granian))
