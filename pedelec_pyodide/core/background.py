@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ..text import excerpt
 from .clock import Clock
@@ -15,6 +15,8 @@ from .log import log_event
 _BACKGROUND: set[asyncio.Task[None]] = set()
 # seconds an inbox waits before it is read again after it failed
 INBOX_RETRY_SECONDS = 0.5
+
+M = TypeVar("M")
 
 
 def background_failed(task: str, exc: Exception) -> None:
@@ -39,8 +41,8 @@ def spawn(work: Awaitable[Any], *,
     return task
 
 
-async def read_forever(task: str, inbox: Callable[[], AsyncIterator[str]],
-                       on_message: Callable[[str], None], clock: Clock) -> None:
+async def read_forever(task: str, inbox: Callable[[], AsyncIterator[M]],
+                       on_message: Callable[[M], None], clock: Clock) -> None:
     """Each message of ``inbox()`` to ``on_message``, for Core's life: if reading fails,
     that is said, and the inbox read again after a pause."""
     while True:

@@ -31,20 +31,20 @@ from corekit import (
 from storekit import RedisServer
 
 from pedelec_pyodide.core.cluster.leases import LEASE_SECONDS
-from pedelec_pyodide.core.cluster.messages import HttpCall, HttpReply
+from pedelec_pyodide.core.cluster.messages import HttpCall, HttpReply, NodeMessage
 from pedelec_pyodide.core.cluster.node import RESEND_MAX_SECONDS, RESEND_SECONDS
 
 
-def heard_calls(holder: Core) -> list[str]:
+def heard_calls(holder: Core) -> list[HttpCall]:
     """The forwarded calls (``http.call``) ``holder``'s inbox hears from now on, each
     copy sent again too."""
-    heard: list[str] = []
+    heard: list[HttpCall] = []
     on_message = holder.node._on_message
 
-    def counted(text: str) -> None:
-        if '"type":"http.call"' in text:
-            heard.append(text)
-        on_message(text)
+    def counted(message: NodeMessage | Exception) -> None:
+        if isinstance(message, HttpCall):
+            heard.append(message)
+        on_message(message)
 
     holder.node._on_message = counted  # type: ignore[method-assign]
     return heard

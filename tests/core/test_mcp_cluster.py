@@ -314,9 +314,9 @@ def test_a_copy_of_a_call_reaching_its_node_again_is_not_run_again(
             raw, welcome = await page_with(a)
             sid = welcome["sessionId"]
 
-            def relayed(key: str, args: Any, ask: str) -> str:
+            def relayed(key: str, args: Any, ask: str) -> McpCall:
                 return McpCall(ask=ask, sender=b.node.name, session=sid, tool="slow",
-                               args=args, key=key).encode()
+                               args=args, key=key)
 
             key = "pedelec-mcp-" + "0" * 32
             # taken from A's inbox before either runs, as from one read of Redis

@@ -15,11 +15,12 @@ import dataclasses
 import logging
 import secrets
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 from ..background import background_failed, read_forever, spawn
 from ..log import log_event
+from ..offload import LARGE_CHARS, off_loop_when
 from ..sessions import Registry
 from ..store import StoreError
 from .leases import Leases
@@ -207,17 +208,27 @@ class Node:
         background = [asyncio.ensure_future(work) for work in (
             leases.renew_forever(), self._resend(), leases.take_vacant())]
         try:
-            await read_forever("inbox", lambda: self.store.inbox(self.name),
-                               lambda text: self._on_message(text), self.clock)
+            await read_forever("inbox", self._inbox,
+                               lambda parsed: self._on_message(parsed), self.clock)
         finally:
             for task in background:
                 task.cancel()
 
-    def _on_message(self, text: str) -> None:
+    async def _inbox(self) -> AsyncIterator[NodeMessage | Exception]:
+        """This node's messages in the order they came, each parsed, or what is wrong with
+        it; a long one (a relayed call's args or result) in a worker thread."""
+        async for text in self.store.inbox(self.name):
+            yield await off_loop_when(len(text) > LARGE_CHARS, _parsed, text)
+
+    def _on_message(self, parsed: NodeMessage | Exception) -> None:
+        # whatever a message holds (JSON nested past the recursion limit, a field of the
+        # wrong kind): dropped, the inbox serves on
+        if isinstance(parsed, Exception):
+            bad_message(parsed)
+            return
         try:
-            self._dispatch(parse(text))
-        except Exception as exc:  # whatever a message holds (JSON nested past the
-            # recursion limit, a field of the wrong kind): dropped, the inbox serves on
+            self._dispatch(parsed)
+        except Exception as exc:
             bad_message(exc)
 
     def _dispatch(self, message: NodeMessage) -> None:
@@ -258,3 +269,11 @@ def _bad_message(exc: Exception) -> bool:
         bad_message(exc)
         return True
     return False
+
+
+def _parsed(text: str) -> NodeMessage | Exception:
+    """:func:`parse`, what it raises returned (a worker thread hands it back as a value)."""
+    try:
+        return parse(text)
+    except Exception as exc:
+        return exc
