@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -34,8 +35,6 @@ from typing import Any, TypeVar
 #: texts, frames and values longer than this as JSON (characters) are worked on off the
 #: event loop
 LARGE_CHARS = 16 * 1024
-
-_WORKERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pedelec-json")
 
 T = TypeVar("T")
 
@@ -89,12 +88,39 @@ class CollectorPause:
 collector_paused = CollectorPause()
 
 
+class WorkerThreads:
+    """A few threads for work off the event loop. A work waits on the loop for a free
+    thread, not in the threads' queue, and the collector is paused once it has one
+    (paused from the loop: a frame more in the thread would cost a deeply nested value's
+    decode a level of the recursion limit): so a pause counts the works that run, and a
+    flood of queued works does not end it early, the collector then going on for the
+    flood's every decode."""
+
+    def __init__(self, threads: int, name: str) -> None:
+        self._threads = threads
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+        # each event loop's free threads (a test suite runs many loops, one at a time)
+        self._free: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                              asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+    async def run(self, work: Callable[..., T], *args: object) -> T:
+        """``work(*args)`` in one of the threads, the collector paused meanwhile."""
+        loop = asyncio.get_running_loop()
+        free = self._free.get(loop)
+        if free is None:
+            free = self._free[loop] = asyncio.Semaphore(self._threads)
+        async with free:
+            with collector_paused():
+                return await loop.run_in_executor(self._executor, work, *args)
+
+
+_JSON_THREADS = WorkerThreads(2, "pedelec-json")
+
+
 async def off_loop(work: Callable[..., T], *args: object) -> T:
-    """``work(*args)`` in one of Core's worker threads, the collector paused meanwhile
-    (paused from here, the event loop: a frame more in the thread would cost a deeply
-    nested value's decode a level of the recursion limit)."""
-    with collector_paused():
-        return await asyncio.get_running_loop().run_in_executor(_WORKERS, work, *args)
+    """``work(*args)`` in one of Core's worker threads (two), the collector paused
+    meanwhile."""
+    return await _JSON_THREADS.run(work, *args)
 
 
 async def off_loop_when(large: bool, work: Callable[..., T], *args: Any) -> T:

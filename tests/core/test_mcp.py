@@ -40,6 +40,7 @@ from mcp.shared.subscriptions import ToolsListChanged
 from mcpkit import COUNTER_SCHEMA, mcp_client, modern_client, page_session
 
 from pedelec_pyodide import Session, ToolError, define_tool
+from pedelec_pyodide.core.http import mcp as mcp_endpoint
 
 
 def mcp_url(core: Core, session_id: str) -> str:
@@ -102,8 +103,8 @@ def test_calls_reach_the_page_and_come_back_as_content() -> None:
 
 
 def test_a_long_result_is_text_only_and_a_long_error_result_keeps_its_code() -> None:
-    """A result over 16 KiB as JSON has no structuredContent (optional in MCP for a tool
-    with no output schema): the SDK's serializer walked it item by item, several times,
+    """A result over 16 KiB as compact JSON has no structuredContent (optional in MCP for
+    a tool with no output schema): the SDK's serializer walked it item by item, several times,
     on Core's event loop (~0.2-0.4 s each for 1 MiB of small arrays)."""
     rows = [[n, "x"] for n in range(5_000)]
 
@@ -115,6 +116,8 @@ def test_a_long_result_is_text_only_and_a_long_error_result_keeps_its_code() -> 
                     handler=lambda args: {"rows": rows, "echo": args}),
         define_tool(name="fails", description="Fails, long.", args_schema={"type": "object"},
                     handler=failing),
+        define_tool(name="nulls", description="n nulls.", args_schema={"type": "object"},
+                    handler=lambda args: [None] * args["n"]),
     ])
 
     async def main() -> None:
@@ -127,7 +130,51 @@ def test_a_long_result_is_text_only_and_a_long_error_result_keeps_its_code() -> 
                 failed = await client.call_tool("fails", {})
                 assert failed.is_error is True and failed.structured_content is None
                 assert text_of(failed) == "TOO_MANY: too many rows"
+                # the bound is the compact JSON's length, not an estimate of it
+                nulls = await client.call_tool("nulls", {"n": 3_000})
+                assert json.loads(text_of(nulls)) == [None] * 3_000
+                assert nulls.structured_content == {"result": [None] * 3_000}
+                over = await client.call_tool("nulls", {"n": 3_300})
+                assert len(text_of(over)) > 16 * 1024 and over.structured_content is None
     run(main())
+
+
+def test_a_long_calls_args_are_read_by_core_and_the_sdk_gets_a_placeholder(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK held a call's args decoded for the whole call (~50 times their JSON for
+    small arrays: 16 pending calls of 0.75 MiB took ~600 MiB) and decoded them on the
+    event loop. Core reads a long tools/call body first, in a worker thread, keeps the
+    args as text, and hands the SDK the body with a placeholder in their place."""
+    set_aside: list[bool] = []
+    real = mcp_endpoint._set_aside
+
+    def recording(body: bytes, limit: int) -> Any:
+        done = real(body, limit)
+        set_aside.append(done is not None)
+        return done
+
+    monkeypatch.setattr(mcp_endpoint, "_set_aside", recording)
+    rows = [[n, "x"] for n in range(3_000)]
+    tools = Session([define_tool(name="echo", description="Its args.",
+                                 args_schema={"type": "object"}, handler=lambda args: args)])
+
+    async def main() -> None:
+        async with running_core() as core:
+            page = await Page(tools).connect(core.ws_url)
+            async with modern_client(mcp_url(core, page.session.session_id or "")) as client:
+                long = await client.call_tool("echo", {"rows": rows})
+                assert json.loads(text_of(long)) == {"rows": rows}
+                # a client's own args shaped like the placeholder are args like any other
+                forged = {"pedelec.argsAside": "0" * 32}
+                assert (await client.call_tool("echo", forged)).structured_content == forged
+                deep: Any = rows
+                for _ in range(120):
+                    deep = [deep]
+                refused = await client.call_tool("echo", {"deep": deep})
+                assert text_of(refused).startswith("INVALID_ARGS: the page would refuse")
+            assert [f["args"] for f in page.frames("tool.request")] == [{"rows": rows}, forged]
+    run(main())
+    assert set_aside == [True, False]  # the deep one is the SDK's to read, and refused
 
 
 def test_error_results_are_is_error_with_code_and_message() -> None:

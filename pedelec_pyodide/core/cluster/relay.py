@@ -144,7 +144,7 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
         else:
             if checked is None:
                 try:
-                    checked = await off_loop_when(large, checked_call, tool, args,
+                    checked = await off_loop_when(large, _checked_call, tool, args,
                                                   session.registry.config.max_frame_bytes)
                 except protocol.ProtocolError as exc:
                     return refused_request(exc)
@@ -166,6 +166,12 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
         _cancel_keyed(session, hashed)
         raise
     return result
+
+
+def _checked_call(tool: str, args: Any, max_frame_bytes: int) -> CheckedRequest:
+    """:func:`checked_call` of args Core may hold as text (an MCP call's long ones)."""
+    return checked_call(tool, args.value() if isinstance(args, JsonText) else args,
+                        max_frame_bytes)
 
 
 def _cancel_keyed(session: CoreSession, hashed: str) -> bool:

@@ -31,9 +31,10 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import secrets
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 from mcp import types
@@ -57,16 +58,17 @@ from ...tools import NAME_PATTERN
 from ..background import read_forever
 from ..cluster.relay import NoSession, ToolRelay
 from ..log import log_event
-from ..offload import LARGE_CHARS, collector_paused, is_large, off_loop_when
+from ..offload import LARGE_CHARS, collector_paused, is_large, off_loop, off_loop_when
 from ..page.bridge import origin_allowed
 from ..sessions import (
+    CheckedRequest,
     CoreSession,
     Registry,
     RequestProgress,
     checked_call,
     refused_request,
 )
-from ..store import JsonText, StoreError
+from ..store import JsonText, StoreError, as_text
 from .control import ApiError, authorize, path_session
 
 FORBIDDEN_ORIGIN = "FORBIDDEN_ORIGIN"
@@ -81,6 +83,12 @@ LISTEN_BACKLOG = 16
 _LISTEN_KEY = "mcp:subscriptions/listen"
 # in an HTTP request's scope: the node holding its page, as found before the SDK saw it
 _HOLDER = "pedelec.mcp_holder"
+# in an HTTP request's scope: a long tools/call's args, read by Core (_ArgsAside)
+_ASIDE = "pedelec.mcp_args"
+# the one key of the args the SDK gets in their place
+_ASIDE_KEY = "pedelec.argsAside"
+# a tools/call with these headers has them checked against its args by the SDK
+_PARAM_HEADER = b"mcp-param-"
 
 Context = ServerRequestContext[Any, Any]
 
@@ -107,26 +115,96 @@ async def call_result(result: Any) -> types.CallToolResult:
     ``"CODE: message"``, its ``structuredContent`` the whole error result (``details``,
     ``retryable`` included).
 
-    A result longer than LARGE_CHARS as JSON has no ``structuredContent`` (optional in
-    MCP for a tool with no output schema): the SDK's serializer walks that value item by
-    item, several times, on the event loop (~0.2-0.4 s each for 1 MiB of small arrays),
-    where the text is one string to it. Its text is encoded off the loop, or is the
-    page's, as Core keeps it (:class:`JsonText`, never an error result).
+    A result longer than LARGE_CHARS as compact JSON has no ``structuredContent``
+    (optional in MCP for a tool with no output schema): the SDK's serializer walks that
+    value item by item, several times, on the event loop (~0.2-0.4 s each for 1 MiB of
+    small arrays), where the text is one string to it. Its text is encoded off the loop,
+    or is the page's, as Core keeps it (:class:`JsonText`, never an error result).
     """
     if isinstance(result, JsonText):
         return types.CallToolResult(content=[types.TextContent(type="text", text=result.text)])
-    large = is_large(result)
+    compact = await off_loop_when(is_large(result), strictjson.encode, result)
+    structured = None if len(compact) > LARGE_CHARS else result
     if is_error_result(result):
         error = result["error"]
         text = f"{error.get('code')}: {error.get('message')}"
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)],
-            structured_content=None if large else result, is_error=True)
-    structured = result if isinstance(result, dict) else {"result": result}
+            structured_content=structured, is_error=True)
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=await off_loop_when(
-            large, strictjson.encode, result))],
-        structured_content=None if large else structured)
+        content=[types.TextContent(type="text", text=compact)],
+        structured_content=structured if structured is None or isinstance(result, dict)
+        else {"result": result})
+
+
+class _ArgsAside(NamedTuple):
+    """A long ``tools/call``'s args, read by Core before the SDK saw its body (which got a
+    placeholder in their place): as JSON text, and checked as the page would check them."""
+
+    token: str
+    args: JsonText
+    checked: CheckedRequest | protocol.ProtocolError
+
+
+def _set_aside(body: bytes, max_frame_bytes: int) -> tuple[bytes, _ArgsAside] | None:
+    """A long ``tools/call`` body, its args set aside (a worker thread runs this): the body
+    the SDK gets instead, their place taken by ``{"pedelec.argsAside": token}``. The SDK
+    held the args decoded for the whole call (~50 times their text for small arrays), and
+    decoded them on the event loop. None for any other body: the SDK reads it as it is
+    (and refuses it, if it is not JSON)."""
+    try:
+        message = protocol.decode_json(body, max_bytes=len(body), what="body")
+    except protocol.ProtocolError:
+        return None
+    if not isinstance(message, dict):
+        return None
+    params = message.get("params")
+    if (message.get("method") != "tools/call" or not isinstance(params, dict)
+            or not isinstance(params.get("name"), str)
+            or not isinstance(params.get("arguments"), dict)):
+        return None
+    args = params["arguments"]
+    try:
+        checked: CheckedRequest | protocol.ProtocolError = checked_call(
+            params["name"], args, max_frame_bytes)
+    except protocol.ProtocolError as exc:
+        checked = exc
+    token = secrets.token_hex(16)
+    params["arguments"] = {_ASIDE_KEY: token}
+    return strictjson.encode(message).encode(), _ArgsAside(token, as_text(args), checked)
+
+
+async def _args_set_aside(scope: Scope, receive: Receive, max_frame_bytes: int) -> Receive:
+    """``receive`` for the SDK, with a long ``tools/call``'s args set aside
+    (:func:`_set_aside`, in ``scope``): the body read here first, whole, up to the frame
+    limit (a longer one goes on as it came: the SDK answers it 413)."""
+    chunks: list[bytes] = []
+    size, more = 0, True
+    last: Message | None = None
+    while more and size <= max_frame_bytes:
+        message = await receive()
+        if message["type"] != "http.request":  # the client went away: passed on
+            last = message
+            break
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        more = message.get("more_body", False)
+    body = b"".join(chunks)
+    if last is None and not more and size > LARGE_CHARS:
+        set_aside = await off_loop(_set_aside, body, max_frame_bytes)
+        if set_aside is not None:
+            body, scope[_ASIDE] = set_aside
+            scope["headers"] = [
+                (name, str(len(body)).encode() if name == b"content-length" else value)
+                for name, value in scope["headers"]]
+    replay: list[Message] = [{"type": "http.request", "body": body, "more_body": more}]
+    if last is not None:
+        replay.append(last)
+
+    async def replayed() -> Message:
+        return replay.pop(0) if replay else await receive()
+
+    return replayed
 
 
 def _body_read_paused(receive: Receive) -> Receive:
@@ -250,6 +328,10 @@ class McpEndpoint:
             session_id = request.path_params["session_id"]
             self._forget(session_id, session.tool_listeners if session is not None else
                          self._remote.get(session_id, {}), key)
+        if request.method == "POST" and not any(
+                name.startswith(_PARAM_HEADER) for name, _ in scope["headers"]):
+            receive = await _args_set_aside(scope, receive,
+                                            self.registry.config.max_frame_bytes)
         await self.manager.handle_request(scope, _body_read_paused(receive), send)
 
     async def _page(self, request: Request) -> CoreSession | None:
@@ -309,12 +391,20 @@ class McpEndpoint:
                 retryable=False))
         log_event("mcp.tool_call", session=session_id, tool=params.name,
                   id=str(ctx.request_id))
-        args = params.arguments or {}
-        try:  # NaN or 1e999 (the SDK's parser takes them), too large, too deep
-            checked = await off_loop_when(is_large(args), checked_call, params.name, args,
-                                          registry.config.max_frame_bytes)
-        except protocol.ProtocolError as exc:
-            return await call_result(refused_request(exc))
+        aside = _http_request(ctx).scope.get(_ASIDE)
+        args: Any
+        checked: CheckedRequest | protocol.ProtocolError
+        if aside is not None and params.arguments == {_ASIDE_KEY: aside.token}:
+            args, checked = aside.args, aside.checked
+        else:
+            args = params.arguments or {}
+            try:  # NaN or 1e999 (the SDK's parser takes them), too large, too deep
+                checked = await off_loop_when(is_large(args), checked_call, params.name,
+                                              args, registry.config.max_frame_bytes)
+            except protocol.ProtocolError as exc:
+                checked = exc
+        if isinstance(checked, protocol.ProtocolError):
+            return await call_result(refused_request(checked))
         token = progress_token_from_params(ctx.params)
         on_progress = None
         if token is not None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from starlette.websockets import WebSocket
@@ -31,7 +30,7 @@ from ... import protocol
 from ..clock import wait_for
 from ..cluster import Node
 from ..log import log_event
-from ..offload import LARGE_CHARS, collector_paused
+from ..offload import LARGE_CHARS, WorkerThreads
 from .clients import client_key
 from .connection import CLOSE_POLICY, PageConnection
 from .ws_limits import frame_guard
@@ -48,11 +47,11 @@ WRITE_BATCH_CHARS = 64 * 1024
 #: (Core's own work on large values has threads of its own, offload.py). The garbage
 #: collector is paused while a frame is parsed (offload.py says why).
 PARSE_IN_THREAD_CHARS = LARGE_CHARS
-_PARSER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pedelec-parse")
+_PARSER = WorkerThreads(2, "pedelec-parse")
 #: a short frame with more new regular expressions than the loop checks goes to a thread
 #: of its own: a flood of them (each client's bounded by --pattern-rate) then holds at
 #: most one thread against the event loop, and never delays other pages' long frames
-_PATTERNS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pedelec-parse-patterns")
+_PATTERNS = WorkerThreads(1, "pedelec-parse-patterns")
 
 
 def normal_origin(origin: str) -> str:
@@ -262,9 +261,7 @@ class BridgeConnection:
         parsed = (page.parse_on_loop(data)
                   if not begun and (short or page.refuses_unparsed(data)) else None)
         if parsed is None:  # long, or short with many new regular expressions to check
-            with collector_paused():
-                parsed = await asyncio.get_running_loop().run_in_executor(
-                    _PATTERNS if short else _PARSER, page.parse, data)
+            parsed = await (_PATTERNS if short else _PARSER).run(page.parse, data)
         hello = page.first_hello(parsed)
         if hello is not None:
             if hello.session_id is not None:

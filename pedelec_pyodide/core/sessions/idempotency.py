@@ -29,6 +29,7 @@ from ..store import (
     TOOL_CALL,
     TURN,
     IdempotencyRecord,
+    JsonText,
     KeyKind,
     RequestRecord,
     Store,
@@ -52,9 +53,17 @@ def key_hash(session_id: str, key: str) -> str:
 
 def fingerprint(kind: KeyKind, asked: dict[str, Any]) -> str:
     """The same for two requests that ask for the same thing (whatever their JSON's key
-    order or spacing): their kind and the fields Core acts on."""
-    text = json.dumps([kind, asked], sort_keys=True, separators=(",", ":"))
+    order or spacing, or whether Core holds a value as text: :class:`JsonText`): their
+    kind and the fields Core acts on."""
+    text = json.dumps([kind, asked], sort_keys=True, separators=(",", ":"),
+                      default=_decoded)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _decoded(value: Any) -> Any:
+    if not isinstance(value, JsonText):
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    return value.value()
 
 
 class KeyReused(PedelecError):
