@@ -172,9 +172,15 @@ def test_a_long_calls_args_are_read_by_core_and_the_sdk_gets_a_placeholder(
                     deep = [deep]
                 refused = await client.call_tool("echo", {"deep": deep})
                 assert text_of(refused).startswith("INVALID_ARGS: the page would refuse")
-            assert [f["args"] for f in page.frames("tool.request")] == [{"rows": rows}, forged]
+            sid = page.session.session_id or ""
+            async with mcp_client(mcp_url(core, sid)) as handshake:  # the other era
+                again = await handshake.call_tool("echo", {"rows": rows, "n": 2})
+                assert json.loads(text_of(again)) == {"rows": rows, "n": 2}
+            assert [f["args"] for f in page.frames("tool.request")] == [
+                {"rows": rows}, forged, {"rows": rows, "n": 2}]
     run(main())
-    assert set_aside == [True, False]  # the deep one is the SDK's to read, and refused
+    # (the deep one is the SDK's to read, and refused)
+    assert set_aside == [True, False, True]
 
 
 def test_error_results_are_is_error_with_code_and_message() -> None:
