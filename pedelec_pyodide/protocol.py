@@ -571,7 +571,8 @@ def nests_too_deep(text: str) -> bool:
     Decoding first is not safe everywhere: in Pyodide, json's C decoder on a deeply nested
     frame overflows the JS stack (a fatal error) instead of raising RecursionError. The
     depth counted is the most brackets open at any point outside strings, what a decoder
-    would recurse (in a text that is not JSON it may count one or two more, never less).
+    would recurse (in a text that is not JSON it may count more, never less: such a text
+    is refused as too deep rather than as not JSON).
     Linear in the text's length.
     """
     if text.count("[") + text.count("{") <= MAX_DEPTH:

@@ -104,14 +104,24 @@ class WorkerThreads:
                                               asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
     async def run(self, work: Callable[..., T], *args: object) -> T:
-        """``work(*args)`` in one of the threads, the collector paused meanwhile."""
+        """``work(*args)`` in one of the threads, the collector paused meanwhile. A caller
+        cancelled meanwhile leaves the work to end in its thread, which it holds till then
+        (the pause too)."""
         loop = asyncio.get_running_loop()
         free = self._free.get(loop)
         if free is None:
             free = self._free[loop] = asyncio.Semaphore(self._threads)
-        async with free:
-            with collector_paused():
-                return await loop.run_in_executor(self._executor, work, *args)
+        await free.acquire()
+        pause = collector_paused()
+        pause.__enter__()
+        running = loop.run_in_executor(self._executor, work, *args)
+
+        def ended(_: asyncio.Future[T]) -> None:
+            pause.__exit__(None, None, None)
+            free.release()
+
+        running.add_done_callback(ended)
+        return await asyncio.shield(running)
 
 
 _JSON_THREADS = WorkerThreads(2, "pedelec-json")

@@ -156,3 +156,27 @@ def test_works_wait_for_a_thread_on_the_loop_so_a_flood_does_not_end_the_pause()
     assert max(working for working, _ in seen) == 2  # only the works that run count
     assert not any(enabled for _, enabled in seen[:4])  # the first four at least, paused
     assert gc.isenabled()
+
+
+def test_a_work_whose_caller_is_cancelled_keeps_its_thread_and_pause_until_it_ends() -> None:
+    threads = WorkerThreads(1, "test-cancel")
+    started, release, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def slow() -> None:
+        started.set()
+        release.wait(5)
+        ended.set()
+
+    async def main() -> list[bool]:
+        first = asyncio.ensure_future(threads.run(slow))
+        await asyncio.to_thread(started.wait, 5)
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+        seen = [gc.isenabled()]  # its work still runs: still paused
+        release.set()
+        await asyncio.to_thread(ended.wait, 5)
+        following = await threads.run(gc.isenabled)  # (its thread is free: this runs)
+        await asyncio.sleep(0)
+        return [*seen, following, gc.isenabled()]
+
+    assert asyncio.run(main()) == [False, False, True]

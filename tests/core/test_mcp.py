@@ -129,7 +129,13 @@ def test_a_long_result_is_text_only_and_a_long_error_result_keeps_its_code() -> 
                 assert json.loads(text_of(long)) == {"rows": rows, "echo": {"n": rows}}
                 failed = await client.call_tool("fails", {})
                 assert failed.is_error is True and failed.structured_content is None
-                assert text_of(failed) == "TOO_MANY: too many rows"
+                said, whole = failed.content  # its details, as text
+                assert isinstance(said, types.TextContent) and isinstance(
+                    whole, types.TextContent)
+                assert said.text == "TOO_MANY: too many rows"
+                assert json.loads(whole.text) == {"error": {
+                    "code": "TOO_MANY", "message": "too many rows", "details": {"rows": rows},
+                    "retryable": False}}
                 # the bound is the compact JSON's length, not an estimate of it
                 nulls = await client.call_tool("nulls", {"n": 3_000})
                 assert json.loads(text_of(nulls)) == [None] * 3_000
@@ -179,8 +185,8 @@ def test_a_long_calls_args_are_read_by_core_and_the_sdk_gets_a_placeholder(
             assert [f["args"] for f in page.frames("tool.request")] == [
                 {"rows": rows}, forged, {"rows": rows, "n": 2}]
     run(main())
-    # (the deep one is the SDK's to read, and refused)
-    assert set_aside == [True, False, True]
+    # (the deep one too: refused from Core's own check, the SDK reading a placeholder)
+    assert set_aside == [True, True, True]
 
 
 def test_error_results_are_is_error_with_code_and_message() -> None:

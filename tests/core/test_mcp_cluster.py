@@ -299,6 +299,42 @@ def nested(depth: int) -> Any:
     return deep
 
 
+def test_a_cancel_that_comes_while_a_relayed_call_is_prepared_stops_it(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call relayed to the page's node has its args' print and frame made before its
+    key is claimed (in a worker thread when they are long). A cancel that comes meanwhile
+    finds no key to cancel, so it is remembered; the call, once prepared, looks again and
+    never reaches the page (it did, found by a reviewer, and nobody waited for it)."""
+    gate = asyncio.Event()
+    real = relay.prepare_call
+
+    async def held(*args: Any, **kwargs: Any) -> relay.PreparedCall:
+        await gate.wait()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(relay, "prepare_call", held)
+
+    async def main() -> None:
+        cfg = {"store": redis_server.url}
+        async with running_core(config(**cfg)) as a, running_core(config(**cfg)) as b:
+            raw, welcome = await page_with(a)
+            sid = welcome["sessionId"]
+            key = "pedelec-mcp-" + "3" * 32
+            a.node._on_message(McpCall(ask="call", sender=b.node.name, session=sid,
+                                       tool="slow", args={"n": 1}, key=key))
+            await asyncio.sleep(0)  # its preparation under way
+            a.node._on_message(McpCancel(ask="cancel", sender=b.node.name, key=key,
+                                         session=sid))
+            gate.set()
+            a.node._on_message(McpCall(ask="other", sender=b.node.name, session=sid,
+                                       tool="slow", args={"n": 2},
+                                       key="pedelec-mcp-" + "4" * 32))
+            assert (await next_of(raw, "tool.request"))["args"] == {"n": 2}
+            await raw.close()
+
+    run(main())
+
+
 def test_a_copy_of_a_call_reaching_its_node_again_is_not_run_again(
         redis_server: RedisServer) -> None:
     """One call (one key) reaches the page's node twice (its caller sends it again until

@@ -194,7 +194,7 @@ def test_the_depth_check_counts_what_a_decoder_would_recurse(text: str) -> None:
 
 def test_the_depth_check_of_what_is_not_json_never_counts_less() -> None:
     assert protocol.nests_too_deep("[]" * 200 + "[" * 101)
-    assert protocol.nests_too_deep("[]" * 200 + "[" * 100)  # one more, for what is not JSON
+    assert protocol.nests_too_deep("[]" * 200 + "[" * 100)  # more, for what is not JSON
     assert not protocol.nests_too_deep("]" * 300 + "[" * 50)  # closing opens nothing
     assert not protocol.nests_too_deep("[" * 99 + "}" * 300)
 

@@ -43,7 +43,7 @@ import math
 import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ... import protocol
 from ...errors import PedelecError
@@ -121,20 +121,48 @@ def _rising(on_progress: OnProgress) -> OnProgress:
     return forward
 
 
+class PreparedCall(NamedTuple):
+    """What a keyed call needs of its args before its key is claimed: their print and
+    their checked frame (or why the page would refuse them)."""
+
+    digest: str
+    checked: CheckedRequest | protocol.ProtocolError
+
+
+def _prepared(tool: str, args: Any, max_frame_bytes: int,
+              checked: CheckedRequest | None) -> PreparedCall:
+    digest = fingerprint(CORE_CALL, {"tool": tool, "args": args, "timeoutMs": None})
+    if checked is not None:
+        return PreparedCall(digest, checked)
+    try:
+        return PreparedCall(digest, checked_call(
+            tool, args.value() if isinstance(args, JsonText) else args, max_frame_bytes))
+    except protocol.ProtocolError as exc:
+        return PreparedCall(digest, exc)
+
+
+async def prepare_call(tool: str, args: Any, max_frame_bytes: int,
+                       checked: CheckedRequest | None = None) -> PreparedCall:
+    """:class:`PreparedCall` of these args (long ones in a worker thread; Core may hold
+    them as text, an MCP call's long ones). ``checked``: made on this node already."""
+    return await off_loop_when(is_large(args), _prepared, tool, args, max_frame_bytes,
+                               checked)
+
+
 async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
                      on_progress: OnProgress | None,
-                     checked: CheckedRequest | None = None) -> Any:
+                     prepared: PreparedCall | None = None) -> Any:
     """``tool`` on the page (this node holds it) under ``key``: a key the session has
     seen waits for that request (or gives its kept result), never sending another.
-    ``checked``: its id and frame, from :func:`checked_call` on this node already.
+    ``prepared``: :func:`prepare_call` of the args, made already; given, nothing is
+    awaited before the key is claimed (a cancel for it finds it, or comes first).
     Cancelled, the request is cancelled and the page told (``tool.cancel``)."""
     hashed = key_hash(session.id, key)
     try:
+        if prepared is None:
+            prepared = await prepare_call(tool, args, session.registry.config.max_frame_bytes)
         try:  # the control API's rule: a key seen for another request starts nothing
-            large = is_large(args)
-            known, new = claim(session.callers, session.id, key, CORE_CALL,
-                               await off_loop_when(large, fingerprint, CORE_CALL, {
-                                   "tool": tool, "args": args, "timeoutMs": None}))
+            known, new = claim(session.callers, session.id, key, CORE_CALL, prepared.digest)
         except KeyReused:
             log_event("mcp.key_reused", level=logging.WARNING, session=session.id)
             return tool_error(IDEMPOTENCY_KEY_REUSED, "this call's key was used in this "
@@ -142,13 +170,10 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
         if known is not None:
             request_id = known.target_id
         else:
-            if checked is None:
-                try:
-                    checked = await off_loop_when(large, _checked_call, tool, args,
-                                                  session.registry.config.max_frame_bytes)
-                except protocol.ProtocolError as exc:
-                    return refused_request(exc)
-            request_id = (await session.start_call(tool, args, checked=checked, key=new)).id
+            if isinstance(prepared.checked, protocol.ProtocolError):
+                return refused_request(prepared.checked)
+            request_id = (await session.start_call(tool, args, checked=prepared.checked,
+                                                   key=new)).id
         pending = session.pending.get(request_id)
         if pending is None:
             done = session.callers.kept(request_id)
@@ -166,12 +191,6 @@ async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
         _cancel_keyed(session, hashed)
         raise
     return result
-
-
-def _checked_call(tool: str, args: Any, max_frame_bytes: int) -> CheckedRequest:
-    """:func:`checked_call` of args Core may hold as text (an MCP call's long ones)."""
-    return checked_call(tool, args.value() if isinstance(args, JsonText) else args,
-                        max_frame_bytes)
 
 
 def _cancel_keyed(session: CoreSession, hashed: str) -> bool:
@@ -229,6 +248,7 @@ class ToolRelay:
         Cancelled, or failed as Redis is out of reach, the call is cancelled wherever
         it reached (:meth:`_pass_cancel`, once Redis is back)."""
         registry, node = self.registry, self.node
+        limit = registry.config.max_frame_bytes
         key = _KEY_PREFIX + secrets.token_hex(16)
         ask_id = new_ask_id()  # the same wherever and however often it is relayed
         clock = node.clock
@@ -256,7 +276,8 @@ class ToolRelay:
                     sent = True
                     # checked here for this node's first request; a key it has seen
                     # is not checked again
-                    result = await keyed_call(session, key, tool, args, forward, checked)
+                    result = await keyed_call(session, key, tool, args, forward,
+                                              await prepare_call(tool, args, limit, checked))
                     checked = None
                 else:
                     log_event("mcp.relay", session=session_id, node=holder)
@@ -421,6 +442,12 @@ class ToolRelay:
         if session is None or session.closed:
             answer = McpReply(ask=call.ask, moved=True)
         else:
+            prepared = await prepare_call(call.tool, call.args,
+                                          self.registry.config.max_frame_bytes)
+            # looked at again: from here to its key claimed (keyed_call), nothing waits
+            if self._was_cancelled(call.key):
+                log_event("mcp.cancelled_before_call", session=call.session)
+                return
             async def relay_progress(update: RequestProgress) -> None:
                 # best effort, as pub/sub is: Redis out of reach cancels nothing
                 with contextlib.suppress(StoreError):
@@ -429,7 +456,7 @@ class ToolRelay:
                         message=update.message))
 
             answer = McpReply(ask=call.ask, result=await keyed_call(
-                session, call.key, call.tool, call.args, relay_progress))
+                session, call.key, call.tool, call.args, relay_progress, prepared))
         await node.reply(call.sender, answer)
 
     def _on_cancel(self, message: McpCancel) -> None:

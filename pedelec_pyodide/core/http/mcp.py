@@ -87,8 +87,10 @@ _HOLDER = "pedelec.mcp_holder"
 _ASIDE = "pedelec.mcp_args"
 # the one key of the args the SDK gets in their place
 _ASIDE_KEY = "pedelec.argsAside"
-# a tools/call with these headers has them checked against its args by the SDK
+# a tools/call with these headers, or to a page whose tools' schemas say this, has its
+# headers checked against its args by the SDK: its args are left in its body
 _PARAM_HEADER = b"mcp-param-"
+_PARAM_ANNOTATION = '"x-mcp-header"'
 
 Context = ServerRequestContext[Any, Any]
 
@@ -113,7 +115,7 @@ async def call_result(result: Any) -> types.CallToolResult:
     the result when it is a JSON object, else ``{"result": value}`` (MCP wants an object
     there). An error result (``{"error": {...}}``) is ``isError: true``, its text
     ``"CODE: message"``, its ``structuredContent`` the whole error result (``details``,
-    ``retryable`` included).
+    ``retryable`` included); when that is left out (below), a second text block has it.
 
     A result longer than LARGE_CHARS as compact JSON has no ``structuredContent``
     (optional in MCP for a tool with no output schema): the SDK's serializer walks that
@@ -127,10 +129,12 @@ async def call_result(result: Any) -> types.CallToolResult:
     structured = None if len(compact) > LARGE_CHARS else result
     if is_error_result(result):
         error = result["error"]
-        text = f"{error.get('code')}: {error.get('message')}"
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)],
-            structured_content=structured, is_error=True)
+        text = [types.TextContent(type="text", text=f"{error.get('code')}: "
+                                  f"{error.get('message')}")]
+        if structured is None:  # its details and retryable, as text
+            text.append(types.TextContent(type="text", text=compact))
+        return types.CallToolResult(content=list(text), structured_content=structured,
+                                    is_error=True)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=compact)],
         structured_content=structured if structured is None or isinstance(result, dict)
@@ -142,7 +146,7 @@ class _ArgsAside(NamedTuple):
     placeholder in their place): as JSON text, and checked as the page would check them."""
 
     token: str
-    args: JsonText
+    args: JsonText | None  # None when the page would refuse them (``checked`` says why)
     checked: CheckedRequest | protocol.ProtocolError
 
 
@@ -152,9 +156,10 @@ def _set_aside(body: bytes, max_frame_bytes: int) -> tuple[bytes, _ArgsAside] | 
     held the args decoded for the whole call (~50 times their text for small arrays), and
     decoded them on the event loop. None for any other body: the SDK reads it as it is
     (and refuses it, if it is not JSON)."""
-    try:
-        message = protocol.decode_json(body, max_bytes=len(body), what="body")
-    except protocol.ProtocolError:
+    try:  # as the SDK reads it (NaN, args as deep as a page takes under the envelope):
+        # what the page would refuse is refused from ``checked`` below
+        message = json.loads(body)
+    except (ValueError, RecursionError):
         return None
     if not isinstance(message, dict):
         return None
@@ -171,7 +176,12 @@ def _set_aside(body: bytes, max_frame_bytes: int) -> tuple[bytes, _ArgsAside] | 
         checked = exc
     token = secrets.token_hex(16)
     params["arguments"] = {_ASIDE_KEY: token}
-    return strictjson.encode(message).encode(), _ArgsAside(token, as_text(args), checked)
+    try:  # the rest as the SDK would read it (NaN, a lone surrogate: its to refuse)
+        placed = json.dumps(message, separators=(",", ":")).encode()
+    except (ValueError, RecursionError):
+        return None
+    kept = None if isinstance(checked, protocol.ProtocolError) else as_text(args)
+    return placed, _ArgsAside(token, kept, checked)
 
 
 async def _args_set_aside(scope: Scope, receive: Receive, max_frame_bytes: int) -> Receive:
@@ -190,7 +200,7 @@ async def _args_set_aside(scope: Scope, receive: Receive, max_frame_bytes: int) 
         size += len(chunks[-1])
         more = message.get("more_body", False)
     body = b"".join(chunks)
-    if last is None and not more and size > LARGE_CHARS:
+    if last is None and not more and LARGE_CHARS < size <= max_frame_bytes:
         set_aside = await off_loop(_set_aside, body, max_frame_bytes)
         if set_aside is not None:
             body, scope[_ASIDE] = set_aside
@@ -328,8 +338,9 @@ class McpEndpoint:
             session_id = request.path_params["session_id"]
             self._forget(session_id, session.tool_listeners if session is not None else
                          self._remote.get(session_id, {}), key)
-        if request.method == "POST" and not any(
-                name.startswith(_PARAM_HEADER) for name, _ in scope["headers"]):
+        if (request.method == "POST" and session is not None
+                and _PARAM_ANNOTATION not in session.record.tools
+                and not any(name.startswith(_PARAM_HEADER) for name, _ in scope["headers"])):
             receive = await _args_set_aside(scope, receive,
                                             self.registry.config.max_frame_bytes)
         await self.manager.handle_request(scope, _body_read_paused(receive), send)

@@ -375,10 +375,12 @@ class CoreSession:
         checked: CheckedRequest | None = None,
         on_progress: Callable[[RequestProgress], Awaitable[None]] | None = None,
     ) -> tuple[str, Any, str]:
-        """:meth:`start_call`, then its result → ``(toolRequestId, result, handledBy)``;
-        a timeout is the result ``TOOL_TIMEOUT``. If the caller goes away (its task is
-        cancelled), the request is cancelled and the page told. ``on_progress`` is
-        awaited with each new progress (the latest, if it is slower than the page)."""
+        """:meth:`start_call`, then its result → ``(toolRequestId, result, handledBy)``
+        (a long result that is not an error result as the page's JSON text, a
+        :class:`JsonText`); a timeout is the result ``TOOL_TIMEOUT``. If the caller goes
+        away (its task is cancelled), the request is cancelled and the page told.
+        ``on_progress`` is awaited with each new progress (the latest, if it is slower
+        than the page)."""
         pending = await self.start_call(tool, args, timeout_ms=timeout_ms, checked=checked)
         try:
             if on_progress is not None:
