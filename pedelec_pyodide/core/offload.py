@@ -58,8 +58,8 @@ class CollectorPause:
         self._joined = 0
         self._paused = False
 
-    @contextmanager
-    def __call__(self) -> Iterator[None]:
+    def begin(self) -> None:
+        """A work begins (each is ended once with :meth:`end`)."""
         with self._lock:
             self._working += 1
             if self._paused:
@@ -67,22 +67,29 @@ class CollectorPause:
             elif self._working == 1 and gc.isenabled():
                 gc.disable()
                 self._paused, self._joined = True, 0
+
+    def end(self) -> None:
+        with self._lock:
+            self._working -= 1
+            if self._paused and (self._working == 0 or self._joined >= self.most_joining):
+                gc.enable()
+                self._paused = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        """One work, the ``with`` block."""
+        self.begin()
         try:
             yield
         finally:
-            with self._lock:
-                self._working -= 1
-                if self._paused and (self._working == 0 or self._joined >= self.most_joining):
-                    gc.enable()
-                    self._paused = False
+            self.end()
 
     def for_this_step(self) -> None:
         """Paused until the event loop's current step ends: for a library that decodes
         its input on the loop in the step that reads it (the MCP SDK its request body).
         A step's work is bounded by what it was given."""
-        pause = self()
-        pause.__enter__()
-        asyncio.get_running_loop().call_soon(pause.__exit__, None, None, None)
+        self.begin()
+        asyncio.get_running_loop().call_soon(self.end)
 
 
 collector_paused = CollectorPause()
@@ -112,12 +119,11 @@ class WorkerThreads:
         if free is None:
             free = self._free[loop] = asyncio.Semaphore(self._threads)
         await free.acquire()
-        pause = collector_paused()
-        pause.__enter__()
+        collector_paused.begin()
         running = loop.run_in_executor(self._executor, work, *args)
 
         def ended(_: asyncio.Future[T]) -> None:
-            pause.__exit__(None, None, None)
+            collector_paused.end()
             free.release()
 
         running.add_done_callback(ended)

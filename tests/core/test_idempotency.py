@@ -46,7 +46,7 @@ from corekit import (
 from storekit import free_port, load_file
 
 from pedelec_pyodide import Session, define_tool
-from pedelec_pyodide.core.cluster.relay import keyed_call
+from pedelec_pyodide.core.cluster.relay import keyed_call, prepare_call
 from pedelec_pyodide.core.server import create_app
 from pedelec_pyodide.core.sessions.idempotency import IDEMPOTENCY_KEY_REUSED, key_hash
 from pedelec_pyodide.core.store import (
@@ -714,17 +714,20 @@ def test_a_relayed_mcp_calls_key_is_claimed_by_the_control_apis_rule() -> None:
             sid = (await page.hello([tool_meta("a"), tool_meta("b")]))["sessionId"]
             session = core.registry.sessions[sid]
             key = "pedelec-mcp-" + "0" * 32
-            first = asyncio.ensure_future(keyed_call(session, key, "a", {"n": 1}, None))
+            async def relayed(tool: str, args: Any) -> Any:
+                return await keyed_call(session, key, tool, args, None, await prepare_call(
+                    tool, args, core.registry.config.max_frame_bytes))
+
+            first = asyncio.ensure_future(relayed("a", {"n": 1}))
             request = await asyncio.wait_for(page.recv(), WAIT)
             assert request["type"] == "tool.request", request
             await page.send({"type": "tool.result", "toolRequestId": request["toolRequestId"],
                              "result": {"ok": True}, "handledBy": "named"})
             assert await asyncio.wait_for(first, WAIT) == {"ok": True}
-            again = await asyncio.wait_for(keyed_call(session, key, "a", {"n": 1}, None), WAIT)
+            again = await asyncio.wait_for(relayed("a", {"n": 1}), WAIT)
             assert again == {"ok": True}
             for tool, args in (("a", {"n": 2}), ("b", {"n": 1})):
-                reused = await asyncio.wait_for(keyed_call(session, key, tool, args, None),
-                                                WAIT)
+                reused = await asyncio.wait_for(relayed(tool, args), WAIT)
                 assert reused["error"]["code"] == IDEMPOTENCY_KEY_REUSED, reused
             assert not session.pending
             with pytest.raises(TimeoutError):  # nothing sent to the page

@@ -150,17 +150,14 @@ async def prepare_call(tool: str, args: Any, max_frame_bytes: int,
 
 
 async def keyed_call(session: CoreSession, key: str, tool: str, args: Any,
-                     on_progress: OnProgress | None,
-                     prepared: PreparedCall | None = None) -> Any:
+                     on_progress: OnProgress | None, prepared: PreparedCall) -> Any:
     """``tool`` on the page (this node holds it) under ``key``: a key the session has
     seen waits for that request (or gives its kept result), never sending another.
-    ``prepared``: :func:`prepare_call` of the args, made already; given, nothing is
+    ``prepared``: :func:`prepare_call` of the args, made before, so that nothing is
     awaited before the key is claimed (a cancel for it finds it, or comes first).
     Cancelled, the request is cancelled and the page told (``tool.cancel``)."""
     hashed = key_hash(session.id, key)
     try:
-        if prepared is None:
-            prepared = await prepare_call(tool, args, session.registry.config.max_frame_bytes)
         try:  # the control API's rule: a key seen for another request starts nothing
             known, new = claim(session.callers, session.id, key, CORE_CALL, prepared.digest)
         except KeyReused:

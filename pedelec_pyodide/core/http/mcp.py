@@ -126,19 +126,20 @@ async def call_result(result: Any) -> types.CallToolResult:
     if isinstance(result, JsonText):
         return types.CallToolResult(content=[types.TextContent(type="text", text=result.text)])
     compact = await off_loop_when(is_large(result), strictjson.encode, result)
-    structured = None if len(compact) > LARGE_CHARS else result
+    large = len(compact) > LARGE_CHARS
     if is_error_result(result):
         error = result["error"]
-        text = [types.TextContent(type="text", text=f"{error.get('code')}: "
-                                  f"{error.get('message')}")]
-        if structured is None:  # its details and retryable, as text
-            text.append(types.TextContent(type="text", text=compact))
-        return types.CallToolResult(content=list(text), structured_content=structured,
-                                    is_error=True)
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=compact)],
-        structured_content=structured if structured is None or isinstance(result, dict)
-        else {"result": result})
+        said = types.TextContent(type="text", text=f"{error.get('code')}: "
+                                 f"{error.get('message')}")
+        if large:  # its details and retryable, as text
+            return types.CallToolResult(
+                content=[said, types.TextContent(type="text", text=compact)], is_error=True)
+        return types.CallToolResult(content=[said], structured_content=result, is_error=True)
+    content: list[types.ContentBlock] = [types.TextContent(type="text", text=compact)]
+    if large:
+        return types.CallToolResult(content=content)
+    return types.CallToolResult(content=content, structured_content=(
+        result if isinstance(result, dict) else {"result": result}))
 
 
 class _ArgsAside(NamedTuple):
